@@ -1,0 +1,57 @@
+# tally: `make help` lists the targets. Everything runs from the project-local .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+JARS := .cache/jars
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: help install jars lint typecheck check test test-fast demo bench bench-quick airflow clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/pip check
+	touch $(STAMP)
+
+$(JARS)/.fetched: jars/pom.xml
+	scripts/fetch-jars.sh $(JARS)
+	touch $@
+
+install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta jars (once; offline afterwards)
+
+jars: $(JARS)/.fetched ## fetch the Delta Lake jars with Maven into .cache/jars
+
+lint: install ## ruff lint + format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install ## mypy on the packages
+	$(BIN)/mypy
+
+check: lint typecheck ## all static checks
+
+test: install lint typecheck ## install everything, then lint, type-check and run the whole test suite
+	$(BIN)/pytest -q
+
+test-fast: install ## pytest without the slow end-to-end tests
+	$(BIN)/pytest -q -m 'not slow'
+
+demo: install ## generate a day of events, stream it, reconcile, print the summary
+	scripts/demo.sh
+
+bench: install ## full benchmarks into docs/benchmarks.md
+	$(BIN)/tally bench
+
+bench-quick: install ## a few-minute benchmark smoke run
+	$(BIN)/tally bench --quick
+
+clean: ## remove generated data (keeps .venv and jars)
+	rm -rf demo warehouse artifacts spark-warehouse

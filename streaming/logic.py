@@ -1,0 +1,167 @@
+"""The speed layer's per-batch logic: DataFrame in, DataFrames out, nothing read or written.
+
+A micro-batch goes through two pure steps with one driver-side step between them:
+
+1. `classify_events`: each valid event is `on_time`, `allowed_late`, `late` or `duplicate`,
+   judged against the watermark after the previous batch.
+2. (driver) the watermark advances from per-partition high-water marks (streaming.watermark).
+3. `close_windows`: on-time and allowed-late events fold into the open-window state; windows
+   whose end the watermark reached are emitted; late events become the named side output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from tally.windows import WINDOW_KEY, aggregate_windows, with_window
+
+ON_TIME, ALLOWED_LATE, LATE, DUPLICATE = "on_time", "allowed_late", "late", "duplicate"
+COUNTED = (ON_TIME, ALLOWED_LATE)
+ARRIVAL_ORDER = ("source_mtime", "source_file", "source_line")
+
+
+@dataclass(frozen=True)
+class WindowParams:
+    window_ms: int
+    allowed_lateness_ms: int
+
+
+def ts(ms: int) -> Column:
+    return F.timestamp_millis(F.lit(ms))
+
+
+def classify_events(
+    events: DataFrame,
+    watermark_before_ms: int | None,
+    params: WindowParams,
+    seen_ids: DataFrame,
+) -> DataFrame:
+    """Add window bounds and `arrival_status` (before the exact log check for late events).
+
+    Duplicates: a later copy of an event_id in this batch (arrival order: file time, file,
+    line), or an id already in `seen_ids` (ids of windows that can still change).
+    """
+    first_copy = F.row_number().over(
+        Window.partitionBy("event_id").orderBy(*ARRIVAL_ORDER)
+    ) == F.lit(1)
+    seen = seen_ids.select("event_id", F.lit(True).alias("_seen")).distinct()
+    windowed = events.transform(lambda df: with_window(df, params.window_ms))
+    status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
+    if watermark_before_ms is not None:
+        closed = F.col("window_end") <= ts(watermark_before_ms)
+        revisable = F.unix_millis(F.col("window_end")) + F.lit(params.allowed_lateness_ms) > F.lit(
+            watermark_before_ms
+        )
+        status = status.when(closed & revisable, F.lit(ALLOWED_LATE)).when(closed, F.lit(LATE))
+    return (
+        windowed.withColumn("_first", first_copy)
+        .join(seen, "event_id", "left")
+        .withColumn("arrival_status", status.otherwise(F.lit(ON_TIME)))
+        .drop("_first", "_seen")
+    )
+
+
+def mark_logged_duplicates(classified: DataFrame, logged_ids: DataFrame) -> DataFrame:
+    """Late events whose id the event log already holds are duplicates, not late events.
+
+    `logged_ids` is the log (pinned version) narrowed to the late events' dates; this catches
+    replays from beyond the dedup state's horizon, so late totals never count an event twice.
+    """
+    logged = logged_ids.select("event_id", F.lit(True).alias("_logged")).distinct()
+    status = F.when(
+        (F.col("arrival_status") == LATE) & F.col("_logged").isNotNull(), F.lit(DUPLICATE)
+    ).otherwise(F.col("arrival_status"))
+    return (
+        classified.join(logged, "event_id", "left")
+        .withColumn("arrival_status", status)
+        .drop("_logged")
+    )
+
+
+class WindowOut(NamedTuple):
+    """What a batch produces, side by side: the entry point decides where each goes."""
+
+    aggregates: DataFrame  # rows for stream_aggregates (emitted or revised windows)
+    late_events: DataFrame  # the late side output
+    window_state: DataFrame  # open windows after this batch
+    dedup_state: DataFrame  # ids of windows that can still change
+
+
+def close_windows(
+    classified: DataFrame,
+    window_state: DataFrame,
+    dedup_state: DataFrame,
+    watermark_before_ms: int | None,
+    watermark_after_ms: int | None,
+    now_ms: int,
+    params: WindowParams,
+    drain: bool = False,
+) -> WindowOut:
+    """Fold counted events into state, emit closable windows, evict what can no longer change."""
+    counted = classified.where(F.col("arrival_status").isin(*COUNTED))
+    batch = aggregate_windows(counted).select(
+        *WINDOW_KEY,
+        F.col("event_count").alias("_batch_count"),
+        F.col("amount_sum").alias("_batch_sum"),
+    )
+    merged = window_state.join(batch, list(WINDOW_KEY), "full_outer").select(
+        *WINDOW_KEY,
+        (F.coalesce("event_count", F.lit(0)) + F.coalesce("_batch_count", F.lit(0)))
+        .cast("long")
+        .alias("event_count"),
+        (F.coalesce("amount_sum", F.lit(0)) + F.coalesce("_batch_sum", F.lit(0)))
+        .cast("long")
+        .alias("amount_sum"),
+        F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        F.col("_batch_count").isNotNull().alias("_changed"),
+    )
+    if drain:
+        closable, still_open = F.lit(True), F.lit(False)
+    elif watermark_after_ms is None:  # no watermark yet: nothing closes
+        closable, still_open = F.lit(False), F.lit(True)
+    else:
+        closable = F.col("window_end") <= ts(watermark_after_ms)
+        still_open = F.unix_millis(F.col("window_end")) + F.lit(params.allowed_lateness_ms) > F.lit(
+            watermark_after_ms
+        )
+    emit = closable & (F.col("_changed") | (F.col("emitted_revision") == 0))
+    merged = merged.withColumn("_emit", emit)
+    aggregates = merged.where("_emit").select(
+        *WINDOW_KEY,
+        "event_count",
+        "amount_sum",
+        (F.col("emitted_revision") + 1).cast("int").alias("revision"),
+        ts(now_ms).alias("emit_time"),
+        (ts(watermark_after_ms) if watermark_after_ms is not None else F.lit(None))
+        .cast("timestamp")
+        .alias("watermark_at_emit"),
+    )
+    new_state = merged.where(still_open).select(
+        *WINDOW_KEY,
+        "event_count",
+        "amount_sum",
+        F.when(F.col("_emit"), F.col("emitted_revision") + 1)
+        .otherwise(F.col("emitted_revision"))
+        .cast("int")
+        .alias("emitted_revision"),
+    )
+    new_dedup = (
+        dedup_state.select("event_id", "window_end")
+        .unionByName(counted.select("event_id", "window_end"))
+        .where(still_open)
+    )
+    late = classified.where(F.col("arrival_status") == LATE)
+    reason = "window_closed" if params.allowed_lateness_ms == 0 else "beyond_allowed_lateness"
+    wm_before = watermark_before_ms if watermark_before_ms is not None else 0
+    late_events = late.select(
+        "*",
+        ts(wm_before).alias("watermark_at_arrival"),
+        (F.lit(wm_before) - F.unix_millis("window_end")).alias("lateness_ms"),
+        (F.lit(now_ms) - F.unix_millis("event_time")).alias("arrival_delay_ms"),
+        F.lit(reason).alias("reason"),
+    )
+    return WindowOut(aggregates, late_events, new_state, new_dedup)

@@ -1,0 +1,70 @@
+"""Per-partition watermark, advanced at micro-batch boundaries (pure Python, table-tested).
+
+Runs on the driver over one number per source partition, never over events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+# The watermark after a drain: every window is closed.
+DRAINED_WATERMARK_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+
+
+@dataclass(frozen=True)
+class WatermarkState:
+    """`watermark_ms` None means no watermark yet (nothing is late)."""
+
+    watermark_ms: int | None = None
+    high_water_ms: Mapping[int, int] = field(default_factory=dict)
+    last_seen_ms: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WatermarkAdvance:
+    state: WatermarkState
+    idle: dict[int, bool]
+    regression_ms: int | None  # how far the computed value fell below the kept one, if it did
+
+
+def advance_watermark(
+    prev: WatermarkState,
+    batch_high_water_ms: Mapping[int, int],
+    now_ms: int,
+    lateness_ms: int,
+    idle_timeout_ms: int,
+    policy: str = "partition-min",
+) -> WatermarkAdvance:
+    """The watermark after a batch whose partitions reached `batch_high_water_ms`.
+
+    partition-min: min over active partitions of their high-water mark, minus L. A partition
+    is active if it sent data within `idle_timeout_ms` of processing time (0 disables idleness).
+    global-max: max over all partitions minus L (Spark's own rule).
+    Never moves backwards; with no active partition it stays where it was.
+    """
+    high_water = dict(prev.high_water_ms)
+    last_seen = dict(prev.last_seen_ms)
+    for partition, hw in batch_high_water_ms.items():
+        high_water[partition] = max(hw, high_water.get(partition, hw))
+        last_seen[partition] = now_ms
+    idle = {p: idle_timeout_ms > 0 and now_ms - last_seen[p] >= idle_timeout_ms for p in high_water}
+    if policy == "partition-min":
+        active = [hw for p, hw in high_water.items() if not idle[p]]
+        candidate = min(active) - lateness_ms if active else None
+    elif policy == "global-max":
+        candidate = max(high_water.values()) - lateness_ms if high_water else None
+    else:
+        raise ValueError(f"watermark_policy: unknown policy {policy!r}")
+    watermark = prev.watermark_ms
+    regression = None
+    if candidate is not None:
+        if watermark is not None and candidate < watermark:
+            regression = watermark - candidate
+            log.info("watermark regression of %d ms ignored (kept %d)", regression, watermark)
+        else:
+            watermark = candidate
+    return WatermarkAdvance(WatermarkState(watermark, high_water, last_seen), idle, regression)

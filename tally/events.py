@@ -1,0 +1,106 @@
+"""The event contract: one JSON object per line, validated in the JVM.
+
+    {"event_id": "e-1", "key": "merchant-42", "amount": 12550,
+     "event_time": "2026-11-21T09:42:17.125Z", "partition": 3}
+
+`amount` is an integer in minor units (never a float); `event_time` is ISO-8601 with a zone
+or epoch milliseconds; `partition` defaults to 0; unknown fields are kept in `extra`.
+A line that breaks the contract becomes a quarantine row with a reason; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
+
+# Reasons, checked in this order; the first that applies is recorded.
+QUARANTINE_REASONS = (
+    "empty_line",
+    "invalid_json",
+    "missing_event_id",
+    "missing_key",
+    "missing_amount",
+    "amount_not_integer",
+    "missing_event_time",
+    "bad_event_time",
+    "partition_not_integer",
+)
+
+# Typed view: a field whose JSON token does not fit its type reads as null here...
+_TYPED_SCHEMA = "event_id STRING, key STRING, amount BIGINT, event_time_ms BIGINT, partition INT"
+# ...while the text view says whether the field was there at all.
+_TEXT_SCHEMA = "MAP<STRING, STRING>"
+_ZONED_ISO = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$"
+_INTEGER = r"^-?\d+$"
+
+
+class ParsedEvents(NamedTuple):
+    valid: DataFrame
+    quarantine: DataFrame
+
+
+def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> Column:
+    def has(name: str) -> Column:
+        return fields.getItem(name).isNotNull()
+
+    text = fields.getItem
+    return (
+        F.when(F.trim(line) == "", F.lit("empty_line"))
+        .when(fields.isNull(), F.lit("invalid_json"))
+        .when(~has("event_id") | (F.trim(text("event_id")) == ""), F.lit("missing_event_id"))
+        .when(~has("key") | (F.trim(text("key")) == ""), F.lit("missing_key"))
+        .when(~has("amount"), F.lit("missing_amount"))
+        # A quoted "12" reads as text "12" but is not a JSON integer: the typed view is null.
+        .when(typed["amount"].isNull() | ~text("amount").rlike(_INTEGER), "amount_not_integer")
+        .when(~has("event_time"), F.lit("missing_event_time"))
+        .when(event_time.isNull(), F.lit("bad_event_time"))
+        .when(has("partition") & typed["partition"].isNull(), F.lit("partition_not_integer"))
+    )
+
+
+def parse_events(raw: DataFrame) -> ParsedEvents:
+    """Split `raw` (column `raw_line` plus provenance columns) into valid events and quarantine.
+
+    Provenance columns (anything but `raw_line`) are carried to both outputs unchanged.
+    """
+    provenance = [c for c in raw.columns if c != "raw_line"]
+    line = F.col("raw_line")
+    # from_json is null for anything but a JSON object (bad syntax, arrays, scalars).
+    fields = F.from_json(line, _TEXT_SCHEMA)
+    typed = F.from_json(
+        line,
+        _TYPED_SCHEMA.replace("event_time_ms BIGINT", "event_time STRING"),
+        {"mode": "PERMISSIVE"},
+    )
+    epoch_ms = F.from_json(line, "event_time BIGINT").getItem("event_time")
+    time_text = fields.getItem("event_time")
+    event_time = (
+        F.when(epoch_ms.isNotNull() & time_text.rlike(_INTEGER), F.timestamp_millis(epoch_ms))
+        # Zone required: a bare local time is ambiguous, and we do not guess.
+        .when(time_text.rlike(_ZONED_ISO), F.try_to_timestamp(time_text))
+    )
+    parsed = raw.select(
+        *provenance,
+        line.alias("raw_line"),
+        fields.alias("_fields"),
+        typed.alias("_typed"),
+        event_time.alias("_event_time"),
+    ).withColumn("_reason", _reason(F.col("_fields"), F.col("_typed"), F.col("_event_time"), line))
+    extra = F.map_filter(F.col("_fields"), lambda k, _v: ~k.isin(*KNOWN_FIELDS))
+    valid = parsed.where(F.col("_reason").isNull()).select(
+        F.col("_typed.event_id").alias("event_id"),
+        F.col("_typed.key").alias("key"),
+        F.col("_typed.amount").cast("long").alias("amount"),
+        F.col("_event_time").alias("event_time"),
+        F.coalesce(F.col("_typed.partition"), F.lit(0)).cast("int").alias("partition"),
+        extra.alias("extra"),
+        *provenance,
+    )
+    quarantine = parsed.where(F.col("_reason").isNotNull()).select(
+        "raw_line", F.col("_reason").alias("reason"), *provenance
+    )
+    return ParsedEvents(valid, quarantine)

@@ -1,0 +1,190 @@
+"""Typed settings, read once at an entry point: defaults < config file < TALLY_* env < CLI flags.
+
+Logic never reads settings; entry points pass plain values (milliseconds, strings) down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+WATERMARK_POLICIES = ("partition-min", "global-max")
+SOURCE_KINDS = ("files",)
+
+
+class SettingsError(ValueError):
+    """A bad setting: the message is one line and names the setting."""
+
+
+def parse_duration(text: str | int, name: str = "duration") -> int:
+    """`500ms`, `10s`, `1m`, `1h`, `1d` (or a bare number of milliseconds) -> milliseconds."""
+    if isinstance(text, bool):
+        raise SettingsError(f"{name}: expected a duration like 500ms, 10s, 1m or 1h, got {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise SettingsError(f"{name}: must not be negative, got {text}")
+        return text
+    match = _DURATION.match(str(text))
+    if not match:
+        raise SettingsError(f"{name}: expected a duration like 500ms, 10s, 1m or 1h, got {text!r}")
+    number, unit = match.groups()
+    if unit is None and number != "0":
+        raise SettingsError(f"{name}: {text!r} has no unit; write e.g. {number}s or {number}ms")
+    return int(number) * _UNIT_MS[unit or "ms"]
+
+
+def format_duration(ms: int) -> str:
+    for unit in ("d", "h", "m", "s"):
+        if ms and ms % _UNIT_MS[unit] == 0:
+            return f"{ms // _UNIT_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
+def _duration_field(default: str) -> Any:
+    return field(default=parse_duration(default), metadata={"kind": "duration"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything an entry point may need. Durations are integer milliseconds."""
+
+    window: int = _duration_field("60s")
+    lateness: int = _duration_field("30s")
+    allowed_lateness: int = _duration_field("0s")
+    idle_timeout: int = _duration_field("60s")
+    max_clock_skew: int = _duration_field("5m")
+    trigger: int = _duration_field("5s")
+    watermark_policy: str = "partition-min"
+    warehouse: str = "warehouse"
+    checkpoint: str = ""  # default: <warehouse>/_checkpoints/stream
+    input: str = "demo/events"
+    source_kind: str = "files"
+    spark_master: str = "local[*]"
+    max_files_per_trigger: int = 8
+    shuffle_partitions: int = 4
+    report_timezone: str = "UTC"
+    late_rate_warn: float = 0.001
+    late_rate_fail: float = 0.01
+    unexplained_tolerance: int = 0
+    completeness_target: float = 99.9
+
+    def __post_init__(self) -> None:
+        if self.window <= 0:
+            raise SettingsError(f"window: must be positive, got {format_duration(self.window)}")
+        if self.watermark_policy not in WATERMARK_POLICIES:
+            raise SettingsError(
+                f"watermark_policy: expected one of {', '.join(WATERMARK_POLICIES)}, "
+                f"got {self.watermark_policy!r}"
+            )
+        if self.source_kind not in SOURCE_KINDS:
+            raise SettingsError(
+                f"source_kind: expected one of {', '.join(SOURCE_KINDS)}, got {self.source_kind!r}"
+            )
+        if self.max_files_per_trigger <= 0:
+            raise SettingsError(
+                f"max_files_per_trigger: must be positive, got {self.max_files_per_trigger}"
+            )
+        if self.shuffle_partitions <= 0:
+            raise SettingsError(
+                f"shuffle_partitions: must be positive, got {self.shuffle_partitions}"
+            )
+        if not self.warehouse:
+            raise SettingsError("warehouse: must not be empty")
+        if not (0 <= self.late_rate_warn <= self.late_rate_fail <= 1):
+            raise SettingsError(
+                "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
+                f"{self.late_rate_warn}/{self.late_rate_fail}"
+            )
+        if not (0 < self.completeness_target <= 100):
+            raise SettingsError(
+                f"completeness_target: must be a percentage in (0, 100], got "
+                f"{self.completeness_target}"
+            )
+        try:
+            from zoneinfo import ZoneInfo
+
+            ZoneInfo(self.report_timezone)
+        except Exception:
+            raise SettingsError(
+                f"report_timezone: unknown time zone {self.report_timezone!r}"
+            ) from None
+
+    @property
+    def checkpoint_location(self) -> str:
+        return self.checkpoint or f"{self.warehouse.rstrip('/')}/_checkpoints/stream"
+
+    def describe(self) -> dict[str, Any]:
+        """Settings as people write them (durations formatted), for provenance."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = format_duration(value) if f.metadata.get("kind") == "duration" else value
+        return out
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Turn a file/env/CLI value into the field's type, or fail naming the setting."""
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    if name not in fields:
+        raise SettingsError(f"{name}: unknown setting (known: {', '.join(sorted(fields))})")
+    f = fields[name]
+    if f.metadata.get("kind") == "duration":
+        return parse_duration(raw, name)
+    kind = f.type if isinstance(f.type, str) else f.type.__name__
+    try:
+        if kind == "int":
+            if isinstance(raw, bool | float):
+                raise ValueError
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(
+            f"{name}: expected {'an integer' if kind == 'int' else 'a number'}, got {raw!r}"
+        ) from None
+    if not isinstance(raw, str):
+        raise SettingsError(f"{name}: expected text, got {raw!r}")
+    return raw
+
+
+def load_settings(
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults, then the TOML config file (`[tally]` table or top level), then TALLY_* env,
+    then overrides (CLI flags; None values are ignored)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = config_file or env.get("TALLY_CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise SettingsError(f"config: file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config: {path} is not valid TOML: {exc}") from None
+        data = data.get("tally", data)
+        for key, raw in data.items():
+            name = key.replace("-", "_")
+            values[name] = _coerce(name, raw)
+    known = {f.name for f in dataclasses.fields(Settings)}
+    for key, raw in env.items():
+        if key.startswith("TALLY_") and key != "TALLY_CONFIG":
+            name = key[len("TALLY_") :].lower()
+            if name in known:
+                values[name] = _coerce(name, raw)
+    for key, raw in (overrides or {}).items():
+        if raw is not None:
+            name = key.replace("-", "_")
+            values[name] = _coerce(name, raw)
+    return Settings(**values)

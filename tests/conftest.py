@@ -1,0 +1,31 @@
+"""Shared fixtures: one Spark session for the whole run, tiny inline DataFrames."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from tally.spark import build_session
+
+    session = build_session(
+        "local[2]",
+        app_name="tally-tests",
+        shuffle_partitions=2,
+        ui=False,
+        extra_conf={"spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path) -> str:
+    return str(tmp_path / "warehouse")
