@@ -515,7 +515,7 @@ def run_stream(
         if available_now or drain:
             query.awaitTermination()
         else:
-            query.awaitTermination(timeout_s)
+            query.awaitTermination(int(timeout_s) if timeout_s is not None else None)
     finally:
         if query.isActive:
             query.stop()

@@ -35,7 +35,7 @@ def split_lines(files: DataFrame) -> DataFrame:
 
 
 def file_source(spark: SparkSession, input_dir: str, max_files_per_trigger: int) -> DataFrame:
-    """JSONL files in `input_dir`, oldest modification time first, `max_files_per_trigger` a batch."""
+    """JSONL files in `input_dir`, oldest modification time first, N files a batch."""
     files = (
         spark.readStream.format("text")
         .option("wholetext", True)

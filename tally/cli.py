@@ -1,4 +1,4 @@
-"""`tally` command line: each subcommand reads settings (file < env < flags), calls one entry point."""
+"""`tally` command line: each subcommand reads settings (file < env < flags) and runs."""
 
 from __future__ import annotations
 

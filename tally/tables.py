@@ -23,7 +23,9 @@ class Table:
     internal: bool = False
 
     def schema(self) -> StructType:
-        return StructType.fromDDL(self.ddl)
+        schema = StructType.fromDDL(self.ddl)
+        assert isinstance(schema, StructType)
+        return schema
 
 
 _SOURCE = (
