@@ -1,0 +1,706 @@
+"""The batch layer: re-aggregate a business date from the event log and audit the stream.
+
+    reconcile(spark, warehouse, business_date, window_ms, report_timezone="UTC",
+              events_version=None, stream_versions=None, *, now, settings=None)
+        -> ReconcileResult
+
+1. **Re-aggregation.** The `events` log is read AS OF a pinned Delta version, deduplicated by
+   `event_id` (the first arrival wins; arrival order = `ingest_time`, `batch_id`,
+   `source_mtime`, `source_file`, `source_line`), windowed and aggregated with the shared
+   `tally.windows` code, and written to `batch_aggregates` for the date.
+2. **Diff.** Per `(window_start, window_end, key)` of the date: the batch totals, the stream's
+   answer (highest `revision` in `stream_aggregates`, pinned version) and the late side output
+   totals (`late_events`, pinned version, deduplicated by `event_id`) are full-outer-joined
+   into `reconciliation`, with a status; `reconciliation_summary` holds the day's totals.
+3. **Provenance.** `reconciliation_runs` records the versions read and the settings, so a run
+   can be reproduced exactly (`reproduce`), whatever was appended since.
+
+Business date of a window: the date, in `report_timezone`, on which its `window_start` falls.
+A window that straddles midnight (possible when the window size does not divide the day, or
+with a zone whose offset is not a multiple of it) therefore belongs to the *earlier* date,
+together with all its events, including those timed after midnight.
+
+Every output table is partitioned by `business_date` and written with Delta `replaceWhere`
+on that date: re-running a date replaces exactly that date, atomically. The date partitions
+do not record the time zone: use one `report_timezone` per warehouse.
+
+Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
+
+* `MATCH`: the stream has the window, stream == batch (count and amount), no late events.
+* `EXPLAINED_BY_LATE`: the stream has the window and batch − stream == late totals (count and
+  amount) exactly, with at least one late event.
+* `MISSING_IN_STREAM`: the stream has no row for the window and batch == late totals exactly
+  (the whole window arrived late), with at least one late event.
+* `UNEXPLAINED`: anything else. Exactly these rows have a nonzero residual
+  (`residual = (batch − stream) − late`), shown in `residual_count` / `residual_amount`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from tally import tables as T
+from tally.windows import WINDOW_KEY, aggregate_windows, with_window
+
+MATCH = "MATCH"
+EXPLAINED_BY_LATE = "EXPLAINED_BY_LATE"
+MISSING_IN_STREAM = "MISSING_IN_STREAM"
+UNEXPLAINED = "UNEXPLAINED"
+STATUSES = (MATCH, EXPLAINED_BY_LATE, MISSING_IN_STREAM, UNEXPLAINED)
+
+# Arrival order of the event log. `batch_id` only breaks ties of `ingest_time` (two micro-batches
+# with the same processing time): within a stream, batches are processed in batch_id order.
+ARRIVAL_ORDER = ("ingest_time", "batch_id", "source_mtime", "source_file", "source_line")
+# late_events has no source_mtime column.
+LATE_ARRIVAL_ORDER = ("ingest_time", "batch_id", "source_file", "source_line")
+WORST_KEYS = 5
+
+BATCH_AGGREGATES = T.register(
+    T.Table(
+        "batch_aggregates",
+        "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+        "event_count BIGINT, amount_sum BIGINT",
+        "The nightly re-aggregation of the event log (deduplicated by event_id, first "
+        "arrival wins): the true window totals of a business date.",
+        partition_by=("business_date",),
+    )
+)
+RECONCILIATION = T.register(
+    T.Table(
+        "reconciliation",
+        "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+        "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
+        "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
+        "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING",
+        "Per window and key of a business date: stream answer vs batch truth vs late side "
+        "output; diff = batch - stream, residual = diff - late; status MATCH, "
+        "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED.",
+        partition_by=("business_date",),
+    )
+)
+RECONCILIATION_SUMMARY = T.register(
+    T.Table(
+        "reconciliation_summary",
+        "business_date DATE, windows BIGINT, stream_count BIGINT, stream_amount BIGINT, "
+        "batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, gap_amount BIGINT, "
+        "explained_count BIGINT, explained_amount BIGINT, unexplained_windows BIGINT, "
+        "unexplained_count BIGINT, unexplained_amount BIGINT, unexplained_abs_amount BIGINT, "
+        "late_events BIGINT, late_amount BIGINT, late_event_rate DOUBLE, "
+        "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
+        "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT",
+        "One row per business date: totals, gap = batch - stream, explained = late side "
+        "output totals, unexplained = sum of residuals (gap = explained + unexplained), "
+        "late rate, worst keys and status counts.",
+        partition_by=("business_date",),
+    )
+)
+RECONCILIATION_RUNS = T.register(
+    T.Table(
+        "reconciliation_runs",
+        "business_date DATE, run_time TIMESTAMP, events_version BIGINT, "
+        "stream_aggregates_version BIGINT, late_events_version BIGINT, window_ms BIGINT, "
+        "report_timezone STRING, settings STRING, windows BIGINT, stream_count BIGINT, "
+        "stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, "
+        "gap_amount BIGINT, late_events BIGINT, unexplained_windows BIGINT, "
+        "unexplained_amount BIGINT, balanced BOOLEAN",
+        "The last reconciliation run of each business date: the Delta versions it read, its "
+        "settings (JSON) and headline numbers; re-running at these versions reproduces it.",
+        partition_by=("business_date",),
+    )
+)
+BATCH_TABLES = (BATCH_AGGREGATES, RECONCILIATION, RECONCILIATION_SUMMARY, RECONCILIATION_RUNS)
+INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
+
+
+class ReconcileError(RuntimeError):
+    """The run cannot start (missing table, bad argument): a one-line message."""
+
+
+# -- business dates -----------------------------------------------------------------------------
+
+
+def business_day_bounds(business_date: date, report_timezone: str = "UTC") -> tuple[int, int]:
+    """`[start, end)` of the date in `report_timezone`, as UTC epoch milliseconds.
+
+    Local midnights are converted with the zone's rules, so a day can last 23 or 25 hours.
+    """
+    zone = ZoneInfo(report_timezone)
+    start = datetime.combine(business_date, datetime.min.time(), tzinfo=zone)
+    end = datetime.combine(business_date + timedelta(days=1), datetime.min.time(), tzinfo=zone)
+    return _epoch_ms(start), _epoch_ms(end)
+
+
+def _epoch_ms(value: datetime) -> int:
+    return (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def _ts(ms: int) -> Column:
+    return F.timestamp_millis(F.lit(ms))
+
+
+def window_in_day(bounds: tuple[int, int], column: str = "window_start") -> Column:
+    """The window (by its start) belongs to the business day `bounds`."""
+    start, end = bounds
+    return (F.col(column) >= _ts(start)) & (F.col(column) < _ts(end))
+
+
+def _event_date_range(bounds: tuple[int, int], window_ms: int) -> tuple[date, date]:
+    """Partitions (`event_date`, UTC) that can hold events of the day's windows, with a day of
+    slack either side so the pruning never depends on the zone `event_date` was cut in."""
+    first = datetime.fromtimestamp(bounds[0] / 1000, UTC).date() - timedelta(days=1)
+    last = datetime.fromtimestamp((bounds[1] + window_ms) / 1000, UTC).date() + timedelta(days=1)
+    return first, last
+
+
+# -- pure DataFrame logic --------------------------------------------------------------------
+
+
+def first_arrivals(events: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
+    """One row per `event_id`: its first arrival in `order` (a window function, in the JVM)."""
+    rank = F.row_number().over(Window.partitionBy("event_id").orderBy(*order))
+    return events.withColumn("_arrival_rank", rank).where("_arrival_rank = 1").drop("_arrival_rank")
+
+
+def day_events(
+    events: DataFrame,
+    business_date: date,
+    window_ms: int,
+    report_timezone: str = "UTC",
+    order: Sequence[str] = ARRIVAL_ORDER,
+) -> DataFrame:
+    """Deduplicated events (first arrival wins) whose window belongs to the business date,
+    with `window_start`/`window_end`.
+
+    Equivalent to deduplicating the whole log and then filtering, but only the ids that have
+    a copy in the date's partitions go through the window function: an id's first copy can
+    only belong to the day if one of its copies is in the day's partitions.
+    """
+    bounds = business_day_bounds(business_date, report_timezone)
+    first, last = _event_date_range(bounds, window_ms)
+    needed = ["event_id", "key", "amount", "event_time", *order]
+    candidates = (
+        events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
+        .transform(lambda df: with_window(df, window_ms))
+        .where(window_in_day(bounds))
+        .select("event_id")
+    )
+    copies = events.select(*needed).join(candidates, "event_id", "left_semi")
+    return (
+        first_arrivals(copies, order)
+        .transform(lambda df: with_window(df, window_ms))
+        .where(window_in_day(bounds))
+    )
+
+
+def batch_aggregates(
+    events: DataFrame, business_date: date, window_ms: int, report_timezone: str = "UTC"
+) -> DataFrame:
+    """Rows of `batch_aggregates` for the date, from the (pinned) event log."""
+    deduped = day_events(events, business_date, window_ms, report_timezone)
+    return aggregate_windows(deduped).select(
+        F.lit(business_date).alias("business_date"), *WINDOW_KEY, "event_count", "amount_sum"
+    )
+
+
+def latest_stream(stream_aggregates: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+    """The stream's answer per window and key of the day: its highest revision."""
+    rank = F.row_number().over(
+        Window.partitionBy(*WINDOW_KEY).orderBy(
+            F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
+        )
+    )
+    return (
+        stream_aggregates.where(window_in_day(bounds))
+        .withColumn("_rank", rank)
+        .where("_rank = 1")
+        .select(*WINDOW_KEY, "event_count", "amount_sum")
+    )
+
+
+def late_totals(late_events: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+    """Late side output totals per window and key of the day, with the largest lateness.
+
+    Rows are never duplicates by construction; each `event_id` is still counted once (its
+    first arrival), so a repeated write could not inflate the explanation. The count and
+    sum are `aggregate_windows`' expressions; the windows are the ones the stream recorded.
+    """
+    deduped = first_arrivals(late_events.where(window_in_day(bounds)), LATE_ARRIVAL_ORDER)
+    return deduped.groupBy(*WINDOW_KEY).agg(
+        F.count(F.lit(1)).alias("event_count"),
+        F.sum("amount").cast("long").alias("amount_sum"),
+        F.max("lateness_ms").cast("long").alias("max_lateness"),
+    )
+
+
+def status_column(
+    in_stream: Column,
+    stream: tuple[Column, Column],
+    batch: tuple[Column, Column],
+    late: tuple[Column, Column],
+) -> Column:
+    """The status of a window from its (count, amount) pairs; all non-null BIGINT."""
+    (s_count, s_amount), (b_count, b_amount), (l_count, l_amount) = stream, batch, late
+    no_late = (l_count == 0) & (l_amount == 0)
+    diff_is_late = ((b_count - s_count) == l_count) & ((b_amount - s_amount) == l_amount)
+    batch_is_late = (b_count == l_count) & (b_amount == l_amount)
+    return (
+        F.when(in_stream & (s_count == b_count) & (s_amount == b_amount) & no_late, F.lit(MATCH))
+        .when(in_stream & diff_is_late & ~no_late, F.lit(EXPLAINED_BY_LATE))
+        .when(~in_stream & batch_is_late & ~no_late, F.lit(MISSING_IN_STREAM))
+        .otherwise(F.lit(UNEXPLAINED))
+    )
+
+
+def diff_windows(
+    batch: DataFrame, stream: DataFrame, late: DataFrame, business_date: date
+) -> DataFrame:
+    """Rows of `reconciliation`: batch (WINDOW_KEY, event_count, amount_sum) vs the stream's
+    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic."""
+    b = batch.select(
+        *WINDOW_KEY, F.col("event_count").alias("_b_count"), F.col("amount_sum").alias("_b_amount")
+    )
+    s = stream.select(
+        *WINDOW_KEY,
+        F.col("event_count").alias("_s_count"),
+        F.col("amount_sum").alias("_s_amount"),
+        F.lit(True).alias("_in_stream"),
+    )
+    lt = late.select(
+        *WINDOW_KEY,
+        F.col("event_count").alias("_l_count"),
+        F.col("amount_sum").alias("_l_amount"),
+        F.col("max_lateness").alias("max_lateness_ms"),
+    )
+    joined = b.join(s, list(WINDOW_KEY), "full_outer").join(lt, list(WINDOW_KEY), "full_outer")
+
+    def zero(name: str) -> Column:
+        return F.coalesce(F.col(name), F.lit(0)).cast("long")
+
+    stream_pair = (zero("_s_count"), zero("_s_amount"))
+    batch_pair = (zero("_b_count"), zero("_b_amount"))
+    late_pair = (zero("_l_count"), zero("_l_amount"))
+    in_stream = F.col("_in_stream").isNotNull()
+    diff_count = batch_pair[0] - stream_pair[0]
+    diff_amount = batch_pair[1] - stream_pair[1]
+    return joined.select(
+        F.lit(business_date).alias("business_date"),
+        *WINDOW_KEY,
+        stream_pair[0].alias("stream_count"),
+        stream_pair[1].alias("stream_amount"),
+        batch_pair[0].alias("batch_count"),
+        batch_pair[1].alias("batch_amount"),
+        diff_count.alias("diff_count"),
+        diff_amount.alias("diff_amount"),
+        late_pair[0].alias("late_count"),
+        late_pair[1].alias("late_amount"),
+        (diff_count - late_pair[0]).alias("residual_count"),
+        (diff_amount - late_pair[1]).alias("residual_amount"),
+        F.col("max_lateness_ms").cast("long").alias("max_lateness_ms"),
+        status_column(in_stream, stream_pair, batch_pair, late_pair).alias("status"),
+    )
+
+
+def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
+    """The one `reconciliation_summary` row of the date (one row even with no windows).
+
+    gap = batch − stream; explained = the late side output totals of the date's windows;
+    unexplained = the sum of residuals (signed; nonzero only on UNEXPLAINED rows), so
+    gap = explained + unexplained exactly; `unexplained_abs_amount` = sum of |residual_amount|
+    (residuals of opposite sign cannot hide each other there); `unexplained_windows` = number
+    of UNEXPLAINED rows. worst_keys: up to 5 keys with a nonzero residual or diff, by
+    sum |residual_amount| desc, then sum |diff_amount| desc, then key.
+    """
+    r = reconciliation
+
+    def total(name: str) -> Column:
+        return F.coalesce(F.sum(name), F.lit(0)).cast("long")
+
+    def windows_with(status: str) -> Column:
+        return F.count_if(F.col("status") == status).cast("long")
+
+    per_key = r.groupBy("key").agg(
+        F.sum(F.abs("residual_amount")).alias("abs_residual"),
+        F.sum(F.abs("diff_amount")).alias("abs_diff"),
+        F.sum(F.abs("residual_count") + F.abs("diff_count")).alias("abs_counts"),
+    )
+    off = (F.col("abs_residual") != 0) | (F.col("abs_diff") != 0) | (F.col("abs_counts") != 0)
+    ranked = F.array_sort(
+        F.collect_list(
+            F.struct(
+                (-F.col("abs_residual")).alias("r"),
+                (-F.col("abs_diff")).alias("d"),
+                F.col("key").alias("k"),
+            )
+        )
+    )
+    worst = (
+        per_key.where(off)
+        .agg(ranked.alias("ranked"))
+        .select(F.slice(F.col("ranked.k"), 1, WORST_KEYS).alias("worst_keys"))
+    )
+    totals = r.agg(
+        F.count(F.lit(1)).cast("long").alias("windows"),
+        total("stream_count").alias("stream_count"),
+        total("stream_amount").alias("stream_amount"),
+        total("batch_count").alias("batch_count"),
+        total("batch_amount").alias("batch_amount"),
+        total("diff_count").alias("gap_count"),
+        total("diff_amount").alias("gap_amount"),
+        total("late_count").alias("explained_count"),
+        total("late_amount").alias("explained_amount"),
+        windows_with(UNEXPLAINED).alias("unexplained_windows"),
+        total("residual_count").alias("unexplained_count"),
+        total("residual_amount").alias("unexplained_amount"),
+        F.coalesce(F.sum(F.abs("residual_amount")), F.lit(0))
+        .cast("long")
+        .alias("unexplained_abs_amount"),
+        total("late_count").alias("late_events"),
+        total("late_amount").alias("late_amount"),
+        F.max("max_lateness_ms").cast("long").alias("max_lateness_ms"),
+        windows_with(MATCH).alias("match_windows"),
+        windows_with(EXPLAINED_BY_LATE).alias("explained_by_late_windows"),
+        windows_with(MISSING_IN_STREAM).alias("missing_in_stream_windows"),
+    )
+    rate = F.when(
+        F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
+    )
+    return totals.crossJoin(worst).select(
+        F.lit(business_date).alias("business_date"),
+        *totals.columns,
+        rate.alias("late_event_rate"),
+        F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
+    )
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    business_date: date
+    events_version: int
+    stream_aggregates_version: int
+    late_events_version: int
+    window_ms: int
+    report_timezone: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unexplained_windows(self) -> int:
+        return int(self.summary["unexplained_windows"])
+
+    @property
+    def balanced(self) -> bool:
+        return self.unexplained_windows == 0
+
+    @property
+    def stream_versions(self) -> dict[str, int]:
+        return {
+            "stream_aggregates": self.stream_aggregates_version,
+            "late_events": self.late_events_version,
+        }
+
+    def describe(self) -> str:
+        """The one-paragraph summary the CLI prints."""
+        s = self.summary
+        rate = s["late_event_rate"]
+        lines = [
+            f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
+            f"{self.window_ms} ms windows; events v{self.events_version}, stream_aggregates "
+            f"v{self.stream_aggregates_version}, late_events v{self.late_events_version}): "
+            f"{s['windows']:,} windows;",
+            f"batch {s['batch_count']:,} events / {s['batch_amount']:,},",
+            f"stream {s['stream_count']:,} events / {s['stream_amount']:,};",
+            f"gap {s['gap_count']:,} events / {s['gap_amount']:,},",
+            f"explained by late events {s['explained_count']:,} / {s['explained_amount']:,}",
+            f"({s['explained_by_late_windows']:,} windows explained, "
+            f"{s['missing_in_stream_windows']:,} missing in stream);",
+            f"unexplained {s['unexplained_windows']:,} windows "
+            f"(residual {s['unexplained_count']:,} events / {s['unexplained_amount']:,}, "
+            f"|residual| {s['unexplained_abs_amount']:,});",
+            "late rate "
+            + ("n/a" if rate is None else f"{rate:.4%}")
+            + (
+                f" (max lateness {s['max_lateness_ms']:,} ms)."
+                if s["max_lateness_ms"] is not None
+                else "."
+            ),
+        ]
+        if s["worst_keys"]:
+            lines.append(f"Worst keys: {', '.join(s['worst_keys'])}.")
+        lines.append("BALANCED." if self.balanced else "UNEXPLAINED DIFFERENCES.")
+        return " ".join(lines)
+
+
+def _require_tables(spark: SparkSession, warehouse: str) -> None:
+    from delta.tables import DeltaTable
+
+    for table in INPUT_TABLES:
+        if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table.name)):
+            raise ReconcileError(
+                f"{table.name}: no Delta table at {T.table_path(warehouse, table.name)} "
+                "(run the speed layer first)"
+            )
+
+
+def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) -> int:
+    latest = T.latest_version(spark, warehouse, name)
+    if version is None:
+        return latest
+    if not 0 <= version <= latest:
+        raise ReconcileError(f"{name}: version {version} does not exist (latest is {latest})")
+    return int(version)
+
+
+def _replace_date(df: DataFrame, warehouse: str, table: T.Table, business_date: date) -> None:
+    schema = table.schema()
+    (
+        df.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"business_date = DATE'{business_date.isoformat()}'")
+        .save(T.table_path(warehouse, table.name))
+    )
+
+
+def _read_date(
+    spark: SparkSession, warehouse: str, table: T.Table, business_date: date
+) -> DataFrame:
+    return T.read_table(spark, warehouse, table.name).where(
+        F.col("business_date") == F.lit(business_date)
+    )
+
+
+def _check_window_size(stream: DataFrame, window_ms: int, business_date: date) -> None:
+    width = F.unix_millis("window_end") - F.unix_millis("window_start")
+    other = stream.where(width != F.lit(window_ms)).select(width.alias("ms")).first()
+    if other is not None:
+        raise ReconcileError(
+            f"window: stream_aggregates holds {other['ms']} ms windows on "
+            f"{business_date.isoformat()}, but the window is {window_ms} ms"
+        )
+
+
+def reconcile(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    window_ms: int,
+    report_timezone: str = "UTC",
+    events_version: int | None = None,
+    stream_versions: Mapping[str, int | None] | None = None,
+    *,
+    now: datetime,
+    settings: Mapping[str, Any] | None = None,
+) -> ReconcileResult:
+    """Re-aggregate `business_date`, diff it against the stream, write the four tables.
+
+    Versions not given are pinned to the latest (read from the Delta history, then read with
+    versionAsOf, so the run records exactly what it read). `stream_versions` may hold
+    `stream_aggregates` and `late_events`. `now` is the run time recorded in
+    `reconciliation_runs` (the entry point passes the wall clock); `settings` (JSON-able)
+    is recorded with it. Re-running with the recorded versions reproduces the same rows.
+    """
+    if window_ms <= 0:
+        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
+    if now.tzinfo is None:
+        raise ReconcileError("now: needs a time zone")
+    stream_versions = dict(stream_versions or {})
+    unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
+    if unknown:
+        raise ReconcileError(
+            f"stream_versions: unknown table(s) {', '.join(sorted(unknown))} "
+            "(expected stream_aggregates, late_events)"
+        )
+    try:
+        bounds = business_day_bounds(business_date, report_timezone)
+    except Exception:
+        raise ReconcileError(f"report_timezone: unknown time zone {report_timezone!r}") from None
+    _require_tables(spark, warehouse)
+    ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
+    sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
+    lv = _pin(spark, warehouse, "late_events", stream_versions.get("late_events"))
+    T.ensure_tables(spark, warehouse, BATCH_TABLES)
+
+    stream = latest_stream(T.read_table(spark, warehouse, "stream_aggregates", sv), bounds)
+    _check_window_size(stream, window_ms, business_date)
+
+    # 1. Re-aggregation, written first and read back, so the diff does not redo the dedup.
+    events = T.read_table(spark, warehouse, T.EVENTS.name, ev)
+    _replace_date(
+        batch_aggregates(events, business_date, window_ms, report_timezone),
+        warehouse,
+        BATCH_AGGREGATES,
+        business_date,
+    )
+    batch = _read_date(spark, warehouse, BATCH_AGGREGATES, business_date)
+
+    # 2. The diff and its summary.
+    late = late_totals(T.read_table(spark, warehouse, "late_events", lv), bounds)
+    _replace_date(
+        diff_windows(batch, stream, late, business_date), warehouse, RECONCILIATION, business_date
+    )
+    recon = _read_date(spark, warehouse, RECONCILIATION, business_date)
+    _replace_date(summarize(recon, business_date), warehouse, RECONCILIATION_SUMMARY, business_date)
+    summary_df = _read_date(spark, warehouse, RECONCILIATION_SUMMARY, business_date)
+    row = summary_df.first()
+    assert row is not None
+    summary = row.asDict()
+
+    # 3. Provenance: what was read, with which settings.
+    settings_json = json.dumps(
+        {**dict(settings or {}), "window_ms": window_ms, "report_timezone": report_timezone},
+        sort_keys=True,
+        default=str,
+    )
+    run = summary_df.select(
+        "business_date",
+        _ts(_epoch_ms(now)).alias("run_time"),
+        F.lit(ev).cast("long").alias("events_version"),
+        F.lit(sv).cast("long").alias("stream_aggregates_version"),
+        F.lit(lv).cast("long").alias("late_events_version"),
+        F.lit(window_ms).cast("long").alias("window_ms"),
+        F.lit(report_timezone).alias("report_timezone"),
+        F.lit(settings_json).alias("settings"),
+        "windows",
+        "stream_count",
+        "stream_amount",
+        "batch_count",
+        "batch_amount",
+        "gap_count",
+        "gap_amount",
+        "late_events",
+        "unexplained_windows",
+        "unexplained_amount",
+        (F.col("unexplained_windows") == 0).alias("balanced"),
+    )
+    _replace_date(run, warehouse, RECONCILIATION_RUNS, business_date)
+    return ReconcileResult(business_date, ev, sv, lv, window_ms, report_timezone, summary)
+
+
+def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
+    """The `reconciliation_runs` row of the date, or None if it was never reconciled."""
+    path = T.table_path(warehouse, RECONCILIATION_RUNS.name)
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    row = _read_date(spark, warehouse, RECONCILIATION_RUNS, business_date).first()
+    return row.asDict() if row is not None else None
+
+
+def reproduce(
+    spark: SparkSession, warehouse: str, business_date: date, *, now: datetime
+) -> ReconcileResult:
+    """Re-run the date at the versions, window and zone its last run recorded."""
+    run = recorded_run(spark, warehouse, business_date)
+    if run is None:
+        raise ReconcileError(f"date: {business_date.isoformat()} was never reconciled")
+    return reconcile(
+        spark,
+        warehouse,
+        business_date,
+        int(run["window_ms"]),
+        str(run["report_timezone"]),
+        events_version=int(run["events_version"]),
+        stream_versions={
+            "stream_aggregates": int(run["stream_aggregates_version"]),
+            "late_events": int(run["late_events_version"]),
+        },
+        now=now,
+        settings=json.loads(run["settings"]),
+    )
+
+
+# -- command line -----------------------------------------------------------------------------
+
+RECONCILE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_business_date(text: str) -> date:
+    """`YYYY-MM-DD` -> date; ValueError with a one-line message otherwise."""
+    try:
+        if not _DATE.match(text):
+            raise ValueError
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"date: expected YYYY-MM-DD, got {text!r}") from None
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """Flags overriding settings (None by default, so config file and env values survive)."""
+    helps = {
+        "window": "window size, e.g. 60s (must be the stream's)",
+        "warehouse": "warehouse location (directory or URI) of the Delta tables",
+        "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
+        "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
+    }
+    for name in names:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=None, help=helps.get(name))
+
+
+def _cmd_reconcile(args: argparse.Namespace, settings: Any) -> int:
+    from tally.spark import build_session
+
+    try:
+        business_date = parse_business_date(args.date)
+    except ValueError as exc:
+        print(f"tally: bad setting: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(
+        settings.spark_master,
+        app_name="tally-reconcile",
+        shuffle_partitions=settings.shuffle_partitions,
+    )
+    now = datetime.now(UTC)
+    try:
+        if args.reproduce:
+            result = reproduce(spark, settings.warehouse, business_date, now=now)
+        else:
+            result = reconcile(
+                spark,
+                settings.warehouse,
+                business_date,
+                settings.window,
+                settings.report_timezone,
+                now=now,
+                settings=settings.describe(),
+            )
+    except ReconcileError as exc:
+        print(f"tally: reconcile: {exc}", file=sys.stderr)
+        return 2
+    print(result.describe())
+    return 0 if result.balanced else 1
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add `tally reconcile` to the `tally` parser's subcommands.
+
+    Follows tally.cli's protocol: `func(args, settings) -> exit code`, `setting_names`.
+    Exit codes: 0 balanced, 1 some UNEXPLAINED windows, 2 bad setting or missing input.
+    """
+    parser = subparsers.add_parser(
+        "reconcile",
+        help="re-aggregate a business date from the event log and diff it against the stream",
+    )
+    parser.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
+    add_settings_flags(parser, RECONCILE_SETTINGS)
+    parser.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="re-run at the versions, window and zone the date's last run recorded",
+    )
+    parser.set_defaults(func=_cmd_reconcile, setting_names=RECONCILE_SETTINGS)

@@ -1,0 +1,53 @@
+"""`tally show TABLE`: print any tally table for people (a grid) or scripts (JSON lines)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TextIO
+
+from pyspark.sql import functions as F
+
+from tally import tables as T
+from tally.settings import Settings
+
+
+def show_table(
+    settings: Settings,
+    name: str,
+    as_json: bool = False,
+    where: str | None = None,
+    limit: int = 20,
+    out: TextIO | None = None,
+) -> int:
+    import sys
+
+    from tally.spark import build_session
+
+    out = out or sys.stdout
+    if name not in T.CATALOG:
+        known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))
+        print(f"tally: unknown table {name!r} (tables: {known})", file=sys.stderr)
+        return 2
+    spark = build_session(settings.spark_master, app_name="tally-show", ui=False)
+    path = T.table_path(settings.warehouse, name)
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        print(f"tally: no table {name!r} in {settings.warehouse} yet", file=sys.stderr)
+        return 2
+    df = T.read_table(spark, settings.warehouse, name)
+    if where:
+        df = df.where(where)
+    df = df.limit(limit)
+    if as_json:
+        # to_json in the JVM keeps BIGINT amounts exact and timestamps in ISO-8601 UTC.
+        rows = df.select(
+            F.to_json(F.struct("*"), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"})
+        ).collect()
+        for row in rows:
+            out.write(row[0] + "\n")
+    else:
+        with contextlib.redirect_stdout(out):
+            df.show(limit, truncate=40)
+    out.flush()
+    return 0

@@ -1,0 +1,85 @@
+"""Settings: durations, precedence (defaults < file < env < flags), one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tally.cli import main
+from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("500ms", 500),  # milliseconds as written
+        ("10s", 10_000),
+        ("1m", 60_000),
+        ("1h", 3_600_000),
+        ("2d", 172_800_000),
+        ("0", 0),  # zero needs no unit: it is zero in every unit
+        (" 30s ", 30_000),  # surrounding blanks from env files are tolerated
+        (250, 250),  # an int from TOML is already milliseconds
+    ],
+)
+def test_parse_duration(text: str | int, ms: int) -> None:
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["10", "1.5s", "-1s", "ten seconds", "1w", "", "s"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(SettingsError, match=r"^lateness: "):
+        parse_duration(text, "lateness")
+
+
+def test_format_duration_round_trips() -> None:
+    for ms in (0, 500, 1_000, 90_000, 3_600_000, 86_400_000, 1_234):
+        assert parse_duration(format_duration(ms)) == ms
+
+
+def test_precedence_file_env_flags(tmp_path) -> None:
+    config = tmp_path / "tally.toml"
+    config.write_text('[tally]\nwindow = "2m"\nlateness = "20s"\nwarehouse = "from-file"\n')
+    env = {"TALLY_LATENESS": "45s", "TALLY_IDLE_TIMEOUT": "5m", "UNRELATED": "x"}
+    settings = load_settings(str(config), env=env, overrides={"warehouse": "s3a://b/wh"})
+    assert settings.window == 120_000  # file beats default
+    assert settings.lateness == 45_000  # env beats file
+    assert settings.idle_timeout == 300_000  # env beats default
+    assert settings.warehouse == "s3a://b/wh"  # flag beats file
+    assert settings.checkpoint_location == "s3a://b/wh/_checkpoints/stream"
+    assert Settings().lateness == 30_000
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TALLY_WINDOW": "fast"}, r"^window: expected a duration"),
+        ({"TALLY_WINDOW": "0s"}, r"^window: must be positive"),
+        ({"TALLY_WATERMARK_POLICY": "max"}, r"^watermark_policy: expected one of"),
+        ({"TALLY_MAX_FILES_PER_TRIGGER": "many"}, r"^max_files_per_trigger: expected an integer"),
+        ({"TALLY_SOURCE_KIND": "kafka"}, r"^source_kind: expected one of files"),
+        ({"TALLY_REPORT_TIMEZONE": "Mars/Olympus"}, r"^report_timezone: unknown time zone"),
+        ({"TALLY_LATE_RATE_WARN": "0.5", "TALLY_LATE_RATE_FAIL": "0.1"}, r"^late_rate_warn"),
+    ],
+)
+def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as err:
+        load_settings(env=env)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_in_file(tmp_path) -> None:
+    config = tmp_path / "tally.toml"
+    config.write_text('latenes = "5s"\n')
+    with pytest.raises(SettingsError, match=r"^latenes: unknown setting"):
+        load_settings(str(config), env={})
+
+
+def test_cli_bad_flag_stops_before_anything_starts(tmp_path, capsys) -> None:
+    warehouse = tmp_path / "wh"
+    code = main(["stream", "--lateness", "soon", "--warehouse", str(warehouse)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [
+        "tally: bad setting: lateness: expected a duration like 500ms, 10s, 1m or 1h, got 'soon'"
+    ]
+    assert not warehouse.exists()  # nothing started, nothing written

@@ -1,0 +1,48 @@
+"""The project's Spark session: Delta on, UTC, time travel works, jars come from the local cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pyspark.sql import functions as F
+
+from tally import tables as T
+from tally.spark import delta_jars
+
+
+def test_delta_time_travel(spark, warehouse) -> None:
+    path = T.table_path(warehouse, "ledger")
+    first = spark.range(3).select(F.col("id").alias("n"), (F.col("id") * 100).alias("amount"))
+    first.write.format("delta").save(path)
+    first.where("n > 0").withColumn("amount", F.col("amount") + 1).write.format("delta").mode(
+        "overwrite"
+    ).save(path)
+
+    v0 = spark.read.format("delta").option("versionAsOf", 0).load(path)
+    v1 = spark.read.format("delta").option("versionAsOf", 1).load(path)
+    assert sorted(tuple(r) for r in v0.collect()) == [(0, 0), (1, 100), (2, 200)]
+    assert sorted(tuple(r) for r in v1.collect()) == [(1, 101), (2, 201)]
+    assert T.latest_version(spark, warehouse, "ledger") == 1
+
+
+def test_session_is_utc_with_delta_extensions(spark) -> None:
+    conf = spark.conf
+    assert conf.get("spark.sql.session.timeZone") == "UTC"
+    assert "DeltaSparkSessionExtension" in conf.get("spark.sql.extensions")
+    ts = spark.sql("SELECT unix_millis(TIMESTAMP'2026-11-21 00:00:00') AS ms").first()["ms"]
+    assert ts == int(datetime(2026, 11, 21, tzinfo=UTC).timestamp()) * 1000
+
+
+def test_delta_jars_come_from_the_local_cache() -> None:
+    jars = delta_jars()
+    assert any("delta-spark_4.1_2.13-4.3.1.jar" in j for j in jars)
+    assert any("delta-storage-4.3.1.jar" in j for j in jars)
+
+
+def test_catalog_tables_are_created_empty_and_idempotently(spark, warehouse) -> None:
+    T.ensure_tables(spark, warehouse, T.STREAMING_TABLES)
+    T.ensure_tables(spark, warehouse, T.STREAMING_TABLES)  # second call is a no-op
+    events = T.read_table(spark, warehouse, "events")
+    assert events.schema == T.EVENTS.schema()
+    assert events.count() == 0
+    assert T.latest_version(spark, warehouse, "events") == 0
