@@ -263,8 +263,9 @@ class BatchProcessor:
             dict(prev["last_seen"] or {}) if prev else {},
         )
         if prev:
-            window_state = self._read(T.WINDOW_STATE, prev["window_state_version"])
-            dedup_state = self._read(T.DEDUP_STATE, prev["dedup_state_version"])
+            # Each is used twice below; read the pinned version once.
+            window_state = self._read(T.WINDOW_STATE, prev["window_state_version"]).persist()
+            dedup_state = self._read(T.DEDUP_STATE, prev["dedup_state_version"]).persist()
         else:
             window_state = T.empty_frame(self.spark, T.WINDOW_STATE)
             dedup_state = T.empty_frame(self.spark, T.DEDUP_STATE)
@@ -430,8 +431,8 @@ class BatchProcessor:
             "dedup_state_version": dedup_version,
             "events_version": events_version,
         }
-        classified.unpersist()
-        raw.unpersist()
+        for frame in (classified, raw, window_state, dedup_state):
+            frame.unpersist()
         log.info(
             "batch %d: %d valid, %d late, %d quarantined, watermark %s",
             batch_id,
