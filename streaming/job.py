@@ -146,12 +146,20 @@ class BatchProcessor:
         )
         return row[0].asDict() if row else None
 
-    def _batch_now_ms(self, batch_id: int, raw: DataFrame, prev: dict[str, Any] | None) -> int:
-        """Processing time of this batch: recorded once, reused by any replay.
+    def _batch_now_ms(
+        self, batch_id: int, newest_input_ms: int | None, prev: dict[str, Any] | None
+    ) -> int:
+        """Processing time of this batch, the same in any replay of it.
 
-        Only the first batch a process runs can be a replay of a batch that already recorded
-        its clock (Spark replays the interrupted batch first), so only it reads the record.
+        The arrival clock is a function of the batch's files, so a replay recomputes it. The
+        wall clock is recorded in `batch_clock` before the batch writes anything else; only
+        the first batch a process runs can be a replay (Spark replays the interrupted batch
+        first), so only it looks for a record.
         """
+        prev_ms = prev["processing_ms"] if prev else None
+        if self.params.arrival_clock:
+            now_ms = newest_input_ms if newest_input_ms is not None else (prev_ms or 0)
+            return max(now_ms, prev_ms) if prev_ms is not None else now_ms
         if self._may_be_replay:
             recorded = (
                 self._read(T.BATCH_CLOCK)
@@ -161,13 +169,7 @@ class BatchProcessor:
             )
             if recorded:
                 return int(recorded[0]["ms"])
-        prev_ms = prev["processing_ms"] if prev else None
-        if self.params.arrival_clock:
-            newest = raw.select(F.max(F.unix_millis("source_mtime")).alias("ms")).first()
-            now_ms = newest["ms"] if newest and newest["ms"] is not None else prev_ms
-            now_ms = now_ms if now_ms is not None else 0
-        else:
-            now_ms = _ms(self.clock())
+        now_ms = _ms(self.clock())
         if prev_ms is not None:
             now_ms = max(now_ms, prev_ms)  # processing time never runs backwards
         clock_row = T.literal_row(
@@ -241,6 +243,24 @@ class BatchProcessor:
     def __call__(self, raw_batch: DataFrame, batch_id: int) -> None:
         self.process(raw_batch, batch_id)
 
+    @staticmethod
+    def _batch_stats(classified: DataFrame, skew_limit_ms: int) -> list[Any]:
+        """One small row per source partition: newest event time and counts by status."""
+        status = F.col("arrival_status")
+        return (
+            classified.groupBy("partition")
+            .agg(
+                F.max(F.unix_millis("event_time")).alias("max_ms"),
+                F.count(F.lit(1)).alias("valid"),
+                *[
+                    F.count_if(status == s).alias(s)
+                    for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
+                ],
+                F.count_if(F.unix_millis("event_time") > skew_limit_ms).alias("skewed"),
+            )
+            .collect()
+        )
+
     def process(self, raw_batch: DataFrame, batch_id: int, drain: bool = False) -> None:
         started = time.monotonic()
         p = self.params
@@ -255,7 +275,12 @@ class BatchProcessor:
                 "a new checkpoint and warehouse"
             )
         raw = raw_batch.persist()
-        now_ms = self._batch_now_ms(batch_id, raw, prev)
+        raw_stats = raw.agg(
+            F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
+        ).first()
+        assert raw_stats is not None
+        input_lines = int(raw_stats["lines"])
+        now_ms = self._batch_now_ms(batch_id, raw_stats["newest"], prev)
         parsed = parse_events(raw)
         prev_wm = WatermarkState(
             prev["watermark_ms"] if prev else None,
@@ -272,14 +297,17 @@ class BatchProcessor:
 
         classified = classify_events(parsed.valid, prev_wm.watermark_ms, p.window, dedup_state)
         classified = classified.persist()
-        late_dates = [
-            r["d"]
-            for r in classified.where(F.col("arrival_status") == LATE)
-            .select(F.to_date("event_time").alias("d"))
-            .distinct()
-            .collect()
-        ]
-        if late_dates and prev:
+        skew_limit_ms = now_ms + p.max_clock_skew_ms
+        stats = self._batch_stats(classified, skew_limit_ms)
+        if prev and any(int(r[LATE]) for r in stats):
+            # Rare path: a late event may replay an id from beyond the dedup state's horizon.
+            late_dates = [
+                r["d"]
+                for r in classified.where(F.col("arrival_status") == LATE)
+                .select(F.to_date("event_time").alias("d"))
+                .distinct()
+                .collect()
+            ]
             logged = (
                 self._read(T.EVENTS, prev["events_version"])
                 .where(F.col("event_date").isin(late_dates))
@@ -288,22 +316,8 @@ class BatchProcessor:
             checked = mark_logged_duplicates(classified, logged).persist()
             classified.unpersist()
             classified = checked
+            stats = self._batch_stats(classified, skew_limit_ms)
 
-        skew_limit_ms = now_ms + p.max_clock_skew_ms
-        status = F.col("arrival_status")
-        stats = (
-            classified.groupBy("partition")
-            .agg(
-                F.max(F.unix_millis("event_time")).alias("max_ms"),
-                F.count(F.lit(1)).alias("valid"),
-                *[
-                    F.count_if(status == s).alias(s)
-                    for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
-                ],
-                F.count_if(F.unix_millis("event_time") > skew_limit_ms).alias("skewed"),
-            )
-            .collect()
-        )
         # Clock skew: a partition's high-water mark is clipped to now + max skew, so an event
         # from a clock running ahead cannot drag the watermark into the future.
         batch_high_water = {
@@ -358,7 +372,6 @@ class BatchProcessor:
             s: sum(int(r[s]) for r in stats) for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
         }
         valid = sum(int(r["valid"]) for r in stats)
-        input_lines = raw.count()
         quarantined = input_lines - valid
         # Empty side outputs are not written: a replay recomputes them empty again.
         if quarantined:
