@@ -454,6 +454,16 @@ def _require_tables(spark: SparkSession, warehouse: str) -> None:
             )
 
 
+def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
+    """Create the output tables that do not exist yet (a file-system check for the others:
+    creating an existing table would load and compare its snapshot every run)."""
+    from delta.tables import DeltaTable
+
+    for table in BATCH_TABLES:
+        if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table.name)):
+            T.ensure_table(spark, warehouse, table)
+
+
 def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) -> int:
     latest = T.latest_version(spark, warehouse, name)
     if version is None:
@@ -531,10 +541,13 @@ def reconcile(
     ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
     sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
     lv = _pin(spark, warehouse, "late_events", stream_versions.get("late_events"))
-    T.ensure_tables(spark, warehouse, BATCH_TABLES)
+    _ensure_outputs(spark, warehouse)
 
-    stream = latest_stream(T.read_table(spark, warehouse, "stream_aggregates", sv), bounds)
-    _check_window_size(stream, window_ms, business_date)
+    stream_rows = T.read_table(spark, warehouse, "stream_aggregates", sv).where(
+        window_in_day(bounds)
+    )
+    _check_window_size(stream_rows, window_ms, business_date)
+    stream = latest_stream(stream_rows, bounds)
 
     # 1. Re-aggregation, written first and read back, so the diff does not redo the dedup.
     events = T.read_table(spark, warehouse, T.EVENTS.name, ev)

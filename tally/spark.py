@@ -62,6 +62,11 @@ def build_session(
         builder = builder.config("spark.jars.packages", DELTA_PACKAGE)
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # Delta replays a table's log with 50 tasks by default: far too many for the small
+        # state and progress tables the stream rewrites every micro-batch.
+        builder = builder.config(
+            "spark.databricks.delta.snapshotPartitions", str(max(2, shuffle_partitions))
+        )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

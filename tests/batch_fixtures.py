@@ -8,9 +8,11 @@ JVM (`inline` of literal structs): no Python workers, so a write costs well unde
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, TimestampType
@@ -72,8 +74,9 @@ def late(row: dict[str, Any], window_ms: int, lateness_ms: int) -> dict[str, Any
     """The `late_events` row of an `events` row (which should carry status "late")."""
     start = window_start_ms(row["event_time"], window_ms)
     end = start + window_ms
+    columns = {f.name for f in T.LATE_EVENTS.schema().fields}  # needs a session: not at import
     return {
-        **{k: v for k, v in row.items() if k not in ("arrival_status", "event_date")},
+        **{k: v for k, v in row.items() if k in columns},
         "window_start": start,
         "window_end": end,
         "watermark_at_arrival": end + lateness_ms,
@@ -167,6 +170,25 @@ def write_inputs(
 
 
 def table_rows(spark: SparkSession, warehouse: str, name: str) -> list[tuple[Any, ...]]:
-    """All rows of a table, sorted, as plain tuples (for equality checks)."""
+    """All rows of a table, sorted, as hashable tuples (arrays become tuples)."""
     rows = T.read_table(spark, warehouse, name).collect()
-    return sorted((tuple(r) for r in rows), key=repr)
+    return sorted(
+        (tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows), key=repr
+    )
+
+
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
+
+@pytest.fixture(scope="module")
+def small_delta_snapshots(spark: SparkSession) -> Iterator[None]:
+    """Delta rebuilds a table's state with 50 partitions by default: on two cores and tiny
+    tables that is most of the cost of every read and write. 2 is plenty for tests (set
+    for the module, then restored, since the session is shared)."""
+    old = spark.conf.get(SNAPSHOT_PARTITIONS, None)
+    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
+    yield
+    if old is None:
+        spark.conf.unset(SNAPSHOT_PARTITIONS)
+    else:
+        spark.conf.set(SNAPSHOT_PARTITIONS, old)

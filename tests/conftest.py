@@ -20,7 +20,11 @@ def spark() -> Iterator[object]:
         app_name="tally-tests",
         shuffle_partitions=2,
         ui=False,
-        extra_conf={"spark.default.parallelism": "2"},
+        extra_conf={
+            "spark.default.parallelism": "2",
+            # Delta replays table logs with 50 tasks by default; tiny test tables need 2.
+            "spark.databricks.delta.snapshotPartitions": "2",
+        },
     )
     yield session
     session.stop()

@@ -17,6 +17,7 @@ from batch_fixtures import (
     event,
     late,
     ms,
+    small_delta_snapshots,
     stream_row,
     table_rows,
     write_inputs,
@@ -37,13 +38,15 @@ from batch.reconcile import (
     batch_aggregates,
     business_day_bounds,
     parse_business_date,
-    recorded_run,
     reconcile,
+    recorded_run,
     reproduce,
 )
 from tally import tables as T
 from tally.settings import Settings
 from tally.windows import window_start_ms
+
+pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
 
 # 7-minute windows do not divide the day: windows straddle midnight.
 W = 7 * 60_000
@@ -51,6 +54,11 @@ DAY = date(2026, 11, 20)
 NOW = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
 DAY_MS = 86_400_000
 BIG = 4_000_000_000_000_000  # 3 of them sum past 2^53 (9_007_199_254_740_992)
+
+
+def collected(epoch_ms: int) -> datetime:
+    """A timestamp as `collect()` returns it: naive, in this process's local time."""
+    return datetime.fromtimestamp(epoch_ms / 1000)  # noqa: DTZ006
 
 
 def win(text: str) -> int:
@@ -179,7 +187,9 @@ def reconciled(spark, tmp_path_factory) -> tuple[str, ReconcileResult, dict[str,
     events, stream, late_rows = scenario()
     write_inputs(spark, warehouse, W, events, stream, late_rows)
     result = reconcile(spark, warehouse, DAY, W, now=NOW, settings={"window": "7m"})
-    rows = {r["key"]: r.asDict() for r in T.read_table(spark, warehouse, "reconciliation").collect()}
+    rows = {
+        r["key"]: r.asDict() for r in T.read_table(spark, warehouse, "reconciliation").collect()
+    }
     return warehouse, result, rows
 
 
@@ -203,9 +213,7 @@ def test_diff_columns_are_exact_and_null_safe(reconciled):
     assert (late_row["stream_count"], late_row["stream_amount"]) == (1, 500)
     assert (late_row["batch_count"], late_row["batch_amount"]) == (2, 1200)
     assert (late_row["late_count"], late_row["late_amount"]) == (1, 700)
-    assert late_row["window_start"] == datetime.fromtimestamp(WIN["late"] / 1000, UTC).replace(
-        tzinfo=None
-    )
+    assert late_row["window_start"] == collected(WIN["late"])
 
 
 def test_duplicates_counted_once_first_arrival_wins(reconciled):
@@ -280,7 +288,7 @@ def test_summary(reconciled, spark):
     run = recorded_run(spark, warehouse, DAY)
     assert run is not None
     assert run["events_version"] == result.events_version
-    assert run["run_time"] == NOW.replace(tzinfo=None)
+    assert run["run_time"] == collected(ms(NOW.isoformat()))
     assert json.loads(run["settings"]) == {
         "window": "7m",
         "window_ms": W,
@@ -383,16 +391,20 @@ def test_deleted_stream_row_is_exactly_one_unexplained_window(spark, warehouse):
     assert result.summary["worst_keys"] == ["c"]
 
 
-def test_errors_name_the_problem(spark, warehouse):
+def test_errors_name_the_problem(reconciled, spark, tmp_path):
+    warehouse, _, _ = reconciled
     with pytest.raises(ReconcileError, match="events: no Delta table"):
-        reconcile(spark, warehouse, DAY, W, now=NOW)
-    write_inputs(spark, warehouse, W, *balanced_day())
+        reconcile(spark, str(tmp_path / "empty"), DAY, W, now=NOW)
     with pytest.raises(ReconcileError, match="does not exist"):
         reconcile(spark, warehouse, DAY, W, events_version=99, now=NOW)
     with pytest.raises(ReconcileError, match="60000 ms"):
         reconcile(spark, warehouse, DAY, 60_000, now=NOW)
     with pytest.raises(ReconcileError, match="unknown table"):
         reconcile(spark, warehouse, DAY, W, stream_versions={"events": 0}, now=NOW)
+    with pytest.raises(ReconcileError, match="unknown time zone"):
+        reconcile(spark, warehouse, DAY, W, "Mars/Olympus", now=NOW)
+    with pytest.raises(ReconcileError, match="never reconciled"):
+        reproduce(spark, warehouse, DAY - timedelta(days=3), now=NOW)
 
 
 def test_business_day_bounds():
@@ -416,21 +428,28 @@ def test_report_timezone_moves_windows_between_dates(reconciled, spark):
     assert {"k-before", "k-match", "k-daylate"} <= keys
 
 
-def test_cli(spark, warehouse, capsys):
+def test_cli(reconciled, spark, capsys):
+    """`tally reconcile --reproduce` on the scenario: unexplained windows, so exit code 1."""
+    warehouse, result, _ = reconciled
     parser = argparse.ArgumentParser()
     add_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reconcile", "--date", "2026-11-20", "--window", "7m"])
     assert args.setting_names == ("window", "warehouse", "report_timezone", "spark_master")
-    settings = Settings(window=W, warehouse=warehouse, spark_master="local[2]", shuffle_partitions=2)
-    write_inputs(spark, warehouse, W, *balanced_day())
-    assert args.func(args, settings) == 0
+    assert (args.window, args.reproduce) == ("7m", False)
+    settings = Settings(
+        window=W, warehouse=warehouse, spark_master="local[2]", shuffle_partitions=2
+    )
+    again = parser.parse_args(["reconcile", "--date", "2026-11-20", "--reproduce"])
+    assert again.func(again, settings) == 1
     out = capsys.readouterr().out
-    assert "BALANCED" in out and "3 windows" in out
+    assert out.count("\n") == 1 and "UNEXPLAINED DIFFERENCES" in out
+    assert f"events v{result.events_version}," in out and "3 windows" in out
+    assert "late rate 16.6667%" in out
 
     bad = parser.parse_args(["reconcile", "--date", "20-11-2026"])
     assert bad.func(bad, settings) == 2
-    assert capsys.readouterr().err.strip() == (
-        "tally: bad setting: date: expected YYYY-MM-DD, got '20-11-2026'"
+    assert capsys.readouterr().err == (
+        "tally: bad setting: date: expected YYYY-MM-DD, got '20-11-2026'\n"
     )
     with pytest.raises(ValueError):
         parse_business_date("20261120")
