@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/pip check
+	scripts/install-browser.sh
 	touch $(STAMP)
 
 $(JARS)/.fetched: jars/pom.xml

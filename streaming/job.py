@@ -390,12 +390,15 @@ class BatchProcessor:
                 T.LATE_EVENTS,
                 batch_id,
             )
-        _, emitted = self._write(
-            out.aggregates.withColumns({"batch_id": batch, "app_id": app}),
-            T.STREAM_AGGREGATES,
-            batch_id,
-            versioned=True,
-        )
+        # Counted, not read from the commit: an empty append makes no Delta commit.
+        aggregates = out.aggregates.persist()
+        emitted = aggregates.count()
+        if emitted:
+            self._write(
+                aggregates.withColumns({"batch_id": batch, "app_id": app}),
+                T.STREAM_AGGREGATES,
+                batch_id,
+            )
         state_version, open_windows = self._write(
             out.window_state, T.WINDOW_STATE, batch_id, mode="overwrite", versioned=True
         )
@@ -444,7 +447,7 @@ class BatchProcessor:
             "dedup_state_version": dedup_version,
             "events_version": events_version,
         }
-        for frame in (classified, raw, window_state, dedup_state):
+        for frame in (classified, raw, window_state, dedup_state, aggregates):
             frame.unpersist()
         log.info(
             "batch %d: %d valid, %d late, %d quarantined, watermark %s",

@@ -317,6 +317,17 @@ def business_date_of(interval_start: datetime, report_timezone: str = "UTC") -> 
     return interval_start.astimezone(ZoneInfo(report_timezone)).date()
 
 
+def plain_utc(value: datetime) -> datetime:
+    """A stdlib UTC datetime: Airflow hands out pendulum ones, which do not mix with stdlib
+    timedelta arithmetic everywhere."""
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    utc = value.astimezone(UTC)
+    return datetime(
+        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, UTC
+    )
+
+
 def context_fields(context: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """dag_id, task_id, run_id, log link and business date of a task's context."""
     ti = context.get("ti") or context.get("task_instance")

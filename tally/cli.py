@@ -157,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--limit", type=int, default=20)
     show.set_defaults(func=_cmd_show, setting_names=("warehouse", "spark_master"))
 
+    # The nightly layer's commands live beside their code.
+    from batch.curve import add_commands as add_curve_commands
+    from batch.reconcile import add_commands as add_reconcile_commands
+    from expectations.report import add_commands as add_report_commands
+    from expectations.validate import add_commands as add_validate_commands
+
+    add_reconcile_commands(sub)
+    add_curve_commands(sub)
+    add_validate_commands(sub)
+    add_report_commands(sub)
+
     return parser
 
 

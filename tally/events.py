@@ -49,8 +49,10 @@ def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> 
 
     text = fields.getItem
     return (
-        F.when(F.trim(line) == "", F.lit("empty_line"))
-        .when(fields.isNull(), F.lit("invalid_json"))
+        F.when(line.rlike(r"^\s*$"), F.lit("empty_line"))
+        # Spark's parser stops after the first object; text after its closing brace must
+        # not slip through as a valid event.
+        .when(fields.isNull() | ~line.rlike(r"\}\s*$"), F.lit("invalid_json"))
         .when(~has("event_id") | (F.trim(text("event_id")) == ""), F.lit("missing_event_id"))
         .when(~has("key") | (F.trim(text("key")) == ""), F.lit("missing_key"))
         .when(~has("amount"), F.lit("missing_amount"))
@@ -70,18 +72,25 @@ def parse_events(raw: DataFrame) -> ParsedEvents:
     provenance = [c for c in raw.columns if c != "raw_line"]
     line = F.col("raw_line")
     # from_json is null for anything but a JSON object (bad syntax, arrays, scalars).
-    fields = F.from_json(line, _TEXT_SCHEMA)
+    strict = {"allowSingleQuotes": "false"}
+    fields = F.from_json(line, _TEXT_SCHEMA, strict)
     typed = F.from_json(
         line,
         _TYPED_SCHEMA.replace("event_time_ms BIGINT", "event_time STRING"),
-        {"mode": "PERMISSIVE"},
+        {"mode": "PERMISSIVE", **strict},
     )
     epoch_ms = F.from_json(line, "event_time BIGINT").getItem("event_time")
     time_text = fields.getItem("event_time")
     event_time = (
         F.when(epoch_ms.isNotNull() & time_text.rlike(_INTEGER), F.timestamp_millis(epoch_ms))
         # Zone required: a bare local time is ambiguous, and we do not guess.
-        .when(time_text.rlike(_ZONED_ISO), F.try_to_timestamp(time_text))
+        .when(
+            time_text.rlike(_ZONED_ISO),
+            # ISO-8601 allows hh:mm without seconds; Spark's parser wants them.
+            F.try_to_timestamp(
+                F.regexp_replace(time_text, r"^(.{10}[T ]\d{2}:\d{2})(Z|[+-].*)$", "$1:00$2")
+            ),
+        )
     )
     parsed = raw.select(
         *provenance,

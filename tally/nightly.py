@@ -6,8 +6,10 @@ Each stage takes Settings (read by the caller, the entry point), the business da
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -67,3 +69,150 @@ def wait_condition(settings: Settings, business_date: date, spark: Any = None) -
     if watermark >= needed_ms:
         return WaitResult(True, f"watermark {have} passed {needed.isoformat()}")
     return WaitResult(False, f"watermark {have} has not reached {needed.isoformat()}")
+
+
+# -- stages (added by the Airflow engineer while the lead's version was pending; same shape) --
+
+
+def output_root(settings: Settings) -> Path:
+    """Local directory next to a local warehouse for the reports and the GX project
+    (`TALLY_REPORT_DIR` / `TALLY_GX_ROOT` override; a URI warehouse uses the working
+    directory)."""
+    if "://" in settings.warehouse and not settings.warehouse.startswith("file:"):
+        return Path.cwd()
+    local = settings.warehouse.removeprefix("file://")
+    return Path(local).resolve().parent
+
+
+def report_dir(settings: Settings) -> Path:
+    return Path(os.environ.get("TALLY_REPORT_DIR") or output_root(settings) / "reports")
+
+
+def gx_root(settings: Settings) -> Path:
+    return Path(os.environ.get("TALLY_GX_ROOT") or output_root(settings))
+
+
+def report_path(settings: Settings, business_date: date) -> Path:
+    """Where `stage_report` writes the date's report."""
+    return report_dir(settings) / f"report-{business_date.isoformat()}.html"
+
+
+def stage_reaggregate(
+    settings: Settings, business_date: date, now: datetime, spark: Any = None
+) -> dict[str, Any]:
+    """Re-aggregate the date from the pinned event log and diff it against the stream."""
+    from batch.reconcile import reconcile
+
+    spark = spark or _session(settings, "tally-nightly")
+    result = reconcile(
+        spark,
+        settings.warehouse,
+        business_date,
+        settings.window,
+        settings.report_timezone,
+        now=now,
+        settings=settings.describe(),
+    )
+    s = result.summary
+    return {
+        "business_date": business_date.isoformat(),
+        "balanced": result.balanced,
+        "windows": int(s["windows"]),
+        "unexplained_windows": result.unexplained_windows,
+        "gap_amount": int(s["gap_amount"]),
+        "explained_amount": int(s["explained_amount"]),
+        "events_version": result.events_version,
+        "stream_aggregates_version": result.stream_aggregates_version,
+        "late_events_version": result.late_events_version,
+    }
+
+
+def stage_validate(
+    settings: Settings, business_date: date, now: datetime, spark: Any = None
+) -> Any:
+    """Great Expectations on the date's tables; returns the ValidationOutcome (the caller
+    decides what a failure does)."""
+    from expectations.suites import Thresholds
+    from expectations.validate import validate_date
+
+    spark = spark or _session(settings, "tally-nightly")
+    return validate_date(
+        spark,
+        settings.warehouse,
+        business_date,
+        Thresholds.from_settings(settings),
+        now=now,
+        report_timezone=settings.report_timezone,
+        gx_root=str(gx_root(settings)),
+    )
+
+
+def _tuning_curve(spark: Any, settings: Settings, business_date: date) -> dict[str, Any]:
+    """The latest lateness curve recorded by the weekly tuning for a period up to the date."""
+    import json
+
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from tally import tables as T
+
+    path = T.table_path(settings.warehouse, "lateness_recommendations")
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    row = (
+        T.read_table(spark, settings.warehouse, "lateness_recommendations")
+        .where(F.col("period_start") <= F.lit(business_date))
+        .orderBy(F.col("period_start").desc())
+        .select("curve", "recommended_lateness_ms")
+        .first()
+    )
+    if row is None:
+        return {}
+    return {
+        "curve": json.loads(row["curve"]),
+        "recommended_bound_ms": row["recommended_lateness_ms"],
+    }
+
+
+def stage_report(settings: Settings, business_date: date, now: datetime, spark: Any = None) -> Path:
+    """The date's HTML report (and CSV) in `report_dir`; returns the HTML path."""
+    from expectations.report import build_report
+
+    spark = spark or _session(settings, "tally-nightly")
+    return build_report(
+        spark,
+        settings.warehouse,
+        business_date,
+        report_dir(settings),
+        now,
+        current_bound_ms=settings.lateness,
+        completeness_target=settings.completeness_target,
+        report_timezone=settings.report_timezone,
+        gx_root=str(gx_root(settings)),
+        **_tuning_curve(spark, settings, business_date),
+    )
+
+
+def stage_publish(settings: Settings, business_date: date, now: datetime) -> dict[str, Any]:
+    """Publish the date's report: (re)write `index.html` in the report directory, linking
+    every published report, newest first. Idempotent; fails if the report is missing."""
+    import html
+
+    report = report_path(settings, business_date)
+    if not report.exists():
+        raise FileNotFoundError(f"report: {report} does not exist (run the report stage first)")
+    directory = report.parent
+    reports = sorted(directory.glob("report-????-??-??.html"), reverse=True)
+    items = "\n".join(
+        f'<li><a href="{html.escape(p.name)}">{html.escape(p.stem[len("report-") :])}</a></li>'
+        for p in reports
+    )
+    index = directory / "index.html"
+    tmp = index.with_suffix(".html.tmp")
+    tmp.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>tally reports</title></head>"
+        f"<body><h1>tally reconciliation reports</h1><ul>\n{items}\n</ul></body></html>\n",
+        encoding="utf-8",
+    )
+    tmp.replace(index)
+    return {"report": str(report), "index": str(index), "reports": len(reports)}

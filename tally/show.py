@@ -24,6 +24,10 @@ def show_table(
     from tally.spark import build_session
 
     out = out or sys.stdout
+    # The nightly layer registers its tables in the catalog when imported.
+    import batch.reconcile  # noqa: F401
+    import expectations.validate  # noqa: F401
+
     if name not in T.CATALOG:
         known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))
         print(f"tally: unknown table {name!r} (tables: {known})", file=sys.stderr)

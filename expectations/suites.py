@@ -1,0 +1,520 @@
+"""The data-quality suites, written as code: each a function from plain values (thresholds) to a
+Great Expectations `ExpectationSuite`, paired with the Spark step that prepares the DataFrame
+it validates (derived columns are computed in Spark, so every check is a stock expectation).
+
+    gap_suite(...)               on gap_frame(reconciliation rows of the date)
+    events_suite(...)            on events_frame(events of the date's event_date partition)
+    stream_aggregates_suite()    on stream_aggregates_frame(stream rows of the date's windows)
+    stream_progress_suite(...)   on stream_progress_frame(micro-batches that carried the date)
+
+Every expectation carries `meta.check` (a stable name: what `validation_results.check` and the
+report show), `description` and a `severity`. A suite passes when no *critical* expectation
+fails; a failed *warning* expectation is flagged but does not fail the date. The late-event
+rate is checked twice on purpose: `late_rate_warn` (warning, rate <= late_rate_warn) and
+`late_rate_fail` (critical, rate <= late_rate_fail). A rate between the two thresholds is a
+success with a flagged warning; above the failure threshold both fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from great_expectations.core import ExpectationSuite
+
+    from tally.settings import Settings
+
+GAP = "gap"
+EVENTS = "events"
+STREAM_AGGREGATES = "stream_aggregates"
+STREAM_PROGRESS = "stream_progress"
+SUITES = (GAP, EVENTS, STREAM_AGGREGATES, STREAM_PROGRESS)
+# The Delta table each suite reads.
+SOURCE_TABLE = {
+    GAP: "reconciliation",
+    EVENTS: "events",
+    STREAM_AGGREGATES: "stream_aggregates",
+    STREAM_PROGRESS: "stream_progress",
+}
+
+CRITICAL = "critical"
+WARNING = "warning"
+
+UNEXPLAINED = "UNEXPLAINED"
+EXPLAINED_STATUSES = ("MATCH", "EXPLAINED_BY_LATE", "MISSING_IN_STREAM")
+STATUSES = (*EXPLAINED_STATUSES, UNEXPLAINED)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=ZoneInfo("UTC"))
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The plain values the suites are built from.
+
+    Counts are windows, rates are fractions (0.001 = 0.1 %), amounts are integer minor units,
+    durations are milliseconds. Bounds are inclusive (a late rate equal to the threshold
+    passes).
+    """
+
+    unexplained_tolerance: int = 0  # UNEXPLAINED windows tolerated per date
+    late_rate_warn: float = 0.001  # late events / batch events: warning above this
+    late_rate_fail: float = 0.01  # ... failure above this
+    amount_min: int = -1_000_000_000  # -10,000,000.00 in currency units
+    amount_max: int = 1_000_000_000  # 10,000,000.00
+    max_clock_skew_ms: int = 300_000  # event_time may be at most this far ahead of ingest_time
+    clock_skew_tolerance: float = 0.0  # share of events allowed beyond max_clock_skew_ms
+    duplicate_rate_max: float = 0.01  # share of arrival_status = 'duplicate' in events
+    watermark_lag_max_ms: int = 600_000  # watermark lag of the last non-drained micro-batch
+
+    def __post_init__(self) -> None:
+        if self.unexplained_tolerance < 0:
+            raise ValueError(
+                f"unexplained_tolerance: must not be negative, got {self.unexplained_tolerance}"
+            )
+        if not 0 <= self.late_rate_warn <= self.late_rate_fail <= 1:
+            raise ValueError(
+                "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
+                f"{self.late_rate_warn}/{self.late_rate_fail}"
+            )
+        if self.amount_min > self.amount_max:
+            raise ValueError(
+                f"amount_min/amount_max: min {self.amount_min} > max {self.amount_max}"
+            )
+        for name in ("clock_skew_tolerance", "duplicate_rate_max"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be a fraction in [0, 1], got {getattr(self, name)}")
+        for name in ("max_clock_skew_ms", "watermark_lag_max_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must not be negative, got {getattr(self, name)}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Thresholds:
+        """The thresholds in force: the settings that exist, defaults for the rest (optional
+        settings `amount_min`, `amount_max`, `clock_skew_tolerance`, `duplicate_rate_max`,
+        `watermark_lag_max` are read when tally.settings defines them)."""
+        defaults = cls()
+        return cls(
+            unexplained_tolerance=settings.unexplained_tolerance,
+            late_rate_warn=settings.late_rate_warn,
+            late_rate_fail=settings.late_rate_fail,
+            max_clock_skew_ms=settings.max_clock_skew,
+            amount_min=getattr(settings, "amount_min", defaults.amount_min),
+            amount_max=getattr(settings, "amount_max", defaults.amount_max),
+            clock_skew_tolerance=getattr(
+                settings, "clock_skew_tolerance", defaults.clock_skew_tolerance
+            ),
+            duplicate_rate_max=getattr(settings, "duplicate_rate_max", defaults.duplicate_rate_max),
+            watermark_lag_max_ms=getattr(
+                settings, "watermark_lag_max", defaults.watermark_lag_max_ms
+            ),
+        )
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _meta(check: str, severity: str, description: str) -> dict[str, Any]:
+    """Keyword arguments every expectation gets (GX records `description` and `severity`;
+    `catch_exceptions` turns a broken metric into a failed result instead of an abort)."""
+    return {
+        "meta": {"check": check},
+        "description": description,
+        "severity": severity,
+        "catch_exceptions": True,
+    }
+
+
+def _suite(name: str, expectations: list[Any]) -> ExpectationSuite:
+    import great_expectations as gx
+
+    # Expectations passed to the constructor: add_expectation() would try to save the suite
+    # through the current GX context, and a suite is built before any context is involved.
+    return gx.ExpectationSuite(
+        name=name,
+        expectations=expectations,
+        meta={"generated_by": f"expectations.suites.{name}_suite"},
+    )
+
+
+def day_bounds_ms(business_date: date, report_timezone: str = "UTC") -> tuple[int, int]:
+    """`[start, end)` of the business date in `report_timezone` as UTC epoch milliseconds
+    (the batch layer's rule: a window belongs to the date its start falls on)."""
+    zone = ZoneInfo(report_timezone)
+    start = datetime.combine(business_date, datetime.min.time(), tzinfo=zone)
+    end = datetime.combine(business_date + timedelta(days=1), datetime.min.time(), tzinfo=zone)
+    return (start - _EPOCH) // timedelta(milliseconds=1), (end - _EPOCH) // timedelta(
+        milliseconds=1
+    )
+
+
+def _in_day(column: str, bounds: tuple[int, int]) -> Column:
+    start, end = bounds
+    return (F.unix_millis(F.col(column)) >= F.lit(start)) & (
+        F.unix_millis(F.col(column)) < F.lit(end)
+    )
+
+
+# -- gap: reconciliation ------------------------------------------------------------------------
+
+
+def gap_suite(
+    *, unexplained_tolerance: int = 0, late_rate_warn: float = 0.001, late_rate_fail: float = 0.01
+) -> ExpectationSuite:
+    """The date's reconciliation: no unexplained gap, the explained gap is exactly the late
+    side output, the late-event rate is under its thresholds, every window has a batch side."""
+    import great_expectations.expectations as gxe
+
+    return _suite(
+        GAP,
+        [
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=1,
+                **_meta("reconciled", CRITICAL, "The date has been reconciled (at least one row)."),
+            ),
+            gxe.ExpectColumnValuesToBeInSet(
+                column="status",
+                value_set=list(STATUSES),
+                **_meta("known_status", CRITICAL, "Every status is one the batch layer defines."),
+            ),
+            gxe.ExpectColumnSumToBeBetween(
+                column="unexplained",
+                min_value=0,
+                max_value=unexplained_tolerance,
+                **_meta(
+                    "no_unexplained_windows",
+                    CRITICAL,
+                    f"At most {unexplained_tolerance} window(s) with status UNEXPLAINED "
+                    "(observed: the number of UNEXPLAINED windows).",
+                ),
+            ),
+            gxe.ExpectColumnValuesToBeInSet(
+                column="late_explains_gap",
+                value_set=[True],
+                **_meta(
+                    "explained_gap_is_late_output",
+                    CRITICAL,
+                    "On every window the batch layer calls explained (MATCH, EXPLAINED_BY_LATE, "
+                    "MISSING_IN_STREAM), batch - stream equals the late side output exactly "
+                    "(count and amount).",
+                ),
+            ),
+            gxe.ExpectColumnMaxToBeBetween(
+                column="late_event_rate",
+                max_value=late_rate_warn,
+                **_meta(
+                    "late_rate_warn",
+                    WARNING,
+                    f"Late-event rate (late events / batch events) at most {late_rate_warn:g} "
+                    "(warning).",
+                ),
+            ),
+            gxe.ExpectColumnMaxToBeBetween(
+                column="late_event_rate",
+                max_value=late_rate_fail,
+                **_meta(
+                    "late_rate_fail",
+                    CRITICAL,
+                    f"Late-event rate (late events / batch events) at most {late_rate_fail:g}.",
+                ),
+            ),
+            gxe.ExpectColumnValuesToNotBeNull(
+                column="batch_window_count",
+                **_meta(
+                    "batch_side_present",
+                    CRITICAL,
+                    "Every window of the day is present on the batch side (batch_count not null "
+                    "and not 0).",
+                ),
+            ),
+        ],
+    )
+
+
+def gap_frame(reconciliation: DataFrame) -> DataFrame:
+    """The date's reconciliation rows with the derived columns the gap suite checks:
+
+    * `unexplained`: 1 for an UNEXPLAINED window, else 0 (their sum is the count);
+    * `late_explains_gap`: on explained rows, diff == late (count and amount); null otherwise;
+    * `late_event_rate`: sum(late_count) / sum(batch_count) of the date (the summary's
+      `late_event_rate`), on every row; 0.0 when the date has no batch events;
+    * `batch_window_count`: batch_count, null when it is null or 0 (reconcile writes 0 for a
+      window with no batch row).
+    """
+    totals = reconciliation.agg(
+        F.coalesce(F.sum("late_count"), F.lit(0)).cast("double").alias("_late"),
+        F.coalesce(F.sum("batch_count"), F.lit(0)).cast("double").alias("_batch"),
+    ).select(
+        F.when(F.col("_batch") > 0, F.col("_late") / F.col("_batch"))
+        .otherwise(F.lit(0.0))
+        .alias("late_event_rate")
+    )
+    explained = F.col("status").isin(*EXPLAINED_STATUSES)
+    late_is_diff = (F.col("diff_count") == F.col("late_count")) & (
+        F.col("diff_amount") == F.col("late_amount")
+    )
+    return reconciliation.crossJoin(F.broadcast(totals)).select(
+        "*",
+        F.when(F.col("status") == UNEXPLAINED, 1).otherwise(0).alias("unexplained"),
+        F.when(explained, F.coalesce(late_is_diff, F.lit(False))).alias("late_explains_gap"),
+        F.when(F.col("batch_count") != 0, F.col("batch_count")).alias("batch_window_count"),
+    )
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def events_suite(
+    *,
+    amount_min: int = -1_000_000_000,
+    amount_max: int = 1_000_000_000,
+    max_clock_skew_ms: int = 300_000,
+    clock_skew_tolerance: float = 0.0,
+    duplicate_rate_max: float = 0.01,
+) -> ExpectationSuite:
+    """The event log of the date's `event_date` partition: identity columns present, amounts
+    integral and within bounds, event times not from the future, few duplicates."""
+    import great_expectations.expectations as gxe
+
+    not_null = [
+        gxe.ExpectColumnValuesToNotBeNull(
+            column=column,
+            **_meta(f"{column}_not_null", CRITICAL, f"Every event has a {column}."),
+        )
+        for column in ("event_id", "key", "event_time")
+    ]
+    return _suite(
+        EVENTS,
+        [
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=1,
+                **_meta("events_present", CRITICAL, "The date's partition holds events."),
+            ),
+            *not_null,
+            gxe.ExpectColumnValuesToBeOfType(
+                column="amount",
+                type_="LongType",
+                **_meta(
+                    "amount_is_integer",
+                    CRITICAL,
+                    "Amounts are integer minor units (BIGINT), never floating point.",
+                ),
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="amount",
+                min_value=amount_min,
+                max_value=amount_max,
+                **_meta(
+                    "amount_within_bounds",
+                    CRITICAL,
+                    f"Every amount is within [{amount_min}, {amount_max}] minor units.",
+                ),
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="ahead_ms",
+                max_value=max_clock_skew_ms,
+                mostly=1.0 - clock_skew_tolerance,
+                **_meta(
+                    "event_time_not_ahead_of_ingest",
+                    CRITICAL,
+                    f"No event_time is more than {max_clock_skew_ms} ms ahead of its ingest_time "
+                    f"(ahead_ms = event_time - ingest_time; tolerated share "
+                    f"{clock_skew_tolerance:g}).",
+                ),
+            ),
+            gxe.ExpectColumnMeanToBeBetween(
+                column="is_duplicate",
+                min_value=0.0,
+                max_value=duplicate_rate_max,
+                **_meta(
+                    "duplicate_rate",
+                    CRITICAL,
+                    f"Share of duplicate arrivals at most {duplicate_rate_max:g}.",
+                ),
+            ),
+        ],
+    )
+
+
+def events_frame(events: DataFrame) -> DataFrame:
+    """Events with `ahead_ms` (event_time - ingest_time, ms) and `is_duplicate` (1.0/0.0)."""
+    return events.select(
+        "*",
+        (F.unix_millis("event_time") - F.unix_millis("ingest_time")).alias("ahead_ms"),
+        F.when(F.col("arrival_status") == "duplicate", 1.0).otherwise(0.0).alias("is_duplicate"),
+    )
+
+
+# -- stream ------------------------------------------------------------------------------------
+
+
+def stream_aggregates_suite() -> ExpectationSuite:
+    """The stream's window rows of the date: one row per (window, key, revision), and so one
+    latest row per (window, key), which is the stream's answer."""
+    import great_expectations.expectations as gxe
+
+    return _suite(
+        STREAM_AGGREGATES,
+        [
+            gxe.ExpectCompoundColumnsToBeUnique(
+                column_list=["window_start", "window_end", "key", "revision"],
+                **_meta(
+                    "revision_unique",
+                    CRITICAL,
+                    "(window, key, revision) is unique: each revision is emitted once.",
+                ),
+            ),
+            gxe.ExpectColumnValuesToBeUnique(
+                column="latest_window_key",
+                **_meta(
+                    "latest_revision_unique",
+                    CRITICAL,
+                    "Each (window, key) has exactly one row with its highest revision.",
+                ),
+            ),
+        ],
+    )
+
+
+def stream_aggregates_frame(stream_aggregates: DataFrame) -> DataFrame:
+    """Rows with `latest_window_key` ("window_start|key" on rows holding the highest revision
+    of their window and key, null on older revisions)."""
+    window = Window.partitionBy("window_start", "window_end", "key")
+    latest = F.col("revision") == F.max("revision").over(window)
+    label = F.concat_ws(
+        "|", F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.col("key")
+    )
+    return stream_aggregates.select("*", F.when(latest, label).alias("latest_window_key"))
+
+
+def stream_progress_suite(*, watermark_lag_max_ms: int = 600_000) -> ExpectationSuite:
+    """The micro-batches that carried the date: the watermark never moves backwards, and the
+    watermark lag of the last non-drained batch is within bound."""
+    import great_expectations.expectations as gxe
+
+    return _suite(
+        STREAM_PROGRESS,
+        [
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=1,
+                **_meta("batches_present", CRITICAL, "At least one micro-batch carried the date."),
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="wm_step_ms",
+                min_value=0,
+                **_meta(
+                    "watermark_monotonic",
+                    CRITICAL,
+                    "The watermark never decreases from one micro-batch to the next "
+                    "(wm_step_ms = watermark_after - previous batch's watermark_after >= 0).",
+                ),
+            ),
+            gxe.ExpectColumnMaxToBeBetween(
+                column="last_watermark_lag_ms",
+                max_value=watermark_lag_max_ms,
+                **_meta(
+                    "watermark_lag",
+                    CRITICAL,
+                    f"The watermark lag of the last non-drained micro-batch is at most "
+                    f"{watermark_lag_max_ms} ms.",
+                ),
+            ),
+        ],
+    )
+
+
+def stream_progress_frame(stream_progress: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+    """The micro-batches whose watermark moved across the day `bounds` (or had none yet), with:
+
+    * `wm_step_ms`: watermark_after minus the previous batch's (same app_id, by batch_id);
+      null for the first batch or while there is no watermark; -1 if a watermark disappears;
+    * `last_watermark_lag_ms`: watermark_lag_ms of the app's last non-drained batch (the
+      whole table decides which batch is last), on every row of that app.
+    """
+    by_batch = Window.partitionBy("app_id").orderBy("batch_id")
+    by_app = Window.partitionBy("app_id")
+    previous = F.lag("watermark_after").over(by_batch)
+    step = (
+        F.when(previous.isNull(), F.lit(None).cast("long"))
+        .when(F.col("watermark_after").isNull(), F.lit(-1).cast("long"))
+        .otherwise(F.unix_millis("watermark_after") - F.unix_millis(previous))
+    )
+    not_drained = ~F.coalesce(F.col("drained"), F.lit(False))
+    last_live = F.max(F.when(not_drained, F.col("batch_id"))).over(by_app)
+    last_lag = F.max(F.when(F.col("batch_id") == last_live, F.col("watermark_lag_ms"))).over(by_app)
+    start, end = bounds
+    wm_before = F.unix_millis("watermark_before")
+    wm_after = F.unix_millis("watermark_after")
+    carried = (F.col("watermark_after").isNull() | (wm_after >= F.lit(start))) & (
+        F.col("watermark_before").isNull() | (wm_before < F.lit(end))
+    )
+    return (
+        stream_progress.select(
+            "*", step.alias("wm_step_ms"), last_lag.alias("last_watermark_lag_ms")
+        )
+        .where(carried)
+        .drop(
+            "partition_high_water", "partition_last_seen", "partition_idle"
+        )  # maps: GX cannot profile them and they are not checked
+    )
+
+
+def build_suite(name: str, thresholds: Thresholds) -> ExpectationSuite:
+    """The suite `name` built from `thresholds`."""
+    t = thresholds
+    if name == GAP:
+        return gap_suite(
+            unexplained_tolerance=t.unexplained_tolerance,
+            late_rate_warn=t.late_rate_warn,
+            late_rate_fail=t.late_rate_fail,
+        )
+    if name == EVENTS:
+        return events_suite(
+            amount_min=t.amount_min,
+            amount_max=t.amount_max,
+            max_clock_skew_ms=t.max_clock_skew_ms,
+            clock_skew_tolerance=t.clock_skew_tolerance,
+            duplicate_rate_max=t.duplicate_rate_max,
+        )
+    if name == STREAM_AGGREGATES:
+        return stream_aggregates_suite()
+    if name == STREAM_PROGRESS:
+        return stream_progress_suite(watermark_lag_max_ms=t.watermark_lag_max_ms)
+    raise ValueError(f"suite: unknown suite {name!r} (known: {', '.join(SUITES)})")
+
+
+def select_for_date(
+    name: str, table: DataFrame, business_date: date, report_timezone: str = "UTC"
+) -> DataFrame:
+    """The rows of the suite's source table that belong to `business_date`, prepared (derived
+    columns added) for the suite: reconciliation rows of the date, events of the date's
+    `event_date` partition, stream rows of the date's windows (by window_start in
+    `report_timezone`), micro-batches whose watermark crossed the day."""
+    bounds = day_bounds_ms(business_date, report_timezone)
+    if name == GAP:
+        table = table.where(F.col("business_date") == F.lit(business_date))
+    elif name == EVENTS:
+        table = table.where(F.col("event_date") == F.lit(business_date))
+    elif name == STREAM_AGGREGATES:
+        table = table.where(_in_day("window_start", bounds))
+    return prepare(name, table, bounds)
+
+
+def prepare(name: str, frame: DataFrame, bounds: tuple[int, int] | None = None) -> DataFrame:
+    """Add the suite's derived columns to an already selected frame (tests feed hand-built
+    frames, e.g. events with a DOUBLE amount, through this). `bounds` (the day, epoch ms)
+    selects the micro-batches of stream_progress; None keeps them all."""
+    if name == GAP:
+        return gap_frame(frame)
+    if name == EVENTS:
+        return events_frame(frame)
+    if name == STREAM_AGGREGATES:
+        return stream_aggregates_frame(frame)
+    if name == STREAM_PROGRESS:
+        return stream_progress_frame(frame, bounds or (-(2**62), 2**62))
+    raise ValueError(f"suite: unknown suite {name!r} (known: {', '.join(SUITES)})")

@@ -1,0 +1,599 @@
+"""Validate a business date with Great Expectations; results to Delta and to GX Data Docs.
+
+    validate_date(spark, warehouse, business_date, thresholds=None, *, now,
+                  report_timezone="UTC", gx_root=None, suites=SUITES) -> ValidationOutcome
+    validate_frame(spark, warehouse, business_date, suite, frame, thresholds=None, *, now, ...)
+    run_suite(business_date, suite, frame, thresholds=None, *, now, ...) -> rows (not written)
+
+For each suite (`expectations.suites`): the source Delta table is read at its latest version
+(recorded as `source_version`), the date's rows are selected and prepared in Spark, and the
+suite is run against the DataFrame through the file-backed GX project in `<root>/gx` (root:
+`gx_root`, else $TALLY_GX_ROOT, else the repository): Spark datasource `tally` -> dataframe
+asset per table -> `whole_dataframe` batch definition -> ValidationDefinition -> Checkpoint
+with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
+checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
+definition it holds, so dataframe-backed suites over different tables cannot share one.
+
+The rows replace the date's rows of the suites that ran in `validation_results` (one Delta
+commit, `replaceWhere` on business_date and suite), so running a date twice leaves one set of
+rows. Everything (rows and Data Docs) is written before `validate_date` returns, also when
+validation fails (and, for the suites that ran, when a later one raised).
+
+A date passes when no *critical* expectation failed; failed *warning* expectations are
+reported in `warnings` and in the table, but do not fail the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from expectations.suites import (
+    CRITICAL,
+    SOURCE_TABLE,
+    SUITES,
+    Thresholds,
+    build_suite,
+    select_for_date,
+)
+from tally import tables as T
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATASOURCE = "tally"
+BATCH_DEFINITION = "whole_dataframe"
+DOCS_SITE = "local_site"
+
+VALIDATION_RESULTS = T.register(
+    T.Table(
+        "validation_results",
+        "business_date DATE, suite STRING, check_name STRING, expectation STRING, "
+        "column_name STRING, kwargs STRING, success BOOLEAN, severity STRING, "
+        "observed_value STRING, unexpected_count BIGINT, element_count BIGINT, "
+        "description STRING, exception STRING, source_table STRING, source_version BIGINT, "
+        "data_docs_page STRING, run_time TIMESTAMP",
+        "One row per expectation per suite run of a business date (Great Expectations): "
+        "what was checked, success, severity, the observed value as text, the Delta version "
+        "of the table validated and the Data Docs page; a re-run replaces the date's suite.",
+        partition_by=("business_date",),
+    )
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ENSURED: set[str] = set()  # validation_results tables this process created or found
+
+
+class ValidationError(RuntimeError):
+    """Validation cannot start (bad argument): a one-line message."""
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """What `validate_date` found; every row is already in `validation_results`."""
+
+    success: bool  # no critical expectation failed
+    failures: list[str]  # one line per failed critical expectation, with the observed value
+    results_rows: list[dict[str, Any]]  # the rows written to validation_results
+    data_docs_path: str  # local path of the Data Docs index page
+    warnings: list[str] = field(default_factory=list)  # failed warning-severity expectations
+
+    def failed_checks(self, severity: str | None = None) -> set[tuple[str, str]]:
+        """(suite, check_name) of every failed expectation (of one severity if given)."""
+        return {
+            (r["suite"], r["check_name"])
+            for r in self.results_rows
+            if not r["success"] and (severity is None or r["severity"] == severity)
+        }
+
+    def describe(self) -> str:
+        checks = len(self.results_rows)
+        head = (
+            f"validation: {checks} checks, {len(self.failures)} failed, "
+            f"{len(self.warnings)} warning(s): {'PASSED' if self.success else 'FAILED'}"
+        )
+        lines = [head, *[f"  FAIL {f}" for f in self.failures]]
+        lines += [f"  WARN {w}" for w in self.warnings]
+        lines.append(f"  Data Docs: {self.data_docs_path}")
+        return "\n".join(lines)
+
+
+# -- the GX project ----------------------------------------------------------------------------
+
+_CONTEXTS: dict[str, Any] = {}
+
+
+def project_root(gx_root: str | os.PathLike[str] | None = None) -> Path:
+    """The directory holding `gx/`: `gx_root`, else $TALLY_GX_ROOT, else the repository."""
+    if gx_root is not None:
+        return Path(gx_root)
+    env = os.environ.get("TALLY_GX_ROOT")
+    return Path(env) if env else PROJECT_ROOT
+
+
+def ensure_project(gx_root: str | os.PathLike[str] | None = None) -> Path:
+    """`<root>/gx` with tally's great_expectations.yml (copied from the repository's `gx/`
+    when the root has none, e.g. a scratch root in tests). Returns the root."""
+    root = project_root(gx_root)
+    config = root / "gx" / "great_expectations.yml"
+    if not config.exists():
+        template = PROJECT_ROOT / "gx" / "great_expectations.yml"
+        if not template.is_file():
+            raise ValidationError(
+                f"gx: no great_expectations.yml in {root / 'gx'} and no template at {template}"
+            )
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(template.read_text())
+        (root / "gx" / ".gitignore").write_text("uncommitted/\n")
+    return root
+
+
+def gx_context(gx_root: str | os.PathLike[str] | None = None) -> Any:
+    """The file-backed GX context of `gx_root` (default: the repository), one per process."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    root = ensure_project(gx_root).resolve()
+    key = str(root)
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = gx.get_context(mode="file", project_root_dir=key)
+    return _CONTEXTS[key]
+
+
+def data_docs_index(gx_root: str | os.PathLike[str] | None = None) -> Path:
+    """Where the Data Docs site's index page is (built by the checkpoints' action)."""
+    root = project_root(gx_root)
+    return root / "gx" / "uncommitted" / "data_docs" / DOCS_SITE / "index.html"
+
+
+def _batch_definition(context: Any, asset_name: str) -> Any:
+    """Get-or-add the Spark datasource, the dataframe asset and its whole-dataframe batch
+    definition. Existing ones are reused (add_or_update would give them new ids and rewrite
+    great_expectations.yml on every run); a datasource that is not a non-persisting Spark
+    source is replaced with add_or_update_spark."""
+    try:
+        datasource = context.data_sources.get(DATASOURCE)
+    except Exception:  # a miss raises KeyError or one of GX's own errors, by version
+        datasource = None
+    if datasource is None or datasource.type != "spark" or datasource.persist:
+        datasource = context.data_sources.add_or_update_spark(name=DATASOURCE, persist=False)
+    names = {asset.name for asset in datasource.assets}
+    asset = (
+        datasource.get_asset(asset_name)
+        if asset_name in names
+        else datasource.add_dataframe_asset(name=asset_name)
+    )
+    definitions = {bd.name for bd in asset.batch_definitions}
+    if BATCH_DEFINITION in definitions:
+        return asset.get_batch_definition(BATCH_DEFINITION)
+    return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+
+
+def run_checkpoint(
+    context: Any, suite: Any, frame: DataFrame, asset_name: str, run_name: str, run_time: datetime
+) -> tuple[Any, str | None]:
+    """Persist `suite` (add_or_update: the code is the source of truth), bind it to the asset's
+    batch definition, run its checkpoint on `frame`; returns (suite validation result, Data
+    Docs page URL or None)."""
+    import great_expectations as gx
+    from great_expectations.checkpoint import Checkpoint, UpdateDataDocsAction
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    batch_definition = _batch_definition(context, asset_name)
+    suite = context.suites.add_or_update(suite)
+    validation = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batch_definition, suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(
+        Checkpoint(
+            name=f"tally_{suite.name}",
+            validation_definitions=[validation],
+            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
+        )
+    )
+    result = checkpoint.run(
+        batch_parameters={"dataframe": frame},
+        run_id=RunIdentifier(run_name=run_name, run_time=run_time),
+    )
+    ((identifier, suite_result),) = result.run_results.items()
+    page = None
+    try:
+        urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DOCS_SITE)
+        page = urls[0]["site_url"] if urls else None
+    except Exception:  # a missing page link is not worth failing a validation for
+        page = None
+    return suite_result, page
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return _number(value)
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def observed_text(result: dict[str, Any]) -> str | None:
+    """A one-line text of what the expectation saw: the observed value of an aggregate
+    expectation; for a per-row one, how many rows were unexpected and a few examples."""
+    if "observed_value" in result:
+        return _text(result["observed_value"])
+    if "unexpected_count" in result:
+        count = result.get("unexpected_count") or 0
+        total = result.get("element_count")
+        text = f"{count} of {total} rows unexpected"
+        examples = result.get("partial_unexpected_list") or []
+        if count and examples:
+            text += f", e.g. {_text(examples[:5])}"
+        return text
+    return None
+
+
+def result_rows(
+    suite_result: Any,
+    business_date: date,
+    suite_name: str,
+    source_version: int | None,
+    page: str | None,
+    run_time: datetime,
+) -> list[dict[str, Any]]:
+    """validation_results rows (dicts) of one suite run."""
+    rows = []
+    for each in suite_result.results:
+        config = each.expectation_config
+        kwargs = {k: v for k, v in dict(config.kwargs).items() if k not in ("batch_id",)}
+        result = dict(each.result or {})
+        exception = None
+        info = each.exception_info or {}
+        # exception_info is either one dict or a dict of dicts keyed by metric id.
+        infos = [info] if "raised_exception" in info else list(info.values())
+        for item in infos:
+            if isinstance(item, dict) and item.get("raised_exception"):
+                exception = str(item.get("exception_message"))
+                break
+        severity = getattr(config, "severity", None) or CRITICAL
+        meta = dict(config.meta or {})
+        rows.append(
+            {
+                "business_date": business_date,
+                "suite": suite_name,
+                "check_name": str(meta.get("check", config.type)),
+                "expectation": str(config.type),
+                "column_name": kwargs.get("column"),
+                "kwargs": json.dumps(kwargs, default=str, sort_keys=True),
+                "success": bool(each.success),
+                "severity": str(getattr(severity, "value", severity)),
+                "observed_value": (
+                    f"error: {exception}" if exception is not None else observed_text(result)
+                ),
+                "unexpected_count": _int_or_none(result.get("unexpected_count")),
+                "element_count": _int_or_none(result.get("element_count")),
+                "description": getattr(config, "description", None),
+                "exception": exception,
+                "source_table": SOURCE_TABLE.get(suite_name),
+                "source_version": source_version,
+                "data_docs_page": page,
+                "run_time": run_time,
+            }
+        )
+    return rows
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def missing_table_row(
+    business_date: date, suite_name: str, table: str, warehouse: str, run_time: datetime
+) -> dict[str, Any]:
+    """The single failed row a suite records when its source table does not exist."""
+    return {
+        "business_date": business_date,
+        "suite": suite_name,
+        "check_name": "table_exists",
+        "expectation": "table_exists",
+        "column_name": None,
+        "kwargs": json.dumps({"table": table}),
+        "success": False,
+        "severity": CRITICAL,
+        "observed_value": f"no Delta table at {T.table_path(warehouse, table)}",
+        "unexpected_count": None,
+        "element_count": None,
+        "description": f"The {table} table exists.",
+        "exception": None,
+        "source_table": table,
+        "source_version": None,
+        "data_docs_page": None,
+        "run_time": run_time,
+    }
+
+
+def _literal(value: Any, data_type: Any) -> Any:
+    from pyspark.sql.types import DateType, TimestampType
+
+    if value is None:
+        return F.lit(None).cast(data_type)
+    if isinstance(data_type, TimestampType):
+        return F.timestamp_millis(F.lit((value - _EPOCH) // timedelta(milliseconds=1)))
+    if isinstance(data_type, DateType):
+        return F.lit(value.isoformat()).cast("date")
+    return F.lit(value).cast(data_type)
+
+
+def write_results(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    suites: Sequence[str],
+    rows: list[dict[str, Any]],
+) -> None:
+    """Replace the rows of (business_date, each of `suites`) in validation_results with `rows`:
+    one Delta commit (replaceWhere), rows built in the JVM from literals (no Python workers)."""
+    suites = [suites] if isinstance(suites, str) else list(suites)
+    if not suites:
+        return
+    path = T.table_path(warehouse, VALIDATION_RESULTS.name)
+    if path not in _ENSURED:
+        T.ensure_table(spark, warehouse, VALIDATION_RESULTS)
+        _ENSURED.add(path)
+    fields = VALIDATION_RESULTS.schema().fields
+    if rows:
+        structs = [
+            F.struct(*[_literal(row.get(f.name), f.dataType).alias(f.name) for f in fields])
+            for row in rows
+        ]
+        frame = spark.range(1).select(F.inline(F.array(*structs)))
+    else:
+        frame = T.empty_frame(spark, VALIDATION_RESULTS)
+    names = ", ".join("'" + name.replace("'", "''") + "'" for name in suites)
+    (
+        frame.write.format("delta")
+        .mode("overwrite")
+        .option(
+            "replaceWhere",
+            f"business_date = DATE'{business_date.isoformat()}' AND suite IN ({names})",
+        )
+        .save(path)
+    )
+
+
+def read_results(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
+    """The validation_results rows of the date (empty if never validated)."""
+    from delta.tables import DeltaTable
+
+    path = T.table_path(warehouse, VALIDATION_RESULTS.name)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    rows = (
+        T.read_table(spark, warehouse, VALIDATION_RESULTS.name)
+        .where(F.col("business_date") == F.lit(business_date))
+        .orderBy("suite", "check_name")
+        .collect()
+    )
+    return [r.asDict() for r in rows]
+
+
+def _one_line(row: dict[str, Any]) -> str:
+    description = row.get("description") or row["expectation"]
+    return f"{row['suite']}/{row['check_name']}: {description} Observed: {row['observed_value']}"
+
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def _check_now(now: datetime) -> datetime:
+    if now.tzinfo is None:
+        raise ValidationError("now: needs a time zone")
+    return now.astimezone(UTC)
+
+
+def run_suite(
+    business_date: date,
+    suite_name: str,
+    frame: DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    now: datetime,
+    gx_root: str | os.PathLike[str] | None = None,
+    source_version: int | None = None,
+) -> list[dict[str, Any]]:
+    """Run suite `suite_name` on an already prepared `frame` through its checkpoint (Data Docs
+    updated) and return the validation_results rows, without writing them."""
+    if suite_name not in SUITES:
+        raise ValidationError(f"suite: unknown suite {suite_name!r} (known: {', '.join(SUITES)})")
+    now = _check_now(now)
+    suite = build_suite(suite_name, thresholds or Thresholds())
+    context = gx_context(gx_root)
+    frame = frame.persist()
+    try:
+        suite_result, page = run_checkpoint(
+            context, suite, frame, SOURCE_TABLE[suite_name], business_date.isoformat(), now
+        )
+    finally:
+        frame.unpersist()
+    return result_rows(suite_result, business_date, suite_name, source_version, page, now)
+
+
+def validate_frame(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    suite_name: str,
+    frame: DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    now: datetime,
+    gx_root: str | os.PathLike[str] | None = None,
+    source_version: int | None = None,
+) -> list[dict[str, Any]]:
+    """Run suite `suite_name` on an already prepared `frame` (`expectations.suites.prepare`),
+    write its rows to validation_results (replacing the date's rows of that suite) and the
+    Data Docs; returns the rows."""
+    rows = run_suite(
+        business_date,
+        suite_name,
+        frame,
+        thresholds,
+        now=now,
+        gx_root=gx_root,
+        source_version=source_version,
+    )
+    write_results(spark, warehouse, business_date, [suite_name], rows)
+    return rows
+
+
+def validate_date(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    thresholds: Thresholds | None = None,
+    *,
+    now: datetime,
+    report_timezone: str = "UTC",
+    gx_root: str | os.PathLike[str] | None = None,
+    suites: Sequence[str] = SUITES,
+) -> ValidationOutcome:
+    """Validate `business_date` with every suite in `suites` (all by default).
+
+    `now` is the run time recorded with the rows and the Data Docs run (pass the wall clock at
+    the entry point). A suite whose source table is missing records one failed
+    `table_exists` row. The rows of every suite that ran are written in one Delta commit,
+    also when a later suite raised (then the error propagates after the write).
+    """
+    from delta.tables import DeltaTable
+
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        raise ValidationError(f"suite: unknown suite(s) {', '.join(unknown)}")
+    now = _check_now(now)
+    thresholds = thresholds or Thresholds()
+    all_rows: list[dict[str, Any]] = []
+    done: list[str] = []
+    try:
+        for suite_name in suites:
+            table = SOURCE_TABLE[suite_name]
+            if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table)):
+                rows = [missing_table_row(business_date, suite_name, table, warehouse, now)]
+            else:
+                version = T.latest_version(spark, warehouse, table)
+                source = T.read_table(spark, warehouse, table, version)
+                frame = select_for_date(suite_name, source, business_date, report_timezone)
+                rows = run_suite(
+                    business_date,
+                    suite_name,
+                    frame,
+                    thresholds,
+                    now=now,
+                    gx_root=gx_root,
+                    source_version=version,
+                )
+            all_rows.extend(rows)
+            done.append(suite_name)
+    finally:
+        write_results(spark, warehouse, business_date, done, all_rows)
+    return outcome_of(all_rows, gx_root)
+
+
+def outcome_of(
+    rows: list[dict[str, Any]], gx_root: str | os.PathLike[str] | None = None
+) -> ValidationOutcome:
+    """The outcome of a set of validation_results rows."""
+    failed = [r for r in rows if not r["success"]]
+    critical = [r for r in failed if r["severity"] == CRITICAL]
+    others = [r for r in failed if r["severity"] != CRITICAL]
+    return ValidationOutcome(
+        success=not critical,
+        failures=[_one_line(r) for r in critical],
+        results_rows=rows,
+        data_docs_path=str(data_docs_index(gx_root)),
+        warnings=[_one_line(r) for r in others],
+    )
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+VALIDATE_SETTINGS = ("warehouse", "report_timezone", "spark_master", "max_clock_skew")
+
+
+def _parse_date(text: str) -> date:
+    try:
+        if len(text) != 10:
+            raise ValueError
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"date: expected YYYY-MM-DD, got {text!r}") from None
+
+
+def _cmd_validate(args: argparse.Namespace, settings: Any) -> int:
+    from tally.spark import build_session
+
+    try:
+        business_date = _parse_date(args.date)
+        thresholds = Thresholds.from_settings(settings)
+    except ValueError as exc:
+        print(f"tally: bad setting: {exc}", file=sys.stderr)
+        return 2
+    spark = build_session(
+        settings.spark_master,
+        app_name="tally-validate",
+        shuffle_partitions=settings.shuffle_partitions,
+    )
+    try:
+        outcome = validate_date(
+            spark,
+            settings.warehouse,
+            business_date,
+            thresholds,
+            now=datetime.now(UTC),
+            report_timezone=settings.report_timezone,
+        )
+    except ValidationError as exc:
+        print(f"tally: validate: {exc}", file=sys.stderr)
+        return 2
+    print(outcome.describe())
+    return 0 if outcome.success else 1
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add `tally validate --date YYYY-MM-DD` (exit 0 passed, 1 a critical check failed,
+    2 bad setting). Follows tally.cli's protocol: `func(args, settings)`, `setting_names`."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="run the Great Expectations suites on a business date (results to "
+        "validation_results and Data Docs)",
+    )
+    parser.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
+    helps = {
+        "warehouse": "warehouse location (directory or URI) of the Delta tables",
+        "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
+        "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
+        "max_clock_skew": "largest tolerated lead of event_time over ingest_time, e.g. 5m",
+    }
+    for name in VALIDATE_SETTINGS:
+        parser.add_argument(
+            "--" + name.replace("_", "-"), dest=name, default=None, help=helps.get(name)
+        )
+    parser.set_defaults(func=_cmd_validate, setting_names=VALIDATE_SETTINGS)

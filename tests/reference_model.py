@@ -1,0 +1,553 @@
+"""A small, independent reimplementation of docs/semantics.md in plain Python.
+
+Nothing here imports the speed layer (`streaming/*`) or tally's code: the model is written
+from the spec alone, so the property tests can hold the Spark job to it. It is deliberately
+naive (a dict of windows, a set of every event id ever seen): exact, not bounded.
+
+Usage::
+
+    model = ReferenceModel(Params(window_ms=60_000, lateness_ms=10_000))
+    model.process([Line('{"event_id": ...}', "b0.jsonl", 1, 30_000)])   # batch 0
+    model.process(...)                                                  # batch 1
+    model.drain()
+    model.aggregates, model.late_events, model.quarantine, model.events, model.progress
+
+or `run_model(batches, params, drain=True)`.
+
+Interpretations where the spec leaves room (kept narrow; the tests avoid these corners):
+* "blank" means only ASCII whitespace; a JSON `null` value counts as a missing field;
+* `event_id`/`key` that are JSON scalars other than strings are taken as their JSON text;
+* ISO times: `YYYY-MM-DD`, `T` (or a space), `hh:mm[:ss[.fraction]]`, zone `Z` or `±hh:mm`;
+  fractions below a millisecond are floored; epoch-ms integers must fit in 64 bits;
+* `partition` must fit the table's 32-bit INT column;
+* the arrival clock reads the mtimes of the batch's *lines*: a batch without lines (or an
+  empty file) keeps the previous processing time (0 before the first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+ON_TIME, ALLOWED_LATE, LATE, DUPLICATE = "on_time", "allowed_late", "late", "duplicate"
+STATUSES = (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
+COUNTED = (ON_TIME, ALLOWED_LATE)
+
+REASONS = (
+    "empty_line",
+    "invalid_json",
+    "missing_event_id",
+    "missing_key",
+    "missing_amount",
+    "amount_not_integer",
+    "missing_event_time",
+    "bad_event_time",
+    "partition_not_integer",
+)
+KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The spec: a drained watermark is +infinity, stored as 9999-12-31T23:59:59.999Z.
+DRAINED_WATERMARK_MS = (
+    datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - EPOCH
+) // timedelta(milliseconds=1)
+
+INT64 = (-(2**63), 2**63 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+
+POLICIES = ("partition-min", "global-max")
+
+
+# -- inputs ---------------------------------------------------------------------------------
+class Line(NamedTuple):
+    raw: str
+    source_file: str
+    source_line: int  # 1-based
+    source_mtime_ms: int
+
+
+@dataclass(frozen=True)
+class Params:
+    window_ms: int
+    lateness_ms: int
+    allowed_lateness_ms: int = 0
+    idle_timeout_ms: int = 60_000
+    max_clock_skew_ms: int = 300_000
+    policy: str = "partition-min"
+
+    def __post_init__(self) -> None:
+        if self.window_ms <= 0:
+            raise ValueError("window_ms must be positive")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}")
+
+
+# -- outputs (plain tuples, comparable with what the Spark tables hold) ----------------------
+class EventRow(NamedTuple):
+    event_id: str
+    key: str
+    amount: int
+    event_time_ms: int
+    partition: int
+    extra: tuple[tuple[str, str | None], ...]  # sorted (name, text) pairs
+    arrival_status: str
+    clock_skewed: bool
+    source_file: str
+    source_line: int
+    batch_id: int
+
+
+class QuarantineRow(NamedTuple):
+    raw_line: str
+    reason: str
+    source_file: str
+    source_line: int
+    batch_id: int
+
+
+class LateRow(NamedTuple):
+    event_id: str
+    key: str
+    amount: int
+    event_time_ms: int
+    partition: int
+    window_start_ms: int
+    window_end_ms: int
+    watermark_at_arrival_ms: int
+    lateness_ms: int
+    arrival_delay_ms: int
+    reason: str
+    source_file: str
+    source_line: int
+    batch_id: int
+
+
+class AggregateRow(NamedTuple):
+    window_start_ms: int
+    window_end_ms: int
+    key: str
+    event_count: int
+    amount_sum: int
+    revision: int
+    emit_time_ms: int
+    watermark_at_emit_ms: int
+    batch_id: int
+
+
+class ProgressRow(NamedTuple):
+    batch_id: int
+    now_ms: int
+    watermark_before_ms: int | None
+    watermark_after_ms: int | None
+    high_water: tuple[tuple[int, int], ...]  # sorted (partition, ms)
+    last_seen: tuple[tuple[int, int], ...]
+    idle: tuple[tuple[int, bool], ...]
+    regression_ms: int | None  # candidate below the kept watermark by this much (ignored)
+    input_lines: int
+    valid_events: int
+    on_time_events: int
+    allowed_late_events: int
+    late_events: int
+    duplicate_events: int
+    quarantined_lines: int
+    clock_skewed_events: int
+    windows_emitted: int
+    open_windows: int
+    drained: bool
+
+
+class DrainedError(RuntimeError):
+    """A drained stream refuses further input."""
+
+
+# -- validation -----------------------------------------------------------------------------
+_ISO = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
+    r"(Z|([+-])(\d{2}):(\d{2}))$"
+)
+_ASCII_SPACE = " \t\r\n\f\v"
+
+
+class Parsed(NamedTuple):
+    event_id: str
+    key: str
+    amount: int
+    event_time_ms: int
+    partition: int
+    extra: tuple[tuple[str, str | None], ...]
+
+
+def iso_to_ms(text: str) -> int | None:
+    """Epoch ms of an ISO-8601 time with a zone, or None if it has none or does not parse."""
+    m = _ISO.match(text)
+    if not m:
+        return None
+    year, month, day, hh, mi, ss, frac, zone, sign, zh, zm = m.groups()
+    try:
+        if zone == "Z":
+            tz = UTC
+        else:
+            if int(zm) > 59:
+                return None
+            offset = timedelta(hours=int(zh), minutes=int(zm))
+            tz = timezone(-offset if sign == "-" else offset)
+        value = datetime(int(year), int(month), int(day), int(hh), int(mi), int(ss or 0), tzinfo=tz)
+    except ValueError:
+        return None
+    millis = int((frac or "").ljust(3, "0")[:3])
+    return (value - EPOCH) // timedelta(milliseconds=1) + millis
+
+
+def _text(value: Any) -> str:
+    """A field's text: strings as they are, anything else as its compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _is_int(value: Any, bounds: tuple[int, int]) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"not JSON: {name}")
+
+
+def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
+    """(event, None) for a valid line, (None, first matching reason) otherwise."""
+    if raw.strip(_ASCII_SPACE) == "":
+        return None, "empty_line"
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError:
+        return None, "invalid_json"
+    if not isinstance(obj, dict):
+        return None, "invalid_json"
+
+    def present(name: str) -> bool:
+        return obj.get(name) is not None
+
+    if not present("event_id") or _text(obj["event_id"]).strip(_ASCII_SPACE) == "":
+        return None, "missing_event_id"
+    if not present("key") or _text(obj["key"]).strip(_ASCII_SPACE) == "":
+        return None, "missing_key"
+    if not present("amount"):
+        return None, "missing_amount"
+    if not _is_int(obj["amount"], INT64):
+        return None, "amount_not_integer"
+    if not present("event_time"):
+        return None, "missing_event_time"
+    when = obj["event_time"]
+    event_ms: int | None
+    if _is_int(when, INT64):
+        event_ms = when
+    elif isinstance(when, str):
+        event_ms = iso_to_ms(when)
+    else:
+        event_ms = None
+    if event_ms is None:
+        return None, "bad_event_time"
+    partition = obj.get("partition")
+    if partition is None:
+        partition = 0
+    elif not _is_int(partition, INT32):
+        return None, "partition_not_integer"
+    extra = tuple(
+        sorted(
+            (name, None if value is None else _text(value))
+            for name, value in obj.items()
+            if name not in KNOWN_FIELDS
+        )
+    )
+    return (
+        Parsed(
+            _text(obj["event_id"]), _text(obj["key"]), obj["amount"], event_ms, partition, extra
+        ),
+        None,
+    )
+
+
+# -- windows --------------------------------------------------------------------------------
+def window_of(event_time_ms: int, window_ms: int) -> tuple[int, int]:
+    """`[start, end)` holding the time; Python's % is floor modulo, as the spec asks."""
+    start = event_time_ms - event_time_ms % window_ms
+    return start, start + window_ms
+
+
+@dataclass
+class _Window:
+    count: int = 0
+    total: int = 0
+    emitted_revision: int = 0
+
+
+# -- the model ------------------------------------------------------------------------------
+@dataclass
+class ReferenceModel:
+    params: Params
+    batch_id: int = 0
+    now_ms: int | None = None
+    watermark_ms: int | None = None
+    high_water: dict[int, int] = field(default_factory=dict)
+    last_seen: dict[int, int] = field(default_factory=dict)
+    seen_ids: set[str] = field(default_factory=set)
+    windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
+    drained: bool = False
+    events: list[EventRow] = field(default_factory=list)
+    quarantine: list[QuarantineRow] = field(default_factory=list)
+    late_events: list[LateRow] = field(default_factory=list)
+    aggregates: list[AggregateRow] = field(default_factory=list)
+    progress: list[ProgressRow] = field(default_factory=list)
+
+    def process(self, lines: Iterable[Line], now_ms: int | None = None) -> ProgressRow:
+        """One micro-batch. `now_ms` None: the arrival clock (newest line mtime)."""
+        if self.drained:
+            raise DrainedError("the stream was drained; it refuses further input")
+        p = self.params
+        batch = self.batch_id
+        ordered = sorted(lines, key=lambda ln: (ln.source_mtime_ms, ln.source_file, ln.source_line))
+        if now_ms is None:
+            if ordered:
+                now_ms = max(ln.source_mtime_ms for ln in ordered)
+            else:
+                now_ms = self.now_ms if self.now_ms is not None else 0
+        now = now_ms if self.now_ms is None else max(now_ms, self.now_ms)
+        wm_before = self.watermark_ms
+        skew_limit = now + p.max_clock_skew_ms
+
+        # Validation and classification, in arrival order.
+        valid: list[tuple[Parsed, Line, str]] = []
+        for line in ordered:
+            parsed, reason = parse_line(line.raw)
+            if parsed is None:
+                assert reason is not None
+                self.quarantine.append(
+                    QuarantineRow(line.raw, reason, line.source_file, line.source_line, batch)
+                )
+                continue
+            if parsed.event_id in self.seen_ids:
+                status = DUPLICATE
+            else:
+                self.seen_ids.add(parsed.event_id)
+                _, end = window_of(parsed.event_time_ms, p.window_ms)
+                if wm_before is None or end > wm_before:
+                    status = ON_TIME
+                elif end + p.allowed_lateness_ms > wm_before:
+                    status = ALLOWED_LATE
+                else:
+                    status = LATE
+            valid.append((parsed, line, status))
+            self.events.append(
+                EventRow(
+                    parsed.event_id,
+                    parsed.key,
+                    parsed.amount,
+                    parsed.event_time_ms,
+                    parsed.partition,
+                    parsed.extra,
+                    status,
+                    parsed.event_time_ms > skew_limit,
+                    line.source_file,
+                    line.source_line,
+                    batch,
+                )
+            )
+
+        # Watermark.
+        batch_max: dict[int, int] = {}
+        for parsed, _, _ in valid:
+            batch_max[parsed.partition] = max(
+                batch_max.get(parsed.partition, parsed.event_time_ms), parsed.event_time_ms
+            )
+        for part, top in batch_max.items():
+            clipped = min(top, skew_limit)
+            self.high_water[part] = max(self.high_water.get(part, clipped), clipped)
+            self.last_seen[part] = now
+        idle = {
+            part: p.idle_timeout_ms > 0 and now - self.last_seen[part] >= p.idle_timeout_ms
+            for part in self.high_water
+        }
+        candidate: int | None
+        if p.policy == "partition-min":
+            active = [hw for part, hw in self.high_water.items() if not idle[part]]
+            candidate = min(active) - p.lateness_ms if active else None
+        else:
+            candidate = max(self.high_water.values()) - p.lateness_ms if self.high_water else None
+        regression = None
+        wm_after = wm_before
+        if candidate is not None:
+            if wm_before is not None and candidate < wm_before:
+                regression = wm_before - candidate
+            else:
+                wm_after = candidate
+
+        # Windows: fold, emit, evict.
+        changed: set[tuple[int, int, str]] = set()
+        for parsed, line, status in valid:
+            start, end = window_of(parsed.event_time_ms, p.window_ms)
+            if status in COUNTED:
+                ident = (start, end, parsed.key)
+                win = self.windows.setdefault(ident, _Window())
+                win.count += 1
+                win.total += parsed.amount
+                changed.add(ident)
+            elif status == LATE:
+                assert wm_before is not None
+                self.late_events.append(
+                    LateRow(
+                        parsed.event_id,
+                        parsed.key,
+                        parsed.amount,
+                        parsed.event_time_ms,
+                        parsed.partition,
+                        start,
+                        end,
+                        wm_before,
+                        wm_before - end,
+                        now - parsed.event_time_ms,
+                        "window_closed"
+                        if p.allowed_lateness_ms == 0
+                        else "beyond_allowed_lateness",
+                        line.source_file,
+                        line.source_line,
+                        batch,
+                    )
+                )
+        emitted = self._emit_and_evict(wm_after, now, batch, changed)
+        self.watermark_ms = wm_after
+        self.now_ms = now
+        counts = {s: sum(1 for _, _, st in valid if st == s) for s in STATUSES}
+        row = ProgressRow(
+            batch_id=batch,
+            now_ms=now,
+            watermark_before_ms=wm_before,
+            watermark_after_ms=wm_after,
+            high_water=tuple(sorted(self.high_water.items())),
+            last_seen=tuple(sorted(self.last_seen.items())),
+            idle=tuple(sorted(idle.items())),
+            regression_ms=regression,
+            input_lines=len(ordered),
+            valid_events=len(valid),
+            on_time_events=counts[ON_TIME],
+            allowed_late_events=counts[ALLOWED_LATE],
+            late_events=counts[LATE],
+            duplicate_events=counts[DUPLICATE],
+            quarantined_lines=len(ordered) - len(valid),
+            clock_skewed_events=sum(1 for v, _, _ in valid if v.event_time_ms > skew_limit),
+            windows_emitted=emitted,
+            open_windows=len(self.windows),
+            drained=False,
+        )
+        self.progress.append(row)
+        self.batch_id += 1
+        return row
+
+    def _emit_and_evict(
+        self,
+        wm_after: int | None,
+        now: int,
+        batch: int,
+        changed: set[tuple[int, int, str]],
+    ) -> int:
+        if wm_after is None:  # no watermark: nothing closes
+            return 0
+        emitted = 0
+        for ident in sorted(self.windows):
+            start, end, key = ident
+            win = self.windows[ident]
+            if end <= wm_after and (win.emitted_revision == 0 or ident in changed):
+                win.emitted_revision += 1
+                emitted += 1
+                self.aggregates.append(
+                    AggregateRow(
+                        start,
+                        end,
+                        key,
+                        win.count,
+                        win.total,
+                        win.emitted_revision,
+                        now,
+                        wm_after,
+                        batch,
+                    )
+                )
+        for ident in [
+            i for i in self.windows if i[1] + self.params.allowed_lateness_ms <= wm_after
+        ]:
+            del self.windows[ident]
+        return emitted
+
+    def drain(self) -> ProgressRow | None:
+        """End of input: one more batch with watermark +infinity. None if nothing ran."""
+        if self.drained:
+            return None
+        if self.batch_id == 0:
+            return None
+        batch = self.batch_id
+        now = self.now_ms if self.now_ms is not None else 0
+        wm_before = self.watermark_ms
+        emitted = self._emit_and_evict(DRAINED_WATERMARK_MS, now, batch, set())
+        assert not self.windows
+        self.watermark_ms = DRAINED_WATERMARK_MS
+        self.drained = True
+        row = ProgressRow(
+            batch_id=batch,
+            now_ms=now,
+            watermark_before_ms=wm_before,
+            watermark_after_ms=DRAINED_WATERMARK_MS,
+            high_water=tuple(sorted(self.high_water.items())),
+            last_seen=tuple(sorted(self.last_seen.items())),
+            idle=(),
+            regression_ms=None,
+            input_lines=0,
+            valid_events=0,
+            on_time_events=0,
+            allowed_late_events=0,
+            late_events=0,
+            duplicate_events=0,
+            quarantined_lines=0,
+            clock_skewed_events=0,
+            windows_emitted=emitted,
+            open_windows=0,
+            drained=True,
+        )
+        self.progress.append(row)
+        self.batch_id += 1
+        return row
+
+    # -- views ----------------------------------------------------------------------------
+    def answer(self) -> dict[tuple[int, int, str], AggregateRow]:
+        """The stream's answer per window: its highest revision."""
+        best: dict[tuple[int, int, str], AggregateRow] = {}
+        for row in self.aggregates:
+            ident = (row.window_start_ms, row.window_end_ms, row.key)
+            if ident not in best or row.revision > best[ident].revision:
+                best[ident] = row
+        return best
+
+
+class Batch(NamedTuple):
+    lines: Sequence[Line]
+    now_ms: int | None = None  # None: the arrival clock (newest mtime among the lines)
+
+
+def run_model(
+    batches: Iterable[Batch | Sequence[Line]], params: Params, drain: bool = False
+) -> ReferenceModel:
+    model = ReferenceModel(params)
+    for batch in batches:
+        if isinstance(batch, Batch):
+            model.process(batch.lines, batch.now_ms)
+        else:
+            model.process(batch)
+    if drain:
+        model.drain()
+    return model
+
+
+def sorted_items(mapping: Mapping[Any, Any]) -> tuple[tuple[Any, Any], ...]:
+    return tuple(sorted(mapping.items()))

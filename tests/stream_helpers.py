@@ -1,0 +1,503 @@
+"""Run the real speed layer (`BatchProcessor`) over hand-made micro-batches and read it back.
+
+Each batch is one or more JSONL files written to a temporary directory with a chosen
+modification time, read with the same reader the file source uses (whole text, file path and
+mtime from `_metadata`, then `streaming.source.split_lines`), so the job runs its real code
+path with the arrival clock: a batch's processing time is its newest file's mtime.
+
+Results come back as the reference model's row tuples (tests/reference_model.py), times as
+epoch milliseconds (converted in the JVM with unix_millis: collect() would give naive local
+datetimes) and source files as base names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import reference_model as M
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+APP_ID = "test-app"
+
+
+class InputFile(NamedTuple):
+    name: str  # base name, e.g. "b000-0.jsonl"
+    mtime_ms: int
+    lines: Sequence[str]
+
+
+def model_lines(files: Iterable[InputFile]) -> list[M.Line]:
+    """The model's view of a batch: every line with its file, 1-based line number and mtime."""
+    return [
+        M.Line(raw, f.name, number, f.mtime_ms)
+        for f in files
+        for number, raw in enumerate(f.lines, start=1)
+    ]
+
+
+def write_file(directory: Path, f: InputFile) -> str:
+    """Write the lines (newline-terminated) and set the file's mtime to `mtime_ms`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f.name
+    path.write_text("".join(line + "\n" for line in f.lines), encoding="utf-8")
+    ns = f.mtime_ms * 1_000_000
+    os.utime(path, ns=(ns, ns))
+    return str(path)
+
+
+def read_raw(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Raw lines of `paths` as the file source produces them."""
+    from streaming.source import split_lines
+
+    files = (
+        spark.read.format("text")
+        .option("wholetext", True)
+        .load(list(paths))
+        .select(
+            "value",
+            F.col("_metadata.file_path").alias("source_file"),
+            F.col("_metadata.file_modification_time").alias("source_mtime"),
+        )
+    )
+    return split_lines(files)
+
+
+def stream_params(warehouse: str, params: M.Params) -> Any:
+    from streaming.job import StreamParams
+
+    return StreamParams(
+        warehouse=warehouse,
+        window_ms=params.window_ms,
+        lateness_ms=params.lateness_ms,
+        allowed_lateness_ms=params.allowed_lateness_ms,
+        idle_timeout_ms=params.idle_timeout_ms,
+        max_clock_skew_ms=params.max_clock_skew_ms,
+        watermark_policy=params.policy,
+        arrival_clock=True,
+    )
+
+
+def run_processor(
+    spark: SparkSession,
+    warehouse: str,
+    input_dir: Path,
+    batches: Sequence[Sequence[InputFile]],
+    params: M.Params,
+    drain: bool = False,
+) -> None:
+    """Batch i = the files of batches[i], processed as micro-batch i; then drain if asked."""
+    from streaming.job import BatchProcessor
+
+    proc = BatchProcessor(spark, stream_params(warehouse, params))
+    proc.set_app_id(APP_ID)
+    for batch_id, files in enumerate(batches):
+        directory = input_dir / f"batch-{batch_id:03d}"
+        paths = [write_file(directory, f) for f in files]
+        proc.process(read_raw(spark, paths), batch_id)
+    if drain:
+        proc.drain()
+
+
+# -- reading the tables back ----------------------------------------------------------------
+def _ms(name: str) -> Column:
+    return F.unix_millis(F.col(name)).alias(name)
+
+
+def _base(name: str) -> Column:
+    return F.regexp_extract(F.col(name), r"([^/]+)$", 1).alias(name)
+
+
+def _table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
+    from tally.tables import read_table
+
+    return read_table(spark, warehouse, name)
+
+
+def _pairs(value: dict[Any, Any] | None) -> tuple[tuple[Any, Any], ...]:
+    return tuple(sorted((value or {}).items()))
+
+
+def read_events(spark: SparkSession, warehouse: str) -> list[M.EventRow]:
+    rows = (
+        _table(spark, warehouse, "events")
+        .select(
+            "event_id",
+            "key",
+            "amount",
+            _ms("event_time"),
+            "partition",
+            "extra",
+            "arrival_status",
+            "clock_skewed",
+            _base("source_file"),
+            "source_line",
+            "batch_id",
+        )
+        .collect()
+    )
+    return [
+        M.EventRow(
+            r.event_id,
+            r.key,
+            r.amount,
+            r.event_time,
+            r.partition,
+            _pairs(r.extra),
+            r.arrival_status,
+            r.clock_skewed,
+            r.source_file,
+            r.source_line,
+            r.batch_id,
+        )
+        for r in rows
+    ]
+
+
+def read_quarantine(spark: SparkSession, warehouse: str) -> list[M.QuarantineRow]:
+    rows = (
+        _table(spark, warehouse, "quarantine")
+        .select("raw_line", "reason", _base("source_file"), "source_line", "batch_id")
+        .collect()
+    )
+    return [M.QuarantineRow(*r) for r in rows]
+
+
+def read_late_events(spark: SparkSession, warehouse: str) -> list[M.LateRow]:
+    rows = (
+        _table(spark, warehouse, "late_events")
+        .select(
+            "event_id",
+            "key",
+            "amount",
+            _ms("event_time"),
+            "partition",
+            _ms("window_start"),
+            _ms("window_end"),
+            _ms("watermark_at_arrival"),
+            "lateness_ms",
+            "arrival_delay_ms",
+            "reason",
+            _base("source_file"),
+            "source_line",
+            "batch_id",
+        )
+        .collect()
+    )
+    return [M.LateRow(*r) for r in rows]
+
+
+def read_aggregates(spark: SparkSession, warehouse: str) -> list[M.AggregateRow]:
+    rows = (
+        _table(spark, warehouse, "stream_aggregates")
+        .select(
+            _ms("window_start"),
+            _ms("window_end"),
+            "key",
+            "event_count",
+            "amount_sum",
+            "revision",
+            _ms("emit_time"),
+            _ms("watermark_at_emit"),
+            "batch_id",
+        )
+        .collect()
+    )
+    return [M.AggregateRow(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class SparkProgress:
+    """The stream_progress columns the spec defines, in the model's terms."""
+
+    batch_id: int
+    now_ms: int
+    watermark_before_ms: int | None
+    watermark_after_ms: int | None
+    high_water: tuple[tuple[int, int], ...]
+    last_seen: tuple[tuple[int, int], ...]
+    idle: tuple[tuple[int, bool], ...]
+    input_lines: int
+    valid_events: int
+    on_time_events: int
+    allowed_late_events: int
+    late_events: int
+    duplicate_events: int
+    quarantined_lines: int
+    clock_skewed_events: int
+    windows_emitted: int
+    open_windows: int
+    drained: bool
+
+
+PROGRESS_FIELDS = tuple(SparkProgress.__dataclass_fields__)
+
+
+def model_progress(row: M.ProgressRow) -> SparkProgress:
+    values = row._asdict()
+    return SparkProgress(**{name: values[name] for name in PROGRESS_FIELDS})
+
+
+def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
+    def ms_map(name: str) -> Column:
+        return F.transform_values(name, lambda _k, v: F.unix_millis(v)).alias(name)
+
+    rows = (
+        _table(spark, warehouse, "stream_progress")
+        .select(
+            "batch_id",
+            F.unix_millis("processing_time").alias("now_ms"),
+            F.unix_millis("watermark_before").alias("watermark_before_ms"),
+            F.unix_millis("watermark_after").alias("watermark_after_ms"),
+            ms_map("partition_high_water"),
+            ms_map("partition_last_seen"),
+            "partition_idle",
+            "input_lines",
+            "valid_events",
+            "on_time_events",
+            "allowed_late_events",
+            "late_events",
+            "duplicate_events",
+            "quarantined_lines",
+            "clock_skewed_events",
+            "windows_emitted",
+            "open_windows",
+            "drained",
+        )
+        .orderBy("batch_id")
+        .collect()
+    )
+    return [
+        SparkProgress(
+            batch_id=r.batch_id,
+            now_ms=r.now_ms,
+            watermark_before_ms=r.watermark_before_ms,
+            watermark_after_ms=r.watermark_after_ms,
+            high_water=_pairs(r.partition_high_water),
+            last_seen=_pairs(r.partition_last_seen),
+            idle=_pairs(r.partition_idle),
+            input_lines=r.input_lines,
+            valid_events=r.valid_events,
+            on_time_events=r.on_time_events,
+            allowed_late_events=r.allowed_late_events,
+            late_events=r.late_events,
+            duplicate_events=r.duplicate_events,
+            quarantined_lines=r.quarantined_lines,
+            clock_skewed_events=r.clock_skewed_events,
+            windows_emitted=r.windows_emitted,
+            open_windows=r.open_windows,
+            drained=r.drained,
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Outputs:
+    events: list[M.EventRow]
+    quarantine: list[M.QuarantineRow]
+    late_events: list[M.LateRow]
+    aggregates: list[M.AggregateRow]
+    progress: list[SparkProgress]
+
+
+def read_outputs(spark: SparkSession, warehouse: str) -> Outputs:
+    return Outputs(
+        events=read_events(spark, warehouse),
+        quarantine=read_quarantine(spark, warehouse),
+        late_events=read_late_events(spark, warehouse),
+        aggregates=read_aggregates(spark, warehouse),
+        progress=read_progress(spark, warehouse),
+    )
+
+
+def model_outputs(model: M.ReferenceModel) -> Outputs:
+    return Outputs(
+        events=list(model.events),
+        quarantine=list(model.quarantine),
+        late_events=list(model.late_events),
+        aggregates=list(model.aggregates),
+        progress=[model_progress(p) for p in model.progress],
+    )
+
+
+def sort_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows in a canonical order (None sorts first), for order-free comparison."""
+    return sorted(rows, key=lambda row: tuple((v is not None, v) for v in row))
+
+
+# -- random streams (hypothesis) ------------------------------------------------------------
+T0_MS = 1_795_219_200_000  # 2026-11-21T00:00:00Z: every generated time is within minutes of it
+KEYS = ("k1", "k2", "k3")
+# Malformed lines of the kinds the contract names (tally.generate's kinds and a few more).
+MALFORMED = {
+    "empty_line": ("", "   "),
+    "invalid_json": ('{"event_id":"bad-1","key":"k1","amount":1', "[1,2]", "42", "null"),
+    "missing_event_id": ('{"key":"k1","amount":5,"event_time":"2026-11-21T00:00:01.000Z"}',),
+    "missing_key": ('{"event_id":"bad-2","amount":5,"event_time":"2026-11-21T00:00:01.000Z"}',),
+    "missing_amount": ('{"event_id":"bad-3","key":"k2","event_time":"2026-11-21T00:00:01Z"}',),
+    "amount_not_integer": (
+        '{"event_id":"bad-4","key":"k1","amount":12.5,"event_time":"2026-11-21T00:00:01Z"}',
+        '{"event_id":"bad-5","key":"k1","amount":"125","event_time":"2026-11-21T00:00:01Z"}',
+    ),
+    "missing_event_time": ('{"event_id":"bad-6","key":"k3","amount":5}',),
+    "bad_event_time": (
+        '{"event_id":"bad-7","key":"k1","amount":5,"event_time":"2026-11-21T00:00:01"}',
+        '{"event_id":"bad-8","key":"k1","amount":5,"event_time":"yesterday"}',
+    ),
+    "partition_not_integer": (
+        '{"event_id":"bad-9","key":"k1","amount":5,"event_time":0,"partition":"1"}',
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Stream:
+    params: M.Params
+    batches: list[list[InputFile]]
+    drain: bool
+
+    def model_batches(self) -> list[list[M.Line]]:
+        return [model_lines(files) for files in self.batches]
+
+    def run_model(self) -> M.ReferenceModel:
+        return M.run_model(self.model_batches(), self.params, drain=self.drain)
+
+    def describe(self) -> str:
+        """A readable dump for failure messages (the whole input and parameters)."""
+        out = [f"{self.params}, drain={self.drain}"]
+        for number, files in enumerate(self.batches):
+            for f in files:
+                out.append(f"batch {number} {f.name} mtime={f.mtime_ms - T0_MS} (T0+ms)")
+                out.extend(f"    {line}" for line in f.lines)
+        return "\n".join(out)
+
+
+def iso(ms: int, offset_minutes: int = 0) -> str:
+    """ISO-8601 with milliseconds and a zone (Z, or ±hh:mm shifting the wall clock)."""
+    from datetime import timedelta, timezone
+
+    zone = timezone(timedelta(minutes=offset_minutes))
+    value = M.EPOCH + timedelta(milliseconds=ms)
+    text = value.astimezone(zone).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    if offset_minutes == 0:
+        return text + "Z"
+    sign = "+" if offset_minutes > 0 else "-"
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    return f"{text}{sign}{hours:02d}:{minutes:02d}"
+
+
+def event_line(
+    event_id: str,
+    key: str,
+    amount: int,
+    time_ms: int,
+    partition: int | None,
+    time_style: str = "iso",
+    extra: dict[str, str] | None = None,
+) -> str:
+    import json
+
+    when: Any = {
+        "iso": lambda: iso(time_ms),
+        "offset": lambda: iso(time_ms, 330),
+        "negative_offset": lambda: iso(time_ms, -180),
+        "epoch": lambda: time_ms,
+    }[time_style]()
+    obj: dict[str, Any] = {"event_id": event_id, "key": key, "amount": amount, "event_time": when}
+    if partition is not None:
+        obj["partition"] = partition
+    obj.update(extra or {})
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def streams(
+    max_batches: int = 4,
+    max_lines: int = 8,
+    min_batches: int = 1,
+    min_lines: int = 0,
+    replays_change_time: bool = False,
+    monotone_now: bool = True,
+    policies: Sequence[str] = M.POLICIES,
+) -> Any:
+    """A hypothesis strategy of random streams.
+
+    Few keys, 2-3 partitions (one may lag, any may skip batches and go idle), times within
+    minutes of T0 on a 500 ms grid (so window boundaries are hit), replays of earlier lines
+    (same event time unless `replays_change_time`), a few malformed lines, one or two files
+    per batch, random parameters. Processing time (the newest mtime) never decreases unless
+    `monotone_now` is False. Hypothesis tries the simplest stream first (the minimum of
+    every draw), so a caller with few examples should set `min_batches`/`min_lines`.
+    """
+    from hypothesis import strategies as st
+
+    @st.composite
+    def build(draw: Any) -> Stream:
+        params = M.Params(
+            window_ms=draw(st.sampled_from([10_000, 30_000, 60_000])),
+            lateness_ms=draw(st.sampled_from([0, 5_000, 20_000])),
+            allowed_lateness_ms=draw(st.sampled_from([0, 10_000, 30_000])),
+            idle_timeout_ms=draw(st.sampled_from([0, 30_000, 90_000])),
+            max_clock_skew_ms=draw(st.sampled_from([5_000, 60_000])),
+            policy=draw(st.sampled_from(list(policies))),
+        )
+        partitions = draw(st.integers(2, 3))
+        lag_ms = [draw(st.sampled_from([0, 0, 15_000, 45_000])) for _ in range(partitions)]
+        now = T0_MS + draw(st.integers(0, 120)) * 500
+        sent: list[tuple[str, str, int, int, int]] = []  # id, key, amount, time, partition
+        batches: list[list[InputFile]] = []
+        next_id = 0
+        for number in range(draw(st.integers(min_batches, max_batches))):
+            if number:
+                low = 0 if monotone_now else -60
+                now += draw(st.integers(low, 180)) * 500
+            silent = draw(st.sets(st.integers(0, partitions - 1), max_size=partitions - 1))
+            lines: list[str] = []
+            for _ in range(draw(st.integers(min_lines, max_lines))):
+                roll = draw(st.integers(0, 99))  # 0 (the simplest draw) is a new event
+                if roll >= 92:
+                    kind = draw(st.sampled_from(sorted(MALFORMED)))
+                    lines.append(draw(st.sampled_from(MALFORMED[kind])))
+                elif roll >= 78 and sent:
+                    eid, key, amount, when, part = draw(st.sampled_from(sent))
+                    if draw(st.booleans()):
+                        part = draw(st.integers(0, partitions - 1))
+                    if replays_change_time and draw(st.booleans()):
+                        when += draw(st.integers(-240, 240)) * 500
+                    lines.append(event_line(eid, key, amount, when, part))
+                else:
+                    part = draw(st.integers(0, partitions - 1))
+                    if part in silent:
+                        continue
+                    delay = draw(st.integers(-30, 240)) * 500 + lag_ms[part]
+                    when = now - delay
+                    eid = f"e-{next_id}"
+                    next_id += 1
+                    key = draw(st.sampled_from(KEYS))
+                    amount = draw(st.integers(-1_000, 100_000))
+                    sent.append((eid, key, amount, when, part))
+                    style = draw(st.sampled_from(["iso", "iso", "iso", "epoch", "offset"]))
+                    extra = {"region": "eu-west"} if draw(st.integers(0, 9)) == 9 else None
+                    omit = part == 0 and draw(st.booleans())
+                    lines.append(
+                        event_line(eid, key, amount, when, None if omit else part, style, extra)
+                    )
+            if len(lines) >= 2 and draw(st.booleans()):
+                cut = draw(st.integers(1, len(lines) - 1))
+                early = now - draw(st.integers(0, 10)) * 500
+                files = [
+                    InputFile(f"b{number:03d}-0.jsonl", early, lines[:cut]),
+                    InputFile(f"b{number:03d}-1.jsonl", now, lines[cut:]),
+                ]
+                if draw(st.booleans()):  # the later-named file may be the older one
+                    files = [files[0]._replace(mtime_ms=now), files[1]._replace(mtime_ms=early)]
+            else:
+                files = [InputFile(f"b{number:03d}-0.jsonl", now, lines)]
+            batches.append(files)
+        return Stream(params, batches, drain=draw(st.booleans()))
+
+    return build()

@@ -1,0 +1,345 @@
+"""The reference model alone: the spec's worked example, then randomized properties.
+
+This is where bulk randomized testing goes: the model is plain Python and fast, so hypothesis
+runs hundreds of streams here; test_stream_properties then holds the Spark job to the model
+on a few streams.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+import reference_model as M
+import stream_helpers as H
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+S = 1_000  # the worked example is in seconds
+T0 = H.T0_MS
+
+
+def ev(event_id: str, partition: int, seconds: int, amount: int, key: str = "k") -> str:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "key": key,
+            "amount": amount,
+            "event_time": H.iso(T0 + seconds * S),
+            "partition": partition,
+        }
+    )
+
+
+def batch(number: int, now_s: int, *lines: str) -> list[M.Line]:
+    return [M.Line(raw, f"b{number}.jsonl", i + 1, T0 + now_s * S) for i, raw in enumerate(lines)]
+
+
+# The worked example of docs/semantics.md: W = 60 s, L = 10 s, G = 0, idle 60 s.
+EXAMPLE = [
+    batch(0, 30, ev("a", 0, 5, 100), ev("b", 1, 20, 50)),
+    batch(1, 90, ev("c", 0, 90, 7), ev("d", 1, 75, 9)),
+    batch(2, 100, ev("e", 0, 30, 1000), ev("f", 1, 110, 3), ev("c", 0, 90, 7)),
+    batch(3, 200, ev("g", 1, 190, 4)),
+]
+
+
+def example_params(**changes: Any) -> M.Params:
+    base = dict(window_ms=60 * S, lateness_ms=10 * S, allowed_lateness_ms=0, idle_timeout_ms=60 * S)
+    return M.Params(**{**base, **changes})
+
+
+def t(seconds: int) -> int:
+    return T0 + seconds * S
+
+
+def test_worked_example_table() -> None:
+    model = M.run_model(EXAMPLE, example_params())
+    statuses = [(e.event_id, e.batch_id, e.arrival_status) for e in model.events]
+    assert statuses == [
+        ("a", 0, "on_time"),
+        ("b", 0, "on_time"),
+        ("c", 1, "on_time"),
+        ("d", 1, "on_time"),
+        ("e", 2, "late"),
+        ("f", 2, "on_time"),
+        ("c", 2, "duplicate"),
+        ("g", 3, "on_time"),
+    ]
+    assert [p.now_ms for p in model.progress] == [t(30), t(90), t(100), t(200)]
+    assert [dict(p.high_water) for p in model.progress] == [
+        {0: t(5), 1: t(20)},
+        {0: t(90), 1: t(75)},
+        {0: t(90), 1: t(110)},
+        {0: t(90), 1: t(190)},
+    ]
+    assert [p.watermark_after_ms for p in model.progress] == [t(-5), t(65), t(80), t(180)]
+    assert [p.watermark_before_ms for p in model.progress] == [None, t(-5), t(65), t(80)]
+    assert dict(model.progress[3].idle) == {0: True, 1: False}  # 200 - 100 >= 60
+    assert [
+        (a.batch_id, a.window_start_ms, a.key, a.event_count, a.amount_sum, a.revision)
+        for a in model.aggregates
+    ] == [(1, t(0), "k", 2, 150, 1), (3, t(60), "k", 3, 19, 1)]
+    assert [a.window_end_ms - a.window_start_ms for a in model.aggregates] == [60 * S] * 2
+    assert [(a.emit_time_ms, a.watermark_at_emit_ms) for a in model.aggregates] == [
+        (t(90), t(65)),
+        (t(200), t(180)),
+    ]
+    [late] = model.late_events
+    assert (late.event_id, late.amount, late.window_start_ms, late.window_end_ms) == (
+        "e",
+        1000,
+        t(0),
+        t(60),
+    )
+    assert late.watermark_at_arrival_ms == t(65)
+    assert late.lateness_ms == 5_000
+    assert late.arrival_delay_ms == 70_000  # now 100 s, event at 30 s
+    assert late.reason == "window_closed"
+    assert late.batch_id == 2
+
+
+def test_worked_example_identity_and_drain() -> None:
+    model = M.run_model(EXAMPLE, example_params(), drain=True)
+    answer = model.answer()
+    # [0, 60): a, b, e = 1150 = stream 150 + late 1000.
+    assert answer[(t(0), t(60), "k")].amount_sum == 150
+    assert sum(e.amount for e in model.late_events if e.window_start_ms == t(0)) == 1000
+    # The drain emits the one window never emitted: [180, 240) with g.
+    drained = [a for a in model.aggregates if a.batch_id == 4]
+    assert [(a.window_start_ms, a.event_count, a.amount_sum, a.revision) for a in drained] == [
+        (t(180), 1, 4, 1)
+    ]
+    assert drained[0].watermark_at_emit_ms == M.DRAINED_WATERMARK_MS
+    assert model.progress[-1].drained
+    assert model.progress[-1].now_ms == t(200)  # no input: the previous processing time
+    with pytest.raises(M.DrainedError):
+        model.process(batch(5, 300, ev("h", 0, 290, 1)))
+
+
+def test_worked_example_allowed_lateness_revises() -> None:
+    # "with G >= 6 s it would instead have revised [0, 60) to revision 2 (1150)"
+    model = M.run_model(EXAMPLE, example_params(allowed_lateness_ms=6 * S))
+    assert [e.arrival_status for e in model.events if e.event_id == "e"] == ["allowed_late"]
+    assert not model.late_events
+    revisions = [
+        (a.batch_id, a.event_count, a.amount_sum, a.revision)
+        for a in model.aggregates
+        if a.window_start_ms == t(0)
+    ]
+    assert revisions == [(1, 2, 150, 1), (2, 3, 1150, 2)]
+
+
+def test_worked_example_allowed_lateness_boundary() -> None:
+    # end + G = 60 + 5 = 65 = WM_before: not revisable any more (end + G <= WM_before).
+    model = M.run_model(EXAMPLE, example_params(allowed_lateness_ms=5 * S))
+    [late] = model.late_events
+    assert (late.event_id, late.lateness_ms, late.reason) == ("e", 5_000, "beyond_allowed_lateness")
+
+
+def test_worked_example_global_max() -> None:
+    # "Under global-max the watermark after batch 1 would have been max(90, 75) - 10 = 80"
+    model = M.run_model(EXAMPLE, example_params(policy="global-max"))
+    assert model.progress[1].watermark_after_ms == t(80)
+
+
+def test_duplicate_within_a_batch_follows_arrival_order() -> None:
+    # Same id twice in one batch: the copy in the older file is the original, whatever the
+    # file names and line numbers say.
+    older = M.Line(ev("x", 0, 10, 1), "z.jsonl", 9, t(20))
+    newer = M.Line(ev("x", 0, 10, 2), "a.jsonl", 1, t(30))
+    model = M.run_model([[newer, older]], example_params())
+    status = {(e.source_file, e.amount): e.arrival_status for e in model.events}
+    assert status == {("z.jsonl", 1): "on_time", ("a.jsonl", 2): "duplicate"}
+
+
+def test_processing_time_never_decreases() -> None:
+    model = M.run_model(
+        [batch(0, 100, ev("a", 0, 95, 1)), batch(1, 50, ev("b", 0, 96, 1))], example_params()
+    )
+    assert [p.now_ms for p in model.progress] == [t(100), t(100)]
+
+
+def test_clock_skew_clips_high_water_but_counts_money() -> None:
+    params = example_params(max_clock_skew_ms=60 * S)
+    model = M.run_model([batch(0, 100, ev("a", 0, 1_000, 5), ev("b", 0, 90, 1))], params)
+    assert dict(model.progress[0].high_water) == {0: t(160)}  # now + S, not 1000 s
+    assert [e.clock_skewed for e in model.events] == [True, False]
+    model.drain()
+    assert sum(a.amount_sum for a in model.answer().values()) == 6
+
+
+# -- randomized properties of the model -----------------------------------------------------
+MODEL_SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+random_streams = H.streams(
+    max_batches=8, max_lines=12, replays_change_time=True, monotone_now=False
+)
+
+
+def window_totals(rows: Iterable[tuple[tuple[int, int, str], int]]) -> dict[Any, list[int]]:
+    totals: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+    for ident, amount in rows:
+        totals[ident][0] += 1
+        totals[ident][1] += amount
+    return totals
+
+
+def check_identity(model: M.ReferenceModel, closed_before: int) -> None:
+    """events (not duplicates) = latest revision + late, for windows ending <= closed_before."""
+    w = model.params.window_ms
+    logged = window_totals(
+        ((*M.window_of(e.event_time_ms, w), e.key), e.amount)
+        for e in model.events
+        if e.arrival_status != M.DUPLICATE
+    )
+    late = window_totals(
+        ((e.window_start_ms, e.window_end_ms, e.key), e.amount) for e in model.late_events
+    )
+    answer = model.answer()
+    for ident, (count, total) in logged.items():
+        if ident[1] > closed_before:
+            continue
+        latest = answer.get(ident)
+        stream = (latest.event_count, latest.amount_sum) if latest else (0, 0)
+        late_count, late_total = late.get(ident, [0, 0])
+        assert (count, total) == (stream[0] + late_count, stream[1] + late_total), ident
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_accounting_identity_after_drain(stream: H.Stream) -> None:
+    model = M.run_model(stream.model_batches(), stream.params, drain=True)
+    check_identity(model, M.DRAINED_WATERMARK_MS)
+    assert not model.windows
+    assert model.progress[-1].drained
+    assert model.progress[-1].watermark_after_ms == M.DRAINED_WATERMARK_MS
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_accounting_identity_for_closed_windows_without_drain(stream: H.Stream) -> None:
+    model = M.run_model(stream.model_batches(), stream.params)
+    wm = model.watermark_ms
+    if wm is not None:
+        check_identity(model, wm)
+    # Open state holds exactly the windows that can still change.
+    g = stream.params.allowed_lateness_ms
+    assert all(wm is None or end + g > wm for _, end, _ in model.windows)
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_no_event_is_both_late_and_counted(stream: H.Stream) -> None:
+    model = stream.run_model()
+    counted = {e.event_id for e in model.events if e.arrival_status in M.COUNTED}
+    late = [e.event_id for e in model.late_events]
+    assert len(late) == len(set(late))
+    assert not counted & set(late)
+    assert set(late) == {e.event_id for e in model.events if e.arrival_status == M.LATE}
+    g = stream.params.allowed_lateness_ms
+    for row in model.late_events:
+        assert row.lateness_ms == row.watermark_at_arrival_ms - row.window_end_ms >= g
+        assert row.reason == ("window_closed" if g == 0 else "beyond_allowed_lateness")
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_watermark_and_processing_time_are_monotone(stream: H.Stream) -> None:
+    model = stream.run_model()
+    previous: M.ProgressRow | None = None
+    for row in model.progress:
+        if previous is not None:
+            assert row.watermark_before_ms == previous.watermark_after_ms
+            assert row.now_ms >= previous.now_ms
+        if row.watermark_before_ms is not None:
+            assert row.watermark_after_ms is not None
+            assert row.watermark_after_ms >= row.watermark_before_ms
+        if row.regression_ms is not None:
+            assert row.watermark_after_ms == row.watermark_before_ms
+        # clipped high-water marks never run ahead of processing time + the skew bound
+        assert all(hw <= row.now_ms + stream.params.max_clock_skew_ms for _, hw in row.high_water)
+        previous = row
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_duplicates_are_never_counted(stream: H.Stream) -> None:
+    model = M.run_model(stream.model_batches(), stream.params, drain=True)
+    # Independent of the statuses: the first copy of each id in arrival order is the event.
+    arrival = sorted(
+        model.events,
+        key=lambda e: (e.batch_id, *_line_order(stream, e)),
+    )
+    first: dict[str, M.EventRow] = {}
+    for e in arrival:
+        first.setdefault(e.event_id, e)
+    originals = [e for e in model.events if e.arrival_status != M.DUPLICATE]
+    assert sorted(originals) == sorted(first.values())
+    answer = model.answer().values()
+    assert sum(a.event_count for a in answer) + len(model.late_events) == len(first)
+    assert sum(a.amount_sum for a in answer) + sum(e.amount for e in model.late_events) == sum(
+        e.amount for e in first.values()
+    )
+
+
+def _line_order(stream: H.Stream, e: M.EventRow) -> tuple[int, str, int]:
+    mtimes = {f.name: f.mtime_ms for files in stream.batches for f in files}
+    return (mtimes[e.source_file], e.source_file, e.source_line)
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_every_line_is_an_event_or_quarantined(stream: H.Stream) -> None:
+    model = stream.run_model()
+    lines = [
+        (b, ln.source_file, ln.source_line)
+        for b, batch_lines in enumerate(stream.model_batches())
+        for ln in batch_lines
+    ]
+    events = [(e.batch_id, e.source_file, e.source_line) for e in model.events]
+    quarantined = [(q.batch_id, q.source_file, q.source_line) for q in model.quarantine]
+    assert sorted(events + quarantined) == sorted(lines)
+    for row in model.progress:
+        assert row.input_lines == row.valid_events + row.quarantined_lines
+        assert row.valid_events == (
+            row.on_time_events + row.allowed_late_events + row.late_events + row.duplicate_events
+        )
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_emitted_revisions_are_consecutive_and_closed(stream: H.Stream) -> None:
+    model = M.run_model(stream.model_batches(), stream.params, drain=True)
+    by_window: dict[Any, list[M.AggregateRow]] = defaultdict(list)
+    wm_after = {p.batch_id: p.watermark_after_ms for p in model.progress}
+    for row in model.aggregates:
+        by_window[(row.window_start_ms, row.window_end_ms, row.key)].append(row)
+        assert row.window_end_ms <= row.watermark_at_emit_ms == wm_after[row.batch_id]
+    for rows in by_window.values():
+        assert [r.revision for r in rows] == list(range(1, len(rows) + 1))
+        assert len({r.batch_id for r in rows}) == len(rows)
+        assert [r.event_count for r in rows] == sorted(
+            {r.event_count for r in rows}
+        )  # strictly grows
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    amount=st.integers(-(2**63), 2**63 - 1),
+    ms=st.integers(-(2**40), 2**42),
+    offset=st.integers(-23 * 60, 23 * 60),
+)
+def test_model_parses_what_it_is_given(amount: int, ms: int, offset: int) -> None:
+    # Round trip of the contract's valid forms through the model's validation.
+    for when in (ms, H.iso(ms, offset)):
+        line = json.dumps({"event_id": "e", "key": "k", "amount": amount, "event_time": when})
+        parsed, reason = M.parse_line(line)
+        assert reason is None and parsed is not None
+        assert (parsed.amount, parsed.event_time_ms, parsed.partition) == (amount, ms, 0)

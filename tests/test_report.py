@@ -1,0 +1,366 @@
+"""The finance/audit report: exact money formatting, and a report rendered from hand-built
+tables, opened in headless Chromium (Debian's /usr/bin/chromium driven by Playwright; no
+browser download): headline figures, every chart a real loaded image, a screenshot saved to
+artifacts/report.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
+
+from expectations.report import (
+    ReportData,
+    ReportError,
+    add_commands,
+    build_report,
+    format_minor,
+    render_html,
+)
+from expectations.validate import write_results
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+# -- exact money ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("minor", "text"),
+    [
+        (0, "0.00"),
+        (5, "0.05"),
+        (-5, "-0.05"),
+        (100, "1.00"),
+        (-123_456, "-1,234.56"),
+        (123_606_790, "1,236,067.90"),
+        (2**63 - 1, "92,233,720,368,547,758.07"),  # beyond float precision, still exact
+    ],
+)
+def test_format_minor_is_exact(minor: int, text: str) -> None:
+    assert format_minor(minor) == text
+
+
+def test_format_minor_refuses_floats() -> None:
+    with pytest.raises(TypeError):
+        format_minor(12.5)  # type: ignore[arg-type]
+
+
+def test_curve_is_not_computed_without_data() -> None:
+    data = ReportData(
+        business_date=DAY,
+        now=NOW,
+        report_timezone="UTC",
+        headline={
+            k: 0
+            for k in (
+                "stream_count",
+                "stream_amount",
+                "batch_count",
+                "batch_amount",
+                "gap_count",
+                "gap_amount",
+                "explained_count",
+                "explained_amount",
+                "unexplained_count",
+                "unexplained_amount",
+                "unexplained_windows",
+                "windows",
+            )
+        },
+        late_event_rate=None,
+        max_lateness_ms=None,
+        per_window=[],
+        lateness_hist=[],
+        curve=None,
+        curve_source="not computed",
+        current_bound_ms=None,
+        recommended_bound_ms=None,
+        completeness_target=None,
+        worst_keys=[],
+        partitions=[],
+        validation=[],
+        data_docs_index=None,
+    )
+    page = render_html(data, "rows.csv")
+    assert "Curve: not computed" in page
+    assert page.count('src="data:image/png;base64,') == 5
+    assert "Not validated" in page
+
+
+# -- a rendered report ---------------------------------------------------------------------------
+
+HEADLINE = {
+    # stream / batch / gap = batch - stream / explained = late / unexplained = residual
+    "stream": ("10", "1,236,067.90"),
+    "batch": ("13", "1,236,201.35"),
+    "gap": ("3", "133.45"),
+    "explained": ("2", "133.44"),
+    "unexplained": ("1", "0.01"),
+}
+
+
+def _late(row: dict[str, Any], lateness_ms: int) -> dict[str, Any]:
+    """The late_events row of an events row (status late) that arrived `lateness_ms` late."""
+    epoch_ms = (row["event_time"] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    start = row["event_time"] - timedelta(milliseconds=epoch_ms % WINDOW_MS)
+    end = start + timedelta(milliseconds=WINDOW_MS)
+    dropped = ("arrival_status", "event_date", "clock_skewed", "source_mtime")
+    return {
+        **{k: v for k, v in row.items() if k not in dropped},
+        "window_start": start,
+        "window_end": end,
+        "watermark_at_arrival": end + timedelta(milliseconds=lateness_ms),
+        "lateness_ms": lateness_ms,
+        "arrival_delay_ms": 60_000,
+        "reason": "window_closed",
+    }
+
+
+def report_tables() -> dict[str, list[dict[str, Any]]]:
+    late_a = event("e-20", "k2", 12_345, "06:30:10", status="late", partition=1)
+    late_b = event("e-21", "k1", 999, "12:00:30", status="late", partition=1)
+    return {
+        "reconciliation": [
+            recon("00:10", "k1", stream=(3, 100_001), batch=(3, 100_001)),
+            recon("06:30", "k2", stream=(2, 50_000), batch=(3, 62_345), late=(1, 12_345)),
+            recon("12:00", "k1", batch=(1, 999), late=(1, 999), in_stream=False),
+            recon("18:45", "k3", stream=(5, 123_456_789), batch=(6, 123_456_790)),
+        ],
+        "reconciliation_summary": [
+            {
+                "business_date": DAY,
+                "windows": 4,
+                "stream_count": 10,
+                "stream_amount": 123_606_790,
+                "batch_count": 13,
+                "batch_amount": 123_620_135,
+                "gap_count": 3,
+                "gap_amount": 13_345,
+                "explained_count": 2,
+                "explained_amount": 13_344,
+                "unexplained_windows": 1,
+                "unexplained_count": 1,
+                "unexplained_amount": 1,
+                "late_events": 2,
+                "late_amount": 13_344,
+                "late_event_rate": 2 / 13,
+                "max_lateness_ms": 45_000,
+                "worst_keys": ["k3", "k2", "k1"],
+            }
+        ],
+        "reconciliation_runs": [
+            {
+                "business_date": DAY,
+                "run_time": NOW - timedelta(minutes=30),
+                "events_version": 0,
+                "stream_aggregates_version": 0,
+                "late_events_version": 0,
+                "window_ms": WINDOW_MS,
+                "report_timezone": "UTC",
+                "settings": json.dumps(
+                    {
+                        "lateness": "30s",
+                        "allowed_lateness": "0s",
+                        "window": "1m",
+                        "completeness_target": 99.9,
+                        "late_rate_warn": 0.001,
+                        "late_rate_fail": 0.01,
+                    }
+                ),
+            }
+        ],
+        "events": [
+            event("e-1", "k1", 100_001, "00:10:05"),
+            event("e-2", "k2", 50_000, "06:30:01"),
+            event("e-3", "k3", 123_456_789, "18:45:30", partition=1),
+            event("e-4", "k3", 1, "18:45:40", partition=2),
+            late_a,
+            late_b,
+        ],
+        "late_events": [_late(late_a, 4_000), _late(late_b, 45_000)],
+    }
+
+
+def validation_rows(docs_page: str) -> list[dict[str, Any]]:
+    base = {
+        "business_date": DAY,
+        "suite": "gap",
+        "column_name": None,
+        "kwargs": "{}",
+        "unexpected_count": None,
+        "element_count": None,
+        "exception": None,
+        "source_table": "reconciliation",
+        "source_version": 0,
+        "data_docs_page": docs_page,
+        "run_time": NOW,
+    }
+    return [
+        {
+            **base,
+            "check_name": "no_unexplained_windows",
+            "expectation": "expect_column_sum_to_be_between",
+            "success": False,
+            "severity": "critical",
+            "observed_value": "1",
+            "description": "At most 0 window(s) with status UNEXPLAINED.",
+        },
+        {
+            **base,
+            "check_name": "late_rate_warn",
+            "expectation": "expect_column_max_to_be_between",
+            "success": False,
+            "severity": "warning",
+            "observed_value": "0.15384615384615385",
+            "description": "Late-event rate at most 0.001 (warning).",
+        },
+        {
+            **base,
+            "check_name": "known_status",
+            "expectation": "expect_column_values_to_be_in_set",
+            "success": True,
+            "severity": "critical",
+            "observed_value": "0 of 4 rows unexpected",
+            "description": "Every status is one the batch layer defines.",
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def report(spark, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("report")
+    warehouse = str(root / "warehouse")
+    write_tables(spark, warehouse, report_tables())
+    # A stand-in Data Docs site (the GX runs are covered by test_expectations.py).
+    gx_root = root / "gx_root"
+    site = gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
+    (site / "validations").mkdir(parents=True)
+    (site / "index.html").write_text("<html><body>Data Docs</body></html>")
+    page = site / "validations" / "gap.html"
+    page.write_text("<html><body>gap suite</body></html>")
+    write_results(spark, warehouse, DAY, ["gap"], validation_rows(page.as_uri()))
+    path = build_report(spark, warehouse, DAY, root / "out", NOW, gx_root=str(gx_root))
+    return path, gx_root
+
+
+def test_report_files_and_csv(report) -> None:
+    path, _ = report
+    assert path.name == "report-2026-11-20.html"
+    with (path.parent / "reconciliation-2026-11-20.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["window_start"], r["key"], r["status"]) for r in rows] == [
+        ("2026-11-20T00:10:00.000Z", "k1", "MATCH"),
+        ("2026-11-20T06:30:00.000Z", "k2", "EXPLAINED_BY_LATE"),
+        ("2026-11-20T12:00:00.000Z", "k1", "MISSING_IN_STREAM"),
+        ("2026-11-20T18:45:00.000Z", "k3", "UNEXPLAINED"),
+    ]
+    assert sum(int(r["batch_amount"]) for r in rows) == 123_620_135  # integer minor units
+    page = path.read_text()
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert page.count('src="data:image/png;base64,') == 5  # self-contained
+
+
+def test_report_in_headless_chromium(report) -> None:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} missing: run scripts/install-browser.sh")
+    from playwright.sync_api import sync_playwright
+
+    path, gx_root = report
+    ARTIFACTS.mkdir(exist_ok=True)
+    requests: list[str] = []
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(path.parent / "chromium-profile"),  # a fresh user-data dir
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1200, "height": 900},
+        )
+        try:
+            page = context.new_page()
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            text = {
+                ident: page.inner_text(f"#{ident}")
+                for name in HEADLINE
+                for ident in (f"{name}-count", f"{name}-amount")
+            }
+            assert text == {
+                f"{name}-{kind}": value
+                for name, (count, amount) in HEADLINE.items()
+                for kind, value in (("count", count), ("amount", amount))
+            }
+            assert page.inner_text("#balance") == "UNEXPLAINED DIFFERENCES"
+            assert page.inner_text("#late-rate") == "15.385 %"
+            assert page.inner_text("#validation-verdict") == "FAILED"
+            assert page.inner_text("#current-bound") == "30s"
+            # the estimated curve: 2 of 13 events late, by 4 s and 45 s; target 99.9 %
+            # (30 s + 60 s: the smallest estimated bound admitting both late events)
+            assert page.inner_text("#recommended-bound") == "90s"
+            images = page.eval_on_selector_all(
+                "img", "imgs => imgs.map(i => [i.id, i.complete, i.naturalWidth])"
+            )
+            assert len(images) == 5
+            assert all(complete and width > 0 for _, complete, width in images), images
+            links = page.eval_on_selector_all("#validation a", "as => as.map(a => a.href)")
+            assert links and all(link.startswith("file://") for link in links)
+            assert (
+                page.get_attribute("#data-docs", "href")
+                == (gx_root / "gx/uncommitted/data_docs/local_site/index.html").resolve().as_uri()
+            )
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            context.close()
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+    # Nothing but the file itself and its embedded images was requested.
+    assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def _run(argv: list[str]) -> int:
+    import argparse
+
+    from tally.cli import _overrides
+    from tally.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="tally")
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    settings = load_settings(env={}, overrides=_overrides(args, args.setting_names))
+    return int(args.func(args, settings))
+
+
+def test_report_command_errors_are_one_line(spark, tmp_path, capsys) -> None:
+    assert _run(["report", "--date", "20-11-2026"]) == 2
+    assert capsys.readouterr().err == (
+        "tally: bad setting: date: expected YYYY-MM-DD, got '20-11-2026'\n"
+    )
+    warehouse = str(tmp_path / "empty")
+    code = _run(["report", "--date", "2026-11-20", "--warehouse", warehouse])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("tally: report: reconciliation: no Delta table at ")
+    with pytest.raises(ReportError, match="now: needs a time zone"):
+        build_report(spark, warehouse, DAY, tmp_path, datetime(2026, 1, 1))  # noqa: DTZ001

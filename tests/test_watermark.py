@@ -1,0 +1,230 @@
+"""advance_watermark (streaming/watermark.py), table-tested against hand-computed values.
+
+Times are seconds (x 1000 ms) as in the worked example of docs/semantics.md; L = 10 s and
+the idle timeout is 60 s unless a case says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import pytest
+
+from streaming.watermark import WatermarkState, advance_watermark
+
+S = 1_000
+L = 10 * S
+IDLE = 60 * S
+
+
+def state(wm: int | None, hw: dict[int, int], seen: dict[int, int]) -> WatermarkState:
+    return WatermarkState(
+        None if wm is None else wm * S,
+        {p: v * S for p, v in hw.items()},
+        {p: v * S for p, v in seen.items()},
+    )
+
+
+EMPTY = state(None, {}, {})
+
+
+class Case(NamedTuple):
+    why: str
+    prev: WatermarkState
+    batch_hw: dict[int, int]  # seconds
+    now: float  # seconds
+    wm: int | None  # expected watermark after, seconds
+    idle: dict[int, bool]
+    regression: int | None = None  # seconds
+    hw: dict[int, int] | None = None  # expected high-water marks, if the case checks them
+    policy: str = "partition-min"
+    lateness: int = L
+    idle_timeout: int = IDLE
+
+
+CASES = [
+    Case(
+        "first report: min(5, 20) - 10",
+        EMPTY,
+        {0: 5, 1: 20},
+        30,
+        -5,
+        {0: False, 1: False},
+        hw={0: 5, 1: 20},
+    ),
+    Case(
+        "min over partitions: min(90, 75) - 10",
+        state(-5, {0: 5, 1: 20}, {0: 30, 1: 30}),
+        {0: 90, 1: 75},
+        90,
+        65,
+        {0: False, 1: False},
+    ),
+    Case(
+        "a partition not yet known does not hold the watermark back",
+        EMPTY,
+        {0: 50},
+        60,
+        40,
+        {0: False},
+    ),
+    Case(
+        "a new partition far behind: the computed value regresses, kept and reported",
+        state(40, {0: 50}, {0: 60}),
+        {1: 10},
+        70,
+        40,
+        {0: False, 1: False},
+        regression=40,
+        hw={0: 50, 1: 10},
+    ),
+    Case(
+        "idle partition excluded: p0 silent 100 s >= 60 s",
+        state(80, {0: 90, 1: 110}, {0: 100, 1: 100}),
+        {1: 190},
+        200,
+        180,
+        {0: True, 1: False},
+    ),
+    Case(
+        "idle exactly at the timeout (now - seen == timeout)",
+        state(80, {0: 90, 1: 110}, {0: 100, 1: 100}),
+        {1: 190},
+        160,
+        180,
+        {0: True, 1: False},
+    ),
+    Case(
+        "one ms short of the timeout is still active",
+        state(80, {0: 90, 1: 110}, {0: 100, 1: 100}),
+        {1: 190},
+        159.999,
+        80,
+        {0: False, 1: False},
+    ),
+    Case(
+        "idle partition rejoining holds the watermark again: min(95, 190) - 10 < 180",
+        state(180, {0: 90, 1: 190}, {0: 100, 1: 200}),
+        {0: 95},
+        210,
+        180,
+        {0: False, 1: False},
+        regression=95,
+        hw={0: 95, 1: 190},
+    ),
+    Case(
+        "global-max: max(90, 75) - 10, the lagging partition does not hold it",
+        state(-5, {0: 5, 1: 20}, {0: 30, 1: 30}),
+        {0: 90, 1: 75},
+        90,
+        80,
+        {0: False, 1: False},
+        policy="global-max",
+    ),
+    Case(
+        "global-max ignores idleness (all idle still advances)",
+        state(80, {0: 90, 1: 110}, {0: 100, 1: 100}),
+        {},
+        500,
+        100,
+        {0: True, 1: True},
+        policy="global-max",
+    ),
+    Case(
+        "a lower batch high-water mark does not lower hw; equal candidate is no regression",
+        state(80, {0: 90}, {0: 100}),
+        {0: 30},
+        110,
+        80,
+        {0: False},
+        hw={0: 90},
+    ),
+    Case(
+        "idle_timeout 0 disables idleness",
+        state(80, {0: 90, 1: 500}, {0: 100, 1: 1000}),
+        {1: 1_000},
+        10_000,
+        80,
+        {0: False, 1: False},
+        idle_timeout=0,
+    ),
+    Case(
+        "all partitions idle: no candidate, the watermark stays",
+        state(80, {0: 90, 1: 110}, {0: 100, 1: 100}),
+        {},
+        500,
+        80,
+        {0: True, 1: True},
+    ),
+    Case(
+        "all idle before any watermark: stays none",
+        state(None, {0: 90}, {0: 100}),
+        {},
+        500,
+        None,
+        {0: True},
+    ),
+    Case("no partition known at all: stays none", EMPTY, {}, 500, None, {}),
+    Case(
+        "L = 0: the watermark is the slowest active partition's high-water mark",
+        EMPTY,
+        {0: 7, 1: 3},
+        10,
+        3,
+        {0: False, 1: False},
+        lateness=0,
+    ),
+    Case(
+        "a partition sending this batch is never idle, even with a tiny timeout",
+        state(0, {0: 10, 1: 10}, {0: 0, 1: 0}),
+        {0: 20, 1: 30},
+        100,
+        10,
+        {0: False, 1: False},
+        idle_timeout=1,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.why for c in CASES])
+def test_advance_watermark(case: Case) -> None:
+    now = round(case.now * S)
+    out = advance_watermark(
+        case.prev,
+        {p: v * S for p, v in case.batch_hw.items()},
+        now,
+        case.lateness,
+        case.idle_timeout,
+        case.policy,
+    )
+    assert out.state.watermark_ms == (None if case.wm is None else case.wm * S)
+    assert out.idle == case.idle
+    assert out.regression_ms == (None if case.regression is None else case.regression * S)
+    if case.hw is not None:
+        assert dict(out.state.high_water_ms) == {p: v * S for p, v in case.hw.items()}
+    for partition in case.batch_hw:  # seen_p = now for every partition of the batch
+        assert out.state.last_seen_ms[partition] == now
+    for partition, seen in case.prev.last_seen_ms.items():
+        if partition not in case.batch_hw:
+            assert out.state.last_seen_ms[partition] == seen
+
+
+def test_regression_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    case = next(c for c in CASES if c.regression is not None)
+    with caplog.at_level(logging.INFO, logger="streaming.watermark"):
+        advance_watermark(
+            case.prev, {p: v * S for p, v in case.batch_hw.items()}, round(case.now * S), L, IDLE
+        )
+    assert "regression" in caplog.text
+
+
+def test_previous_state_is_not_mutated() -> None:
+    prev = state(80, {0: 90}, {0: 100})
+    advance_watermark(prev, {0: 200, 1: 300}, 300 * S, L, IDLE)
+    assert prev == state(80, {0: 90}, {0: 100})
+
+
+def test_unknown_policy_is_rejected() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        advance_watermark(EMPTY, {0: 1}, 1, L, IDLE, "newest")

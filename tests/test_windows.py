@@ -1,0 +1,122 @@
+"""Window arithmetic (tally/windows.py), table-tested: the pure version and the Column version."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import reduce
+from typing import NamedTuple
+
+import pytest
+
+from tally.windows import window_range_ms, window_start_col, window_start_ms, with_window
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+
+
+def ms(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, micro: int = 0
+) -> int:
+    """Epoch ms of a UTC wall-clock time: datetime(...) - 1970-01-01."""
+    value = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+    return (value - EPOCH) // timedelta(milliseconds=1)
+
+
+class Case(NamedTuple):
+    why: str
+    window_ms: int
+    t_ms: int
+    start_ms: int  # computed by hand (or from calendar arithmetic), never by the code
+
+
+CASES = [
+    Case("the epoch itself starts a window", MINUTE, 0, 0),
+    Case("last millisecond of the first window", MINUTE, MINUTE - 1, 0),
+    Case("an exact boundary belongs to the next window", MINUTE, MINUTE, MINUTE),
+    Case("one ms past a boundary", MINUTE, MINUTE + 1, MINUTE),
+    Case(
+        "a real time: 09:42:17.125 is in [09:42, 09:43)",
+        MINUTE,
+        ms(2026, 11, 21, 9, 42, 17, 125_000),
+        ms(2026, 11, 21, 9, 42),
+    ),
+    Case(
+        "a real boundary: 09:43:00.000 opens [09:43, 09:44)",
+        MINUTE,
+        ms(2026, 11, 21, 9, 43),
+        ms(2026, 11, 21, 9, 43),
+    ),
+    Case("one ms before 1970 is in the window ending at the epoch", MINUTE, -1, -MINUTE),
+    Case("a pre-1970 exact boundary starts its own window", MINUTE, -MINUTE, -MINUTE),
+    Case("one ms before a pre-1970 boundary", MINUTE, -MINUTE - 1, -2 * MINUTE),
+    Case(
+        "pre-1970 hour window (floor, not truncation toward zero)",
+        HOUR,
+        ms(1969, 12, 31, 23, 30),
+        ms(1969, 12, 31, 23),
+    ),
+    Case("long before 1970", HOUR, ms(1900, 3, 1, 12, 59, 59, 999_000), ms(1900, 3, 1, 12)),
+    Case("1 ms windows: every millisecond is its own window", 1, 12_345, 12_345),
+    Case("1 ms windows before 1970", 1, -7, -7),
+    Case(
+        "day windows align to UTC midnight",
+        DAY,
+        ms(2026, 11, 21, 23, 59, 59, 999_000),
+        ms(2026, 11, 21),
+    ),
+    Case(
+        "week windows align to the epoch, a Thursday: Sat 21 Nov -> Thu 19 Nov",
+        7 * DAY,
+        ms(2026, 11, 21, 9, 42),
+        ms(2026, 11, 19),
+    ),
+    Case("W not dividing a minute: 7 s windows", 7_000, 20_000, 14_000),
+    Case("7 s windows before 1970", 7_000, -1, -7_000),
+    Case(
+        "large W (10^12 ms, ~31.7 years): 2026 is in [2001-09-09T01:46:40Z, ...)",
+        10**12,
+        ms(2026, 11, 21),
+        10**12,
+    ),
+    Case("large W before 1970", 10**12, -1, -(10**12)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.why for c in CASES])
+def test_window_start_pure(case: Case) -> None:
+    assert window_start_ms(case.t_ms, case.window_ms) == case.start_ms
+    assert window_range_ms(case.t_ms, case.window_ms) == (
+        case.start_ms,
+        case.start_ms + case.window_ms,
+    )
+
+
+def test_column_version_agrees_with_the_table(spark) -> None:
+    """with_window / window_start_col in the JVM, all cases in one Spark job."""
+    from pyspark.sql import functions as F
+
+    frames = [
+        with_window(
+            spark.range(1).select(
+                F.lit(i).alias("case"), F.timestamp_millis(F.lit(c.t_ms)).alias("event_time")
+            ),
+            c.window_ms,
+        ).withColumn("start_col", window_start_col(F.col("event_time"), c.window_ms))
+        for i, c in enumerate(CASES)
+    ]
+    rows = (
+        reduce(lambda a, b: a.unionByName(b), frames)
+        .select(
+            "case",
+            F.unix_millis("window_start").alias("start"),
+            F.unix_millis("window_end").alias("end"),
+            F.unix_millis("start_col").alias("start_col"),
+        )
+        .collect()
+    )
+    got = {r["case"]: (r["start"], r["end"], r["start_col"]) for r in rows}
+    expected = {i: (c.start_ms, c.start_ms + c.window_ms, c.start_ms) for i, c in enumerate(CASES)}
+    mismatches = {
+        CASES[i].why: (got.get(i), want) for i, want in expected.items() if got.get(i) != want
+    }
+    assert not mismatches
