@@ -1,0 +1,1 @@
+"""The tally orchestration package: DAG files, their shared wiring and the Spark application."""

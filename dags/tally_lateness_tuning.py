@@ -1,0 +1,42 @@
+"""
+### tally lateness tuning
+
+Weekly (`TALLY_TUNING_SCHEDULE`, Mondays 03:00): replays the arrivals of the week's business
+dates from the `events` log through the lateness curve (`batch.curve`): completeness and emit
+latency per lateness bound. Records the smallest bound reaching `completeness_target` in the
+Delta table `lateness_recommendations` (one row per week, replaced on re-run) and alerts when
+the configured `lateness` falls short of the target.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from airflow.sdk import dag
+
+from dags.common import default_args, stage_task, start_date_for, weekly_timetable
+from tally.settings import load_settings
+
+_settings = load_settings()
+
+
+@dag(
+    dag_id="tally_lateness_tuning",
+    schedule=weekly_timetable(_settings),
+    start_date=start_date_for(date(2026, 11, 16), _settings.report_timezone),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=4),
+    default_args=default_args(),
+    tags=["tally", "lateness", "weekly"],
+    doc_md=__doc__,
+)
+def tally_lateness_tuning() -> None:
+    stage_task(
+        "tune",
+        "tune_lateness",
+        doc_md="Lateness curve over the week's events; record the recommended bound.",
+    )
+
+
+tally_lateness_tuning()

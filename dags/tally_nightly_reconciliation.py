@@ -1,0 +1,80 @@
+"""
+### tally nightly reconciliation
+
+Audits one **business date** per run: the date of the run's `data_interval_start` (in
+`report_timezone`). Intervals run 00:30 to 00:30 (`TALLY_NIGHTLY_SCHEDULE`), so the run for a
+date starts just after it ended.
+
+1. **wait_for_stream_watermark**: sensor (reschedule mode) until the stream's watermark in
+   `stream_progress` passed the end of the day plus the allowed lateness. A stalled stream
+   makes it time out (`TALLY_SENSOR_TIMEOUT`) with a critical alert.
+2. **reaggregate**: re-aggregate the date from the pinned `events` log and diff it against the
+   stream (`batch_aggregates`, `reconciliation`, `reconciliation_summary`,
+   `reconciliation_runs`).
+3. **validate**: Great Expectations on the date's tables; a failed expectation fails the run
+   (no retry) and writes an alert: what, observed, threshold, link.
+4. **build_report**: the date's report.
+5. **publish**: publishes the report; updates the Asset `tally_reconciliation`.
+
+Every write replaces exactly the date, so re-runs and back-fills
+(`airflow backfill create --dag-id tally_nightly_reconciliation --from-date ... --to-date ...`)
+are idempotent. Catch-up is on from `TALLY_NIGHTLY_START`. Failures alert through
+`tally.alerts` (the `alerts` table, plus SMTP/Slack when configured).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import chain, dag
+
+from dags.common import (
+    daily_timetable,
+    default_args,
+    first_business_date,
+    reconciliation_asset,
+    stage_task,
+    start_date_for,
+    watermark_sensor,
+)
+from tally.settings import load_settings
+
+_settings = load_settings()
+
+
+@dag(
+    dag_id="tally_nightly_reconciliation",
+    schedule=daily_timetable(_settings),
+    start_date=start_date_for(first_business_date(), _settings.report_timezone),
+    catchup=True,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=12),
+    default_args=default_args(),
+    tags=["tally", "reconciliation", "nightly"],
+    doc_md=__doc__,
+)
+def tally_nightly_reconciliation() -> None:
+    chain(
+        watermark_sensor(),
+        stage_task(
+            "reaggregate",
+            "reaggregate",
+            doc_md="Re-aggregate the business date from the event log and diff it against "
+            "the stream.",
+        ),
+        stage_task(
+            "validate",
+            "validate",
+            doc_md="Great Expectations on the date's tables; a breach fails with an alert.",
+        ),
+        stage_task("report", "build_report", doc_md="Build the business date's report."),
+        stage_task(
+            "publish",
+            "publish",
+            outlets=[reconciliation_asset(_settings)],
+            doc_md="Publish the report; emits the `tally_reconciliation` asset event.",
+        ),
+    )
+
+
+tally_nightly_reconciliation()

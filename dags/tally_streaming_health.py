@@ -1,0 +1,47 @@
+"""
+### tally streaming health
+
+Every five minutes (`TALLY_HEALTH_SCHEDULE`) reads the newest `stream_progress` rows of the
+running query and alerts (the `alerts` table, plus SMTP/Slack when configured) when:
+
+* the **watermark lag** exceeds `TALLY_HEALTH_LAG_FACTOR` (3) x its steady state (the median
+  lag of the recent batches) and `TALLY_HEALTH_MIN_LAG` (1m);
+* the **late-event rate** over the recent batches crosses `late_rate_warn` (warning) or
+  `late_rate_fail` (error);
+* a **partition is idle** longer than `TALLY_HEALTH_IDLE_MAX` (10m of processing time);
+* the **partition spread** grew in each of the last `TALLY_HEALTH_SPREAD_BATCHES` (5) batches
+  and ended above the lateness bound.
+
+Error-level findings fail the run (shown red); warnings only alert.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import dag
+
+from dags.common import default_args, env_value, stage_task
+
+
+@dag(
+    dag_id="tally_streaming_health",
+    schedule=env_value("TALLY_HEALTH_SCHEDULE"),
+    start_date=datetime(2026, 11, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(minutes=10),
+    # A check every five minutes: one quick retry for infrastructure hiccups, then the next run.
+    default_args={**default_args(), "retries": 1, "retry_delay": timedelta(minutes=1)},
+    tags=["tally", "streaming", "monitoring"],
+    doc_md=__doc__,
+)
+def tally_streaming_health() -> None:
+    stage_task(
+        "health",
+        "check_stream_health",
+        doc_md="Evaluate the recent stream progress; record and send alerts.",
+    )
+
+
+tally_streaming_health()
