@@ -55,11 +55,13 @@ def stream_watermark_ms(spark: Any, warehouse: str) -> int | None:
 
 
 def wait_condition(settings: Settings, business_date: date, spark: Any = None) -> WaitResult:
-    """Ready once the stream's watermark passed the end of the day plus allowed lateness:
-    after that no on-time or allowed-late event of the day can still change a window."""
+    """Ready once the stream's watermark passed the end of the day's last window plus allowed
+    lateness: after that no on-time or allowed-late event can still change one of the day's
+    windows. A window belongs to the date its start falls on, so the last one ends up to one
+    window length after midnight."""
     spark = spark or _session(settings, "tally-wait")
     needed = business_day_end(business_date, settings.report_timezone) + timedelta(
-        milliseconds=settings.allowed_lateness
+        milliseconds=settings.window + settings.allowed_lateness
     )
     watermark = stream_watermark_ms(spark, settings.warehouse)
     if watermark is None:
