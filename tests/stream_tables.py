@@ -1,0 +1,297 @@
+"""Read-back helpers for the speed layer's tests: input files parsed in plain Python, Delta
+tables collected with times as epoch milliseconds, the accounting identity as a DataFrame,
+and a supervised `tally stream` subprocess for fault injection.
+
+Times are converted in the JVM (unix_millis): collect() would give naive local datetimes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import MapType, TimestampType
+
+from tally import tables as T
+from tally.windows import WINDOW_KEY, with_window
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+T0 = datetime(2026, 11, 20, tzinfo=UTC)
+T0_MS = (T0 - EPOCH) // timedelta(milliseconds=1)
+DRAINED_MS = 253402300799999
+
+# --- the contract, independently of tally/events.py -----------------------------------------
+
+_ZONED_ISO = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$"
+)
+
+
+def iso_ms(text: str) -> int:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(text)
+    return (value - EPOCH) // timedelta(milliseconds=1)
+
+
+def classify_line(line: str) -> tuple[str | None, dict[str, Any] | None]:
+    """(quarantine reason, None) or (None, parsed object): docs/semantics.md, in its order."""
+    if line.strip() == "":
+        return "empty_line", None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return "invalid_json", None
+    if not isinstance(obj, dict):
+        return "invalid_json", None
+
+    def blank(name: str) -> bool:
+        value = obj.get(name)
+        return value is None or (isinstance(value, str) and value.strip() == "")
+
+    if blank("event_id"):
+        return "missing_event_id", None
+    if blank("key"):
+        return "missing_key", None
+    if obj.get("amount") is None:
+        return "missing_amount", None
+    amount = obj["amount"]
+    if isinstance(amount, bool) or not isinstance(amount, int) or not -(2**63) <= amount < 2**63:
+        return "amount_not_integer", None
+    when = obj.get("event_time")
+    if when is None:
+        return "missing_event_time", None
+    if isinstance(when, bool) or not isinstance(when, int | str):
+        return "bad_event_time", None
+    if isinstance(when, str):
+        if not _ZONED_ISO.match(when):
+            return "bad_event_time", None
+        try:
+            iso_ms(when)
+        except ValueError:
+            return "bad_event_time", None
+    part = obj.get("partition")
+    if part is not None and (isinstance(part, bool) or not isinstance(part, int)):
+        return "partition_not_integer", None
+    return None, obj
+
+
+@dataclass(frozen=True)
+class InputLine:
+    file: str  # base name
+    number: int  # 1-based
+    text: str
+    reason: str | None
+    obj: dict[str, Any] | None
+
+
+def read_input(directory: str | Path) -> list[InputLine]:
+    """Every line of every input file (Spark's view: `_`/`.` files are hidden)."""
+    out: list[InputLine] = []
+    for path in sorted(Path(directory).iterdir()):
+        if path.name.startswith(("_", ".")) or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if text == "":
+            continue
+        body = text[:-1] if text.endswith("\n") else text
+        for number, line in enumerate(body.split("\n"), start=1):
+            reason, obj = classify_line(line)
+            out.append(InputLine(path.name, number, line, reason, obj))
+    return out
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+def read(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
+    return T.read_table(spark, warehouse, name)
+
+
+def base_name(col: str = "source_file") -> Column:
+    return F.regexp_extract(F.col(col), r"([^/]+)$", 1)
+
+
+def _ms_columns(df: DataFrame) -> list[Column]:
+    cols: list[Column] = []
+    for f in df.schema.fields:
+        if isinstance(f.dataType, TimestampType):
+            cols.append(F.unix_millis(F.col(f.name)).alias(f.name))
+        elif isinstance(f.dataType, MapType) and isinstance(f.dataType.valueType, TimestampType):
+            cols.append(F.transform_values(f.name, lambda _k, v: F.unix_millis(v)).alias(f.name))
+        elif f.name == "source_file":
+            cols.append(base_name().alias(f.name))
+        else:
+            cols.append(F.col(f.name))
+    return cols
+
+
+def collect(df: DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts; timestamps (also map values) as epoch ms; source_file as base name."""
+    return [r.asDict() for r in df.select(*_ms_columns(df)).collect()]
+
+
+def collect_table(spark: SparkSession, warehouse: str, name: str) -> list[dict[str, Any]]:
+    return collect(read(spark, warehouse, name))
+
+
+def latest_revisions(aggregates: DataFrame) -> DataFrame:
+    """The stream's answer per (window, key): its highest revision."""
+    top = F.row_number().over(Window.partitionBy(*WINDOW_KEY).orderBy(F.col("revision").desc()))
+    return aggregates.withColumn("_top", top).where(F.col("_top") == 1).drop("_top")
+
+
+def identity_check(spark: SparkSession, warehouse: str, window_ms: int) -> DataFrame:
+    """One row per (window, key) seen anywhere, with both sides of the accounting identity.
+
+    events (non-duplicate) = latest stream revision + late_events, for count and sum.
+    Computed with joins and aggregates only (nothing collected).
+    """
+    events = (
+        read(spark, warehouse, "events")
+        .where(F.col("arrival_status") != "duplicate")
+        .transform(lambda df: with_window(df, window_ms))
+        .groupBy(*WINDOW_KEY)
+        .agg(F.count(F.lit(1)).alias("ev_count"), F.sum("amount").alias("ev_sum"))
+    )
+    stream = latest_revisions(read(spark, warehouse, "stream_aggregates")).select(
+        *WINDOW_KEY,
+        F.col("event_count").alias("st_count"),
+        F.col("amount_sum").alias("st_sum"),
+    )
+    late = (
+        read(spark, warehouse, "late_events")
+        .groupBy(*WINDOW_KEY)
+        .agg(F.count(F.lit(1)).alias("late_count"), F.sum("amount").alias("late_sum"))
+    )
+    joined = events.join(stream, list(WINDOW_KEY), "full_outer").join(
+        late, list(WINDOW_KEY), "full_outer"
+    )
+    zero = F.lit(0).cast("long")
+    return joined.select(
+        *WINDOW_KEY,
+        *[F.coalesce(c, zero).alias(c) for c in ("ev_count", "ev_sum", "st_count", "st_sum")],
+        *[F.coalesce(c, zero).alias(c) for c in ("late_count", "late_sum")],
+    ).withColumn(
+        "ok",
+        (F.col("ev_count") == F.col("st_count") + F.col("late_count"))
+        & (F.col("ev_sum") == F.col("st_sum") + F.col("late_sum")),
+    )
+
+
+# --- a supervised `tally stream` process ---------------------------------------------------
+
+
+def delta_version(warehouse: str | Path, table: str) -> int:
+    """Newest committed version of a local Delta table (-1 if it does not exist yet)."""
+    log = Path(warehouse) / table / "_delta_log"
+    if not log.is_dir():
+        return -1
+    versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()]
+    return max(versions, default=-1)
+
+
+def delta_versions(warehouse: str | Path) -> dict[str, int]:
+    return {t.name: delta_version(warehouse, t.name) for t in T.STREAMING_TABLES}
+
+
+def stream_command(input_dir: str, warehouse: str, drain: bool = False) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "tally.cli",
+        "stream",
+        "--input",
+        input_dir,
+        "--warehouse",
+        warehouse,
+        "--window",
+        "60s",
+        "--lateness",
+        "30s",
+        "--max-files-per-trigger",
+        "2",
+        "--available-now",
+        "--clock",
+        "arrival",
+        "--spark-master",
+        "local[2]",
+        "--shuffle-partitions",
+        "2",
+    ]
+    return [*cmd, "--drain"] if drain else cmd
+
+
+class StreamProcess:
+    """`tally stream` in its own process group, so a kill takes the JVM and workers with it."""
+
+    def __init__(self, cmd: list[str], log_path: Path):
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 (closed in wait/kill)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group (python driver, JVM, python workers) at once."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._log.close()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"stream did not finish in {timeout} s\n{self.tail()}") from None
+        # The JVM may outlive its driver for a moment; nothing of the group may keep writing.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+        return rc
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill_when(self, condition: Callable[[], bool], timeout: float, poll: float = 0.02) -> bool:
+        """Poll `condition`; SIGKILL as soon as it holds. False if the process ended first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                self.kill()
+                return True
+            if not self.running():
+                self.wait(5)
+                return False
+            time.sleep(poll)
+        self.kill()
+        raise AssertionError(f"kill condition not reached in {timeout} s\n{self.tail()}")
