@@ -13,6 +13,7 @@ expectation raises `AlertRaised`), `report`, `publish` (tally.nightly); `health`
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from pathlib import PurePath
@@ -49,6 +50,20 @@ def period_of(start: datetime, end: datetime, report_timezone: str) -> tuple[dat
     return first, max(first, last)
 
 
+def _threshold(row: Mapping[str, Any]) -> str:
+    """`expect_column_max_to_be_between max_value=600000` from a validation_results row."""
+    try:
+        kwargs = json.loads(row.get("kwargs") or "{}")
+    except (TypeError, ValueError):
+        kwargs = {}
+    bounds = " ".join(
+        f"{k}={v}"
+        for k, v in sorted(kwargs.items())
+        if k not in ("catch_exceptions", "column", "result_format", "include_config", "meta")
+    )
+    return f"{row.get('expectation') or ''} {bounds}".strip()
+
+
 def _row_alert(row: Mapping[str, Any], link: str) -> Alert:
     """An alert for one failed `validation_results` row (expectations.validate)."""
     check = row.get("description") or row.get("check_name") or row.get("expectation")
@@ -58,7 +73,7 @@ def _row_alert(row: Mapping[str, Any], link: str) -> Alert:
         what=f"data quality: {suite + ': ' if suite else ''}{check}"
         + (f" (column {column})" if column else ""),
         observed=str(row.get("observed_value") or ""),
-        threshold=f"{row.get('expectation', '')} {row.get('kwargs', '')}".strip(),
+        threshold=_threshold(row),
         severity="error",
         report_link=str(row.get("data_docs_page") or link),
     )

@@ -33,6 +33,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -356,7 +357,7 @@ def report_link_for(settings: Settings, business_date: date | None) -> str:
 
         finder = getattr(nightly, "report_path", None)
         if finder is not None:
-            return str(finder(settings, business_date))
+            return Path(finder(settings, business_date)).resolve().as_uri()
     except Exception:
         pass
     return ""

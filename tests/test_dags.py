@@ -329,7 +329,7 @@ def test_validation_outcome_becomes_alerts() -> None:
                 "suite": "gap",
                 "check_name": "unexplained_windows",
                 "expectation": "expect_x",
-                "kwargs": '{"max_value": 0}',
+                "kwargs": '{"catch_exceptions": true, "column": "status", "max_value": 0}',
                 "success": False,
                 "severity": "critical",
                 "observed_value": "1",
@@ -349,7 +349,7 @@ def test_validation_outcome_becomes_alerts() -> None:
     (alert,) = validation_alerts(failed)
     assert alert.what == "data quality: gap: unexplained_windows (column status)"
     assert (alert.observed, alert.report_link) == ("1", "/gx/index.html")
-    assert alert.threshold == 'expect_x {"max_value": 0}'
+    assert alert.threshold == "expect_x max_value=0"
 
 
 def test_no_channel_is_used_unless_configured() -> None:
