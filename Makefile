@@ -48,6 +48,9 @@ test-fast: install ## pytest without the slow end-to-end tests
 demo: install ## generate a day of events, stream it, reconcile, print the summary
 	scripts/demo.sh
 
+airflow: install ## start Airflow locally with tally's DAGs (prints the URL and how to log in)
+	scripts/airflow.sh
+
 bench: install ## full benchmarks into docs/benchmarks.md
 	$(BIN)/tally bench
 

@@ -666,6 +666,11 @@ def add_settings_flags(parser: argparse.ArgumentParser, names: Sequence[str]) ->
 
 
 def _cmd_reconcile(args: argparse.Namespace, settings: Any) -> int:
+    from pathlib import Path
+
+    from expectations.report import ReportError
+    from expectations.validate import ValidationError
+    from tally import nightly
     from tally.spark import build_session
 
     try:
@@ -682,28 +687,30 @@ def _cmd_reconcile(args: argparse.Namespace, settings: Any) -> int:
     try:
         if args.reproduce:
             result = reproduce(spark, settings.warehouse, business_date, now=now)
-        else:
-            result = reconcile(
-                spark,
-                settings.warehouse,
-                business_date,
-                settings.window,
-                settings.report_timezone,
-                now=now,
-                settings=settings.describe(),
-            )
-    except ReconcileError as exc:
+            print(result.describe())
+            return 0 if result.balanced else 1
+        report_to = Path(args.out) if args.out else nightly.report_dir(settings)
+        outcome = nightly.run_nightly(settings, business_date, now, spark, report_to)
+    except (ReconcileError, ReportError, ValidationError) as exc:
         print(f"tally: reconcile: {exc}", file=sys.stderr)
         return 2
-    print(result.describe())
-    return 0 if result.balanced else 1
+    print(outcome.reconciliation.describe())
+    print(outcome.validation.describe())
+    print(f"report: {outcome.report}")
+    if outcome.failure:
+        print(f"tally: {outcome.failure}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def add_commands(subparsers: Any) -> None:
     """Add `tally reconcile` to the `tally` parser's subcommands.
 
-    Follows tally.cli's protocol: `func(args, settings) -> exit code`, `setting_names`.
-    Exit codes: 0 balanced, 1 some UNEXPLAINED windows, 2 bad setting or missing input.
+    Runs the nightly sequence (re-aggregate + diff, validate, report, publish) and writes
+    every output before deciding the exit code. Follows tally.cli's protocol:
+    `func(args, settings) -> exit code`, `setting_names`. Exit codes: 0 balanced and every
+    critical expectation passed, 1 some UNEXPLAINED windows or a failed expectation (one line
+    on stderr says which), 2 bad setting or missing input.
     """
     parser = subparsers.add_parser(
         "reconcile",
@@ -714,6 +721,12 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--reproduce",
         action="store_true",
-        help="re-run at the versions, window and zone the date's last run recorded",
+        help="re-run at the versions, window and zone the date's last run recorded "
+        "(re-aggregation and diff only)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="report directory (default: TALLY_REPORT_DIR, else reports/ beside the warehouse)",
     )
     parser.set_defaults(func=_cmd_reconcile, setting_names=RECONCILE_SETTINGS)

@@ -914,14 +914,13 @@ def _load_curve(path: str) -> tuple[list[dict[str, Any]], int | None]:
 
 
 def _cmd_report(args: argparse.Namespace, settings: Any) -> int:
+    from batch.reconcile import parse_business_date
     from tally.spark import build_session
 
     try:
-        if len(args.date) != 10:
-            raise ValueError
-        business_date = date.fromisoformat(args.date)
-    except ValueError:
-        print(f"tally: bad setting: date: expected YYYY-MM-DD, got {args.date!r}", file=sys.stderr)
+        business_date = parse_business_date(args.date)
+    except ValueError as exc:
+        print(f"tally: bad setting: {exc}", file=sys.stderr)
         return 2
     try:
         curve, recommended = _load_curve(args.curve) if args.curve else (None, None)

@@ -95,24 +95,17 @@ class Thresholds:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
-        """The thresholds in force: the settings that exist, defaults for the rest (optional
-        settings `amount_min`, `amount_max`, `clock_skew_tolerance`, `duplicate_rate_max`,
-        `watermark_lag_max` are read when tally.settings defines them)."""
-        defaults = cls()
+        """The thresholds in force, from the settings."""
         return cls(
             unexplained_tolerance=settings.unexplained_tolerance,
             late_rate_warn=settings.late_rate_warn,
             late_rate_fail=settings.late_rate_fail,
             max_clock_skew_ms=settings.max_clock_skew,
-            amount_min=getattr(settings, "amount_min", defaults.amount_min),
-            amount_max=getattr(settings, "amount_max", defaults.amount_max),
-            clock_skew_tolerance=getattr(
-                settings, "clock_skew_tolerance", defaults.clock_skew_tolerance
-            ),
-            duplicate_rate_max=getattr(settings, "duplicate_rate_max", defaults.duplicate_rate_max),
-            watermark_lag_max_ms=getattr(
-                settings, "watermark_lag_max", defaults.watermark_lag_max_ms
-            ),
+            amount_min=settings.amount_min,
+            amount_max=settings.amount_max,
+            clock_skew_tolerance=settings.clock_skew_tolerance,
+            duplicate_rate_max=settings.duplicate_rate_max,
+            watermark_lag_max_ms=settings.watermark_lag_max,
         )
 
 

@@ -538,20 +538,12 @@ def outcome_of(
 VALIDATE_SETTINGS = ("warehouse", "report_timezone", "spark_master", "max_clock_skew")
 
 
-def _parse_date(text: str) -> date:
-    try:
-        if len(text) != 10:
-            raise ValueError
-        return date.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"date: expected YYYY-MM-DD, got {text!r}") from None
-
-
 def _cmd_validate(args: argparse.Namespace, settings: Any) -> int:
+    from batch.reconcile import parse_business_date
     from tally.spark import build_session
 
     try:
-        business_date = _parse_date(args.date)
+        business_date = parse_business_date(args.date)
         thresholds = Thresholds.from_settings(settings)
     except ValueError as exc:
         print(f"tally: bad setting: {exc}", file=sys.stderr)

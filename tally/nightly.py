@@ -99,14 +99,12 @@ def report_path(settings: Settings, business_date: date) -> Path:
     return report_dir(settings) / f"report-{business_date.isoformat()}.html"
 
 
-def stage_reaggregate(
-    settings: Settings, business_date: date, now: datetime, spark: Any = None
-) -> dict[str, Any]:
-    """Re-aggregate the date from the pinned event log and diff it against the stream."""
+def reaggregate(settings: Settings, business_date: date, now: datetime, spark: Any) -> Any:
+    """Re-aggregate the date from the pinned event log, diff it against the stream; the
+    ReconcileResult."""
     from batch.reconcile import reconcile
 
-    spark = spark or _session(settings, "tally-nightly")
-    result = reconcile(
+    return reconcile(
         spark,
         settings.warehouse,
         business_date,
@@ -115,6 +113,14 @@ def stage_reaggregate(
         now=now,
         settings=settings.describe(),
     )
+
+
+def stage_reaggregate(
+    settings: Settings, business_date: date, now: datetime, spark: Any = None
+) -> dict[str, Any]:
+    """Re-aggregate the date from the pinned event log and diff it against the stream."""
+    spark = spark or _session(settings, "tally-nightly")
+    result = reaggregate(settings, business_date, now, spark)
     s = result.summary
     return {
         "business_date": business_date.isoformat(),
@@ -176,8 +182,14 @@ def _tuning_curve(spark: Any, settings: Settings, business_date: date) -> dict[s
     }
 
 
-def stage_report(settings: Settings, business_date: date, now: datetime, spark: Any = None) -> Path:
-    """The date's HTML report (and CSV) in `report_dir`; returns the HTML path."""
+def stage_report(
+    settings: Settings,
+    business_date: date,
+    now: datetime,
+    spark: Any = None,
+    out_dir: Path | None = None,
+) -> Path:
+    """The date's HTML report (and CSV) in `out_dir` (default `report_dir`); the HTML path."""
     from expectations.report import build_report
 
     spark = spark or _session(settings, "tally-nightly")
@@ -185,7 +197,7 @@ def stage_report(settings: Settings, business_date: date, now: datetime, spark: 
         spark,
         settings.warehouse,
         business_date,
-        report_dir(settings),
+        out_dir or report_dir(settings),
         now,
         current_bound_ms=settings.lateness,
         completeness_target=settings.completeness_target,
@@ -195,12 +207,18 @@ def stage_report(settings: Settings, business_date: date, now: datetime, spark: 
     )
 
 
-def stage_publish(settings: Settings, business_date: date, now: datetime) -> dict[str, Any]:
+def stage_publish(
+    settings: Settings, business_date: date, now: datetime, report_to: Path | None = None
+) -> dict[str, Any]:
     """Publish the date's report: (re)write `index.html` in the report directory, linking
     every published report, newest first. Idempotent; fails if the report is missing."""
     import html
 
-    report = report_path(settings, business_date)
+    report = (
+        report_to / report_path(settings, business_date).name
+        if report_to
+        else report_path(settings, business_date)
+    )
     if not report.exists():
         raise FileNotFoundError(f"report: {report} does not exist (run the report stage first)")
     directory = report.parent
@@ -218,3 +236,42 @@ def stage_publish(settings: Settings, business_date: date, now: datetime) -> dic
     )
     tmp.replace(index)
     return {"report": str(report), "index": str(index), "reports": len(reports)}
+
+
+@dataclass(frozen=True)
+class NightlyOutcome:
+    """What `tally reconcile` did for a date: every stage ran and wrote its output."""
+
+    reconciliation: Any  # batch.reconcile.ReconcileResult
+    validation: Any  # expectations.validate.ValidationOutcome
+    report: Path
+
+    @property
+    def failure(self) -> str | None:
+        """One line saying why the date is not clean, or None when it is."""
+        when = self.reconciliation.business_date.isoformat()
+        s = self.reconciliation.summary
+        if not self.reconciliation.balanced:
+            return (
+                f"reconcile: {when}: {s['unexplained_windows']:,} UNEXPLAINED window(s), "
+                f"residual {s['unexplained_count']:,} events / {s['unexplained_amount']:,} "
+                f"minor units (report: {self.report})"
+            )
+        if not self.validation.success:
+            failures = self.validation.failures
+            more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+            return f"validate: {when}: {failures[0] if failures else 'failed'}{more}"
+        return None
+
+
+def run_nightly(
+    settings: Settings, business_date: date, now: datetime, spark: Any, report_to: Path
+) -> NightlyOutcome:
+    """Re-aggregate + diff, validate, write the report, publish: the DAG's stage sequence in
+    one process. Every stage runs even when an earlier one found a problem, so nothing of a
+    failed date is lost; the caller decides the exit code from `failure`."""
+    reconciliation = reaggregate(settings, business_date, now, spark)
+    validation = stage_validate(settings, business_date, now, spark)
+    report = stage_report(settings, business_date, now, spark, out_dir=report_to)
+    stage_publish(settings, business_date, now, report_to=report_to)
+    return NightlyOutcome(reconciliation, validation, report)

@@ -75,6 +75,12 @@ class Settings:
     late_rate_fail: float = 0.01
     unexplained_tolerance: int = 0
     completeness_target: float = 99.9
+    # data-quality bounds of the validation suites (expectations.suites.Thresholds)
+    amount_min: int = -1_000_000_000  # minor units: -10,000,000.00
+    amount_max: int = 1_000_000_000
+    clock_skew_tolerance: float = 0.0  # share of events allowed beyond max_clock_skew
+    duplicate_rate_max: float = 0.01
+    watermark_lag_max: int = _duration_field("10m")
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -103,6 +109,15 @@ class Settings:
                 "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
                 f"{self.late_rate_warn}/{self.late_rate_fail}"
             )
+        if self.amount_min > self.amount_max:
+            raise SettingsError(
+                f"amount_min/amount_max: min {self.amount_min} > max {self.amount_max}"
+            )
+        for name in ("clock_skew_tolerance", "duplicate_rate_max"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise SettingsError(
+                    f"{name}: must be a fraction in [0, 1], got {getattr(self, name)}"
+                )
         if not (0 < self.completeness_target <= 100):
             raise SettingsError(
                 f"completeness_target: must be a percentage in (0, 100], got "

@@ -27,6 +27,9 @@ def show_table(
     # The nightly layer registers its tables in the catalog when imported.
     import batch.reconcile  # noqa: F401
     import expectations.validate  # noqa: F401
+    from tally.alerts import register_tables
+
+    register_tables()  # alerts, lateness_recommendations
 
     if name not in T.CATALOG:
         known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))

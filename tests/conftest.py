@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -9,6 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# py4j logs at INFO when its connections are garbage-collected at exit, into whatever stream a
+# captured test's logging handler held (closed by then): keep it to warnings.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from stream_tables import identity_check, read
 
@@ -143,3 +143,113 @@ def test_one_answer_per_window_revision(
     assert read(spark, warehouse, "window_state").count() == 0
     path = Path(warehouse) / "_checkpoints" / "stream"
     assert path.is_dir()
+
+
+# -- generate -> stream -> `tally reconcile` (the CLI, in this process and session) --
+
+DAY = "2026-11-20"
+
+
+def reconcile_cli(
+    warehouse: str, out: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """`tally reconcile --date DAY` as a user runs it; the session fixture is reused."""
+    from tally.cli import main
+
+    monkeypatch.setenv("TALLY_SPARK_MASTER", "local[2]")
+    monkeypatch.setenv("TALLY_SHUFFLE_PARTITIONS", "2")
+    monkeypatch.setenv("TALLY_GX_ROOT", str(out / "gx"))
+    # The generated feed is deliberately messy (a heavy tail, bursts, a few clocks 30 min
+    # ahead, a replay whose last batch lags): these thresholds tolerate that, so the tests
+    # are about the reconciliation.
+    monkeypatch.setenv("TALLY_LATE_RATE_WARN", "0.5")
+    monkeypatch.setenv("TALLY_LATE_RATE_FAIL", "0.5")
+    monkeypatch.setenv("TALLY_CLOCK_SKEW_TOLERANCE", "0.01")
+    monkeypatch.setenv("TALLY_WATERMARK_LAG_MAX", "1h")
+    capsys.readouterr()
+    reports = str(out / "reports")
+    code = main(
+        ["reconcile", "--date", DAY, "--warehouse", warehouse, "--window", "60s", "--out", reports]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def day_rows(spark: SparkSession, warehouse: str, table: str) -> DataFrame:
+    return read(spark, warehouse, table).where(F.col("business_date") == F.lit(DAY).cast("date"))
+
+
+def test_reconcile_of_a_generated_day_has_no_unexplained_window(
+    spark: SparkSession,
+    drained: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    warehouse, manifest = drained
+    code, out, err = reconcile_cli(warehouse, tmp_path, monkeypatch, capsys)
+    assert (code, err) == (0, ""), out
+    statuses = {
+        r["status"]: r["n"]
+        for r in day_rows(spark, warehouse, "reconciliation")
+        .groupBy("status")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    }
+    assert "UNEXPLAINED" not in statuses
+    # late events made a real gap, and all of it is explained
+    assert statuses.get("EXPLAINED_BY_LATE", 0) + statuses.get("MISSING_IN_STREAM", 0) > 0
+    summary = day_rows(spark, warehouse, "reconciliation_summary").first()
+    assert summary is not None
+    assert summary["batch_amount"] == manifest["amount_total"]
+    assert summary["gap_amount"] == summary["explained_amount"] > 0
+    # the CLI also validated and reported
+    results = day_rows(spark, warehouse, "validation_results")
+    assert results.count() > 0 and results.where(~F.col("success")).count() == 0
+    assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()
+    assert "BALANCED" in out and "PASSED" in out
+
+
+def test_a_deleted_stream_row_is_exactly_one_unexplained_window(
+    spark: SparkSession,
+    drained: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    # a copy, so the other tests keep the untouched warehouse
+    warehouse = str(tmp_path / "warehouse")
+    shutil.copytree(drained[0], warehouse)
+    stream = read(spark, warehouse, "stream_aggregates")
+    latest = stream.groupBy("window_start", "key").agg(F.max("revision").alias("revision"))
+    victim = (
+        stream.join(latest, ["window_start", "key", "revision"])
+        .orderBy(F.col("amount_sum").desc(), "window_start", "key")
+        .first()
+    )
+    assert victim is not None and victim["amount_sum"] > 0
+    is_victim = (F.col("window_start") == F.lit(victim["window_start"])) & (
+        F.col("key") == victim["key"]
+    )
+    DeltaTable.forPath(spark, f"{warehouse}/stream_aggregates").delete(is_victim)
+
+    code, _, err = reconcile_cli(warehouse, tmp_path, monkeypatch, capsys)
+
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1 and "1 UNEXPLAINED window" in err, err
+    unexplained = (
+        day_rows(spark, warehouse, "reconciliation").where(F.col("status") == "UNEXPLAINED")
+    ).collect()
+    assert [(r["window_start"], r["key"]) for r in unexplained] == [
+        (victim["window_start"], victim["key"])
+    ]
+    assert unexplained[0]["residual_amount"] == victim["amount_sum"]
+    assert unexplained[0]["residual_count"] == victim["event_count"]
+    # everything was still written: the failed validation and the report
+    failed = day_rows(spark, warehouse, "validation_results").where(~F.col("success"))
+    assert failed.where(F.col("suite") == "gap").count() >= 1
+    assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()

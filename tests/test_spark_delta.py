@@ -46,3 +46,14 @@ def test_catalog_tables_are_created_empty_and_idempotently(spark, warehouse) -> 
     assert events.schema == T.EVENTS.schema()
     assert events.count() == 0
     assert T.latest_version(spark, warehouse, "events") == 0
+
+
+def test_show_knows_every_table_the_pipeline_writes(spark, warehouse, capsys) -> None:
+    from tally.cli import main
+
+    # registered by the Airflow layer, shown by the CLI: known, just not written yet
+    assert main(["show", "alerts", "--warehouse", warehouse]) == 2
+    assert f"no table 'alerts' in {warehouse}" in capsys.readouterr().err
+    assert main(["show", "no_such_table", "--warehouse", warehouse]) == 2
+    err = capsys.readouterr().err
+    assert "unknown table 'no_such_table'" in err and "lateness_recommendations" in err
