@@ -25,22 +25,12 @@ from typing import Any
 
 import airflow_helpers as H  # first: keeps this process's Airflow settings out of the child
 import pytest
+from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 BUSINESS_DATE = H.STREAM_FIRST_DAY
-ARTIFACT = H.REPO / "artifacts" / "airflow_grid.png"
+ARTIFACT = ARTIFACTS / "airflow_grid.png"
 
 
 @dataclass
@@ -91,11 +81,7 @@ def _wait(what: str, check: Any, timeout: float, airflow: Airflow, every: float 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    if not Path(CHROMIUM).exists():
-        subprocess.run(["bash", str(H.REPO / "scripts" / "install-browser.sh")], check=False)
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing and scripts/install-browser.sh could not install it")
-    return CHROMIUM
+    return chromium_path()
 
 
 @pytest.fixture(scope="module")

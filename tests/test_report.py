@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
 from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
 
 from expectations.report import (
@@ -25,20 +25,6 @@ from expectations.report import (
     render_html,
 )
 from expectations.validate import write_results
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-
 
 # -- exact money ---------------------------------------------------------------------------------
 
@@ -280,8 +266,7 @@ def test_report_files_and_csv(report) -> None:
 
 
 def test_report_in_headless_chromium(report) -> None:
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} missing: run scripts/install-browser.sh")
+    chromium = chromium_path()
     from playwright.sync_api import sync_playwright
 
     path, gx_root = report
@@ -290,7 +275,7 @@ def test_report_in_headless_chromium(report) -> None:
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(path.parent / "chromium-profile"),  # a fresh user-data dir
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             headless=True,
             args=CHROMIUM_ARGS,
             viewport={"width": 1200, "height": 900},
