@@ -569,20 +569,18 @@ def chart_curve(data: ReportData) -> str:
             linestyle=":",
             label=f"target {data.completeness_target:g} %",
         )
-    if data.current_bound_ms is not None:
-        ax.axvline(
-            data.current_bound_ms / 1000,
-            color="#ff7f0e",
-            linestyle="--",
-            label=f"current bound {format_duration(data.current_bound_ms)}",
-        )
-    if data.recommended_bound_ms is not None:
-        ax.axvline(
-            data.recommended_bound_ms / 1000,
-            color="#1f77b4",
-            linestyle="-.",
-            label=f"recommended {format_duration(data.recommended_bound_ms)}",
-        )
+    bounds = (
+        ("current bound", data.current_bound_ms, "#ff7f0e", "--"),
+        ("recommended", data.recommended_bound_ms, "#1f77b4", "-."),
+    )
+    for label, bound_ms, color, style in bounds:
+        if bound_ms is not None:
+            ax.axvline(
+                bound_ms / 1000,
+                color=color,
+                linestyle=style,
+                label=f"{label} {format_duration(bound_ms)}",
+            )
     positive = [v for v in x if v > 0]
     if len(positive) >= 2 and max(positive) / min(positive) > 50:
         ax.set_xscale("symlog", linthresh=max(min(positive), 0.001))
