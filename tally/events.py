@@ -64,10 +64,12 @@ def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> 
     )
 
 
-def parse_events(raw: DataFrame) -> ParsedEvents:
-    """Split `raw` (column `raw_line` plus provenance columns) into valid events and quarantine.
+def parse_lines(raw: DataFrame) -> DataFrame:
+    """`raw` (column `raw_line` plus provenance columns), each line parsed once, one row per
+    line: the event's typed columns when valid, else `raw_line` and the quarantine `reason`.
 
-    Provenance columns (anything but `raw_line`) are carried to both outputs unchanged.
+    Persist the result when both outputs of `split_parsed` are used: otherwise each output
+    reads and parses every line again.
     """
     provenance = [c for c in raw.columns if c != "raw_line"]
     line = F.col("raw_line")
@@ -79,10 +81,12 @@ def parse_events(raw: DataFrame) -> ParsedEvents:
         _TYPED_SCHEMA.replace("event_time_ms BIGINT", "event_time STRING"),
         {"mode": "PERMISSIVE", **strict},
     )
-    epoch_ms = F.from_json(line, "event_time BIGINT").getItem("event_time")
-    time_text = fields.getItem("event_time")
+    time_text = F.col("_fields").getItem("event_time")
+    # Only all-digit text is parsed as a JSON number (null when it was a quoted string); the
+    # common ISO case never pays for that second parse.
+    epoch_ms = F.from_json(line, "event_time BIGINT", strict).getItem("event_time")
     event_time = (
-        F.when(epoch_ms.isNotNull() & time_text.rlike(_INTEGER), F.timestamp_millis(epoch_ms))
+        F.when(time_text.rlike(_INTEGER), F.timestamp_millis(epoch_ms))
         # Zone required: a bare local time is ambiguous, and we do not guess.
         .when(
             time_text.rlike(_ZONED_ISO),
@@ -92,24 +96,44 @@ def parse_events(raw: DataFrame) -> ParsedEvents:
             ),
         )
     )
-    parsed = raw.select(
-        *provenance,
-        line.alias("raw_line"),
-        fields.alias("_fields"),
-        typed.alias("_typed"),
-        event_time.alias("_event_time"),
-    ).withColumn("_reason", _reason(F.col("_fields"), F.col("_typed"), F.col("_event_time"), line))
+    checked = (
+        raw.select(*provenance, line.alias("raw_line"), fields.alias("_fields"))
+        .withColumn("_typed", typed)
+        .withColumn("_event_time", event_time)
+        .withColumn(
+            "_reason", _reason(F.col("_fields"), F.col("_typed"), F.col("_event_time"), line)
+        )
+    )
+    # Compact: typed columns for valid lines, the raw text only for quarantined ones.
+    valid = F.col("_reason").isNull()
     extra = F.map_filter(F.col("_fields"), lambda k, _v: ~k.isin(*KNOWN_FIELDS))
-    valid = parsed.where(F.col("_reason").isNull()).select(
-        F.col("_typed.event_id").alias("event_id"),
-        F.col("_typed.key").alias("key"),
-        F.col("_typed.amount").cast("long").alias("amount"),
-        F.col("_event_time").alias("event_time"),
-        F.coalesce(F.col("_typed.partition"), F.lit(0)).cast("int").alias("partition"),
-        extra.alias("extra"),
+    return checked.select(
+        F.when(valid, F.col("_typed.event_id")).alias("event_id"),
+        F.when(valid, F.col("_typed.key")).alias("key"),
+        F.when(valid, F.col("_typed.amount")).cast("long").alias("amount"),
+        F.when(valid, F.col("_event_time")).alias("event_time"),
+        F.when(valid, F.coalesce(F.col("_typed.partition"), F.lit(0)))
+        .cast("int")
+        .alias("partition"),
+        F.when(valid, extra).alias("extra"),
         *provenance,
+        F.when(~valid, line).alias("raw_line"),
+        F.col("_reason").alias("reason"),
     )
-    quarantine = parsed.where(F.col("_reason").isNotNull()).select(
-        "raw_line", F.col("_reason").alias("reason"), *provenance
-    )
+
+
+def split_parsed(parsed: DataFrame) -> ParsedEvents:
+    """Valid events and quarantine rows of `parse_lines`' output."""
+    event_columns = ("event_id", "key", "amount", "event_time", "partition", "extra")
+    provenance = [c for c in parsed.columns if c not in (*event_columns, "raw_line", "reason")]
+    valid = parsed.where(F.col("reason").isNull()).select(*event_columns, *provenance)
+    quarantine = parsed.where(F.col("reason").isNotNull()).select("raw_line", "reason", *provenance)
     return ParsedEvents(valid, quarantine)
+
+
+def parse_events(raw: DataFrame) -> ParsedEvents:
+    """Split `raw` (column `raw_line` plus provenance columns) into valid events and quarantine.
+
+    Provenance columns (anything but `raw_line`) are carried to both outputs unchanged.
+    """
+    return split_parsed(parse_lines(raw))
