@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_validate_commands(sub)
     add_report_commands(sub)
 
+    from bench.run import add_commands as add_bench_commands
+
+    add_bench_commands(sub)
+
     return parser
 
 

@@ -1,0 +1,246 @@
+"""Helpers every section uses: statistics, the machine, Delta logs read from the outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the report is the output)."""
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    print(f"bench {stamp} {message}", file=sys.stderr, flush=True)
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max and spread ((max - min) / median, percent) of repeated measurements."""
+    if not values:
+        return {"n": 0, "median": None, "min": None, "max": None, "spread_pct": None, "values": []}
+    med = statistics.median(values)
+    lo, hi = min(values), max(values)
+    return {
+        "n": len(values),
+        "median": med,
+        "min": lo,
+        "max": hi,
+        "spread_pct": 100.0 * (hi - lo) / med if med else 0.0,
+        "values": list(values),
+    }
+
+
+def percentile(values: Sequence[float], pct: float) -> float | None:
+    """Nearest-rank percentile (pct in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), -(-len(ordered) * pct // 100)))
+    return float(ordered[int(rank) - 1])
+
+
+def quarter_medians(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Medians of the first and the last quarter of a series (at least one value each)."""
+    if not values:
+        return None, None
+    q = max(1, len(values) // 4)
+    return statistics.median(values[:q]), statistics.median(values[-q:])
+
+
+@contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """`with stopwatch() as t: ...` then `t["s"]` holds the wall seconds."""
+    box: dict[str, float] = {}
+    start = time.monotonic()
+    try:
+        yield box
+    finally:
+        box["s"] = time.monotonic() - start
+
+
+# -- the machine ----------------------------------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def machine_info(spark: Any) -> dict[str, Any]:
+    """CPU model, cores, RAM (from /proc), OS, versions, and the Spark settings in force."""
+    cpu = _read("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpu.splitlines() if "model name" in line]
+    mem_kb = 0
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    conf = spark.sparkContext.getConf()
+    java = spark.sparkContext._jvm.java.lang.System.getProperty("java.version")
+    return {
+        "cpu_model": models[0] if models else platform.processor() or "unknown",
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "java": str(java),
+        "pyspark": _version("pyspark"),
+        "delta_spark": _version("delta-spark"),
+        "duckdb": _version("duckdb"),
+        "spark_master": spark.sparkContext.master,
+        "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "driver_memory": conf.get("spark.driver.memory", "1g (default)"),
+        "load_average_at_start": load_average(),
+    }
+
+
+# -- Delta logs, read from the outside ------------------------------------------------------------
+
+
+def local_path(uri: str) -> str:
+    """`file:///x/y` or `/x/y` -> `/x/y` (the benchmark's warehouses are local)."""
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    if "://" in uri:
+        raise ValueError(f"bench needs a local warehouse, got {uri}")
+    return uri
+
+
+@dataclass
+class Commit:
+    version: int
+    timestamp_ms: int
+    operation: str
+    metrics: dict[str, str] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)  # base names of the files it added
+
+
+def delta_commits(table_dir: str) -> list[Commit]:
+    """Every commit of a local Delta table, from its `_delta_log/*.json` files."""
+    log_dir = Path(local_path(table_dir)) / "_delta_log"
+    commits = []
+    for path in sorted(log_dir.glob("*.json")):
+        if not path.stem.isdigit():
+            continue
+        commit = Commit(int(path.stem), 0, "")
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = action["commitInfo"]
+                commit.timestamp_ms = int(info.get("inCommitTimestamp") or info["timestamp"])
+                commit.operation = str(info.get("operation", ""))
+                commit.metrics = dict(info.get("operationMetrics") or {})
+            elif "add" in action:
+                commit.added.append(unquote(action["add"]["path"]).rsplit("/", 1)[-1])
+        commits.append(commit)
+    return commits
+
+
+def file_commit_times(table_dir: str) -> dict[str, int]:
+    """Base name of every data file -> timestamp (ms) of the commit that added it."""
+    out: dict[str, int] = {}
+    for commit in delta_commits(table_dir):
+        for name in commit.added:
+            out.setdefault(name, commit.timestamp_ms)
+    return out
+
+
+# -- a phase tracer (timings taken from outside the measured code) --------------------------------
+
+
+@dataclass
+class Span:
+    label: str
+    start: float
+    end: float
+    depth: int
+    batch: int | None
+
+
+class Tracer:
+    """Nested spans (label, start, end); `breakdown()` splits every top-level span into its
+    direct children and the time between them ("inline before <next child>")."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self._depth = 0
+        self.batch: int | None = None
+
+    @contextmanager
+    def span(self, label: str) -> Iterator[None]:
+        start = time.monotonic()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.spans.append(Span(label, start, time.monotonic(), self._depth, self.batch))
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with self.span(label):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    def breakdown(self, top: str) -> dict[str, float]:
+        """Seconds per phase, summed over every `top` span (e.g. one per micro-batch)."""
+        totals: dict[str, float] = {}
+        tops = [s for s in self.spans if s.label == top and s.depth == 0]
+        for outer in tops:
+            children = sorted(
+                (
+                    s
+                    for s in self.spans
+                    if s.depth == 1 and outer.start <= s.start and s.end <= outer.end
+                ),
+                key=lambda s: s.start,
+            )
+            cursor = outer.start
+            for child in children:
+                gap = child.start - cursor
+                if gap > 0:
+                    key = f"inline before {child.label}"
+                    totals[key] = totals.get(key, 0.0) + gap
+                totals[child.label] = totals.get(child.label, 0.0) + (child.end - child.start)
+                cursor = child.end
+            tail = outer.end - cursor
+            if tail > 0:
+                totals["inline at the end"] = totals.get("inline at the end", 0.0) + tail
+        return totals
+
+    def total(self, top: str) -> float:
+        return sum(s.end - s.start for s in self.spans if s.label == top and s.depth == 0)
+
+    def count(self, top: str) -> int:
+        return sum(1 for s in self.spans if s.label == top and s.depth == 0)
