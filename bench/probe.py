@@ -24,7 +24,7 @@ LATE_CHECK = "late events: event-log duplicate check + stats again"
 
 # What the code between two wrapped calls does (see streaming/job.py, process()).
 PHASE_NAMES = {
-    "inline before processing time": "read the batch's files + split lines (raw.persist, count)",
+    "inline before processing time": "read + split + parse the lines once (parse_lines, persist)",
     f"inline before {STATS}": "plan parse/classify; pin + persist window/dedup state",
     "inline before mark_logged_duplicates": "collect the dates of late events",
     "inline before write events": "advance the watermark (driver), plan close_windows",

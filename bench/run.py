@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import load_average, log, machine_info
+from bench.probe import LATE_CHECK, PHASE_NAMES
 from bench.speed import StreamShape
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +106,9 @@ QUICK = Preset(
 )
 
 
+READ_PHASE = PHASE_NAMES["inline before processing time"]
+
+
 def _findings(r: dict[str, Any]) -> list[str]:
     """Plain sentences from the numbers: where the time goes and what would close gaps."""
     out: list[str] = []
@@ -142,30 +146,33 @@ def _findings(r: dict[str, Any]) -> list[str]:
                 )
         merge = phases.get("merge batch into window state (aggregates.count)", 0.0)
         state_write = phases.get("write window_state", 0.0)
-        quarantine = phases.get("write quarantine", 0.0)
-        stats_s = phases.get("parse + classify + per-partition stats", 0.0)
         pin = phases.get("plan parse/classify; pin + persist window/dedup state", 0.0)
+        read = phases.get(READ_PHASE, 0.0)
+        late = phases.get(LATE_CHECK, 0.0)
+        out.append(
+            f"Reading, splitting and parsing the lines is the largest phase ({read:.1f} s, "
+            f"{100 * read / wall:.0f} % of the run): the stream reads whole files and splits "
+            "them (deterministic line numbers for exactly-once replays), then parses each "
+            "line once into a persisted frame both valid events and quarantine come from. "
+            f"Second: the event-log duplicate check of late events ({late:.1f} s): a batch "
+            "with late events reads the log's ids for their dates, a cost that grows with the "
+            "day's log; a Bloom filter or an id index per date would bound it."
+        )
         parse = sp.get("parse")
         if parse:
             both = parse["tally_valid_s"] + parse["tally_quarantine_s"]
             out.append(
-                f"Parsing is the largest per-event cost. On one micro-batch ({parse['lines']:,} "
-                f"lines, cached as the stream caches them) `tally.events.parse_events` takes "
-                f"{parse['tally_valid_s']:.1f} s for the valid events and "
-                f"{parse['tally_quarantine_s']:.1f} s more for the quarantine, against "
-                f"{parse['plain_s']:.1f} s for the plain query's JSON reader on the same files "
-                f"({both / max(parse['plain_s'], 1e-9):.0f}× for both). The optimized plans hold "
-                f"{parse['tally_valid_json_parses_in_plan']} and "
-                f"{parse['tally_quarantine_json_parses_in_plan']} `from_json` calls for three "
-                "JSON views of a line: `_event_time` and `_reason` are built "
-                "from the `from_json` Column expressions, so Catalyst inlines the parse into "
-                "every CASE branch and into the pushed-down `_reason IS NULL` filter; and "
-                "`parsed.quarantine` is not cached, so the quarantine write parses the batch "
-                f"a second time (that phase: {quarantine:.1f} s of the run; parse + classify + "
-                f"stats: {stats_s:.1f} s). Fix, in tally/events.py and streaming/job.py: parse "
-                "each of the three JSON views once in one projection, derive `_event_time` and "
-                "`_reason` from those columns, persist that frame once per micro-batch and "
-                "split valid and quarantine from it."
+                f"Unpersisted `tally.events.parse_events` (as `tally lateness-curve --input` "
+                f"and this benchmark's batch load use it) is much slower: on one micro-batch "
+                f"({parse['lines']:,} lines) {parse['tally_valid_s']:.1f} s for the valid "
+                f"events and {parse['tally_quarantine_s']:.1f} s for the quarantine, against "
+                f"{parse['plain_s']:.1f} s for the plain query's JSON reader "
+                f"({both / max(parse['plain_s'], 1e-9):.0f}× for both). Their optimized plans "
+                f"hold {parse['tally_valid_json_parses_in_plan']} and "
+                f"{parse['tally_quarantine_json_parses_in_plan']} `from_json` calls: Catalyst "
+                "pushes the `reason IS NULL` filter below the parse and inlines the parse into "
+                "it. The stream avoids this by persisting `parse_lines` (one parse, three "
+                "`from_json` views); the batch callers should do the same."
             )
         out.append(
             "Further gaps (streaming/job.py, streaming/logic.py; measured here, not changed): "
