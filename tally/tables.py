@@ -6,6 +6,7 @@ locations are joined as strings, never with local path functions.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,10 @@ def register(table: Table) -> Table:
 
 
 def table_path(warehouse: str, name: str) -> str:
+    """The table's location. A relative local warehouse is made absolute: Delta's table
+    builder reads a bare relative path as a table name."""
+    if "://" not in warehouse and not warehouse.startswith("file:"):
+        warehouse = os.path.abspath(warehouse)
     return f"{warehouse.rstrip('/')}/{name}"
 
 
