@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install jars lint typecheck check test test-fast demo bench bench-quick airflow clean
+.PHONY: help install jars lint typecheck floors check test test-fast demo bench bench-quick airflow clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,9 +37,12 @@ lint: install ## ruff lint + format check
 typecheck: install ## mypy on the packages
 	$(BIN)/mypy
 
-check: lint typecheck ## all static checks
+floors: install ## import-linter: the floors (tally < layers < tally_app < dags, bench) hold
+	$(BIN)/lint-imports
 
-test: install lint typecheck ## install everything, then lint, type-check and run the whole test suite
+check: lint typecheck floors ## all static checks
+
+test: install check ## install everything, then lint, type-check, check the floors, run every test
 	$(BIN)/pytest -q
 
 test-fast: install ## pytest without the slow end-to-end tests

@@ -38,9 +38,6 @@ How it runs (all Spark, nothing per event in Python), for n events, w windows, k
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Sequence
 from datetime import date
 from fractions import Fraction
@@ -49,22 +46,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from batch.reconcile import (
-    ARRIVAL_ORDER,
-    ReconcileError,
-    add_settings_flags,
-    day_events,
-    first_arrivals,
-    parse_business_date,
-)
+from batch.reconcile import ReconcileError, day_events, first_arrivals
 from tally import tables as T
-from tally.settings import SettingsError, format_duration, parse_duration
+from tally.events import parse_events, read_jsonl_lines
+from tally.settings import format_duration
+from tally.vocabulary import ARRIVAL_ORDER, LINE_ORDER
 from tally.windows import with_window
-
-DEFAULT_LATENESS = "0s,1s,2s,5s,10s,30s,1m,5m"
-# A JSONL input arrives in file modification time, file, line order (one file: line order).
-JSONL_ARRIVAL_ORDER = ("source_mtime", "source_file", "source_line")
-
 
 # -- inputs -----------------------------------------------------------------------------------
 
@@ -87,9 +74,7 @@ def events_from_log(
     """The date's events from the `events` log (pinned version; latest if None), as they
     arrived: every valid event once (the first arrival of each event_id, like the batch
     layer), whose window belongs to the date. Returns (events with arrival_seq, version)."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, T.EVENTS.name)):
+    if not T.exists(spark, warehouse, T.EVENTS.name):
         raise ReconcileError(f"events: no Delta table at {T.table_path(warehouse, 'events')}")
     version = (
         T.latest_version(spark, warehouse, T.EVENTS.name)
@@ -103,24 +88,10 @@ def events_from_log(
 
 def events_from_jsonl(spark: SparkSession, path: str) -> DataFrame:
     """Valid events of a JSONL file (or a directory of them) in line order, each event_id
-    once (its first line), with `arrival_seq`. Lines are numbered deterministically by
-    reading whole files (`streaming.source.split_lines`); invalid lines are skipped."""
-    from streaming.source import split_lines
-    from tally.events import parse_events
-
-    files = (
-        spark.read.format("text")
-        .option("wholetext", True)
-        .load(path)
-        .select(
-            "value",
-            F.col("_metadata.file_path").alias("source_file"),
-            F.col("_metadata.file_modification_time").alias("source_mtime"),
-        )
-    )
-    valid = parse_events(files.transform(split_lines)).valid
-    first = first_arrivals(valid, JSONL_ARRIVAL_ORDER)
-    return with_arrival_seq(first, JSONL_ARRIVAL_ORDER)
+    once (its first line), with `arrival_seq`; invalid lines are skipped."""
+    valid = parse_events(read_jsonl_lines(spark, path)).valid
+    first = first_arrivals(valid, LINE_ORDER)
+    return with_arrival_seq(first, LINE_ORDER)
 
 
 # -- the curve --------------------------------------------------------------------------------
@@ -134,7 +105,7 @@ def meets_target(admitted: int, events: int, target: float) -> bool:
 
 
 def lateness_curve(
-    events_df: DataFrame, window_ms: int, lateness_ms: list[int], target: float | None
+    events_df: DataFrame, window_ms: int, lateness_ms: Sequence[int], target: float | None
 ) -> list[dict[str, Any]]:
     """One dict per distinct L (ascending); `events_df` needs event_time, amount, arrival_seq
     (unique; already deduplicated). Two Spark jobs, whatever the number of L values."""
@@ -263,15 +234,27 @@ def recommend(curve: list[dict[str, Any]], target: float) -> dict[str, Any] | No
 
 # -- command line -----------------------------------------------------------------------------
 
-CURVE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master", "completeness_target")
 
-
-def parse_lateness_list(text: str) -> list[int]:
-    """`0s,2s,5s` -> [0, 2000, 5000]; SettingsError naming `lateness` otherwise."""
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise SettingsError(f"lateness: expected a list like 0s,2s,5s, got {text!r}")
-    return [parse_duration(p.strip(), "lateness") for p in parts]
+def curve_report(
+    events: DataFrame,
+    window_ms: int,
+    lateness_ms: Sequence[int],
+    target: float,
+    source: dict[str, Any],
+) -> dict[str, Any]:
+    """The curve with its source and recommendation: what `tally lateness-curve --json`
+    prints."""
+    curve = lateness_curve(events, window_ms, lateness_ms, target)
+    best = recommend(curve, target)
+    return {
+        "source": source,
+        "window_ms": window_ms,
+        "target_pct": target,
+        "curve": curve,
+        "recommended": (
+            {"lateness_ms": best["lateness_ms"], "lateness": best["lateness"]} if best else None
+        ),
+    }
 
 
 def format_curve(report: dict[str, Any]) -> str:
@@ -299,85 +282,3 @@ def format_curve(report: dict[str, Any]) -> str:
         )
     )
     return "\n".join(lines)
-
-
-def _cmd_curve(args: argparse.Namespace, settings: Any) -> int:
-    from tally.spark import build_session
-
-    try:
-        values = parse_lateness_list(args.lateness_list)
-        business_date = parse_business_date(args.date) if args.date else None
-    except (SettingsError, ValueError) as exc:
-        print(f"tally: bad setting: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(
-        settings.spark_master,
-        app_name="tally-lateness-curve",
-        shuffle_partitions=settings.shuffle_partitions,
-    )
-    source: dict[str, Any]
-    try:
-        if business_date is not None:
-            events, version = events_from_log(
-                spark,
-                settings.warehouse,
-                business_date,
-                settings.window,
-                settings.report_timezone,
-            )
-            source = {
-                "kind": "events",
-                "warehouse": settings.warehouse,
-                "date": business_date.isoformat(),
-                "report_timezone": settings.report_timezone,
-                "events_version": version,
-            }
-        else:
-            events = events_from_jsonl(spark, args.input)
-            source = {"kind": "jsonl", "path": args.input}
-    except ReconcileError as exc:
-        print(f"tally: lateness-curve: {exc}", file=sys.stderr)
-        return 2
-    target = settings.completeness_target
-    curve = lateness_curve(events, settings.window, values, target)
-    best = recommend(curve, target)
-    report = {
-        "source": source,
-        "window_ms": settings.window,
-        "target_pct": target,
-        "curve": curve,
-        "recommended": (
-            {"lateness_ms": best["lateness_ms"], "lateness": best["lateness"]} if best else None
-        ),
-    }
-    print(json.dumps(report, indent=2) if args.json else format_curve(report))
-    return 0 if best is not None else 1
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add `tally lateness-curve` to the `tally` parser's subcommands.
-
-    Exit codes: 0 some L reaches the target, 1 none does, 2 bad setting or missing input.
-    """
-    parser = subparsers.add_parser(
-        "lateness-curve",
-        help="completeness and emit latency per lateness bound, replaying arrivals",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--date", help="business date (YYYY-MM-DD) from the events log")
-    source.add_argument("--input", help="a JSONL file (or directory of them), in line order")
-    parser.add_argument(
-        "--lateness",
-        dest="lateness_list",
-        default=DEFAULT_LATENESS,
-        help=f"comma-separated lateness bounds (default {DEFAULT_LATENESS})",
-    )
-    parser.add_argument(
-        "--target",
-        dest="completeness_target",
-        default=None,
-        help="completeness target in percent (default: setting completeness_target, 99.9)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_settings_flags(parser, ("window", "warehouse", "report_timezone", "spark_master"))
-    parser.set_defaults(func=_cmd_curve, setting_names=CURVE_SETTINGS)

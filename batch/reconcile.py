@@ -37,130 +37,40 @@ Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from tally import tables as T
+from tally.dates import (
+    DayBounds,
+    business_day_bounds,
+    epoch_ms,
+    utc_dates_touching,
+    window_in_day,
+)
+from tally.vocabulary import (
+    ARRIVAL_ORDER,
+    EXPLAINED_BY_LATE,
+    LATE_ARRIVAL_ORDER,
+    MATCH,
+    MISSING_IN_STREAM,
+    UNEXPLAINED,
+)
 from tally.windows import WINDOW_KEY, aggregate_windows, with_window
 
-MATCH = "MATCH"
-EXPLAINED_BY_LATE = "EXPLAINED_BY_LATE"
-MISSING_IN_STREAM = "MISSING_IN_STREAM"
-UNEXPLAINED = "UNEXPLAINED"
-STATUSES = (MATCH, EXPLAINED_BY_LATE, MISSING_IN_STREAM, UNEXPLAINED)
-
-# Arrival order of the event log. `batch_id` only breaks ties of `ingest_time` (two micro-batches
-# with the same processing time): within a stream, batches are processed in batch_id order.
-ARRIVAL_ORDER = ("ingest_time", "batch_id", "source_mtime", "source_file", "source_line")
-# late_events has no source_mtime column.
-LATE_ARRIVAL_ORDER = ("ingest_time", "batch_id", "source_file", "source_line")
 WORST_KEYS = 5
-
-BATCH_AGGREGATES = T.register(
-    T.Table(
-        "batch_aggregates",
-        "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
-        "event_count BIGINT, amount_sum BIGINT",
-        "The nightly re-aggregation of the event log (deduplicated by event_id, first "
-        "arrival wins): the true window totals of a business date.",
-        partition_by=("business_date",),
-    )
-)
-RECONCILIATION = T.register(
-    T.Table(
-        "reconciliation",
-        "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
-        "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
-        "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
-        "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING",
-        "Per window and key of a business date: stream answer vs batch truth vs late side "
-        "output; diff = batch - stream, residual = diff - late; status MATCH, "
-        "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED.",
-        partition_by=("business_date",),
-    )
-)
-RECONCILIATION_SUMMARY = T.register(
-    T.Table(
-        "reconciliation_summary",
-        "business_date DATE, windows BIGINT, stream_count BIGINT, stream_amount BIGINT, "
-        "batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, gap_amount BIGINT, "
-        "explained_count BIGINT, explained_amount BIGINT, unexplained_windows BIGINT, "
-        "unexplained_count BIGINT, unexplained_amount BIGINT, unexplained_abs_amount BIGINT, "
-        "late_events BIGINT, late_amount BIGINT, late_event_rate DOUBLE, "
-        "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
-        "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT",
-        "One row per business date: totals, gap = batch - stream, explained = late side "
-        "output totals, unexplained = sum of residuals (gap = explained + unexplained), "
-        "late rate, worst keys and status counts.",
-        partition_by=("business_date",),
-    )
-)
-RECONCILIATION_RUNS = T.register(
-    T.Table(
-        "reconciliation_runs",
-        "business_date DATE, run_time TIMESTAMP, events_version BIGINT, "
-        "stream_aggregates_version BIGINT, late_events_version BIGINT, window_ms BIGINT, "
-        "report_timezone STRING, settings STRING, windows BIGINT, stream_count BIGINT, "
-        "stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, "
-        "gap_amount BIGINT, late_events BIGINT, unexplained_windows BIGINT, "
-        "unexplained_amount BIGINT, balanced BOOLEAN",
-        "The last reconciliation run of each business date: the Delta versions it read, its "
-        "settings (JSON) and headline numbers; re-running at these versions reproduces it.",
-        partition_by=("business_date",),
-    )
-)
-BATCH_TABLES = (BATCH_AGGREGATES, RECONCILIATION, RECONCILIATION_SUMMARY, RECONCILIATION_RUNS)
+BATCH_TABLES = T.RECONCILE_TABLES
 INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
 
 
 class ReconcileError(RuntimeError):
     """The run cannot start (missing table, bad argument): a one-line message."""
-
-
-# -- business dates -----------------------------------------------------------------------------
-
-
-def business_day_bounds(business_date: date, report_timezone: str = "UTC") -> tuple[int, int]:
-    """`[start, end)` of the date in `report_timezone`, as UTC epoch milliseconds.
-
-    Local midnights are converted with the zone's rules, so a day can last 23 or 25 hours.
-    """
-    zone = ZoneInfo(report_timezone)
-    start = datetime.combine(business_date, datetime.min.time(), tzinfo=zone)
-    end = datetime.combine(business_date + timedelta(days=1), datetime.min.time(), tzinfo=zone)
-    return _epoch_ms(start), _epoch_ms(end)
-
-
-def _epoch_ms(value: datetime) -> int:
-    return (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
-
-
-def _ts(ms: int) -> Column:
-    return F.timestamp_millis(F.lit(ms))
-
-
-def window_in_day(bounds: tuple[int, int], column: str = "window_start") -> Column:
-    """The window (by its start) belongs to the business day `bounds`."""
-    start, end = bounds
-    return (F.col(column) >= _ts(start)) & (F.col(column) < _ts(end))
-
-
-def _event_date_range(bounds: tuple[int, int], window_ms: int) -> tuple[date, date]:
-    """Partitions (`event_date`, UTC) that can hold events of the day's windows, with a day of
-    slack either side so the pruning never depends on the zone `event_date` was cut in."""
-    first = datetime.fromtimestamp(bounds[0] / 1000, UTC).date() - timedelta(days=1)
-    last = datetime.fromtimestamp((bounds[1] + window_ms) / 1000, UTC).date() + timedelta(days=1)
-    return first, last
 
 
 # -- pure DataFrame logic --------------------------------------------------------------------
@@ -187,7 +97,7 @@ def day_events(
     only belong to the day if one of its copies is in the day's partitions.
     """
     bounds = business_day_bounds(business_date, report_timezone)
-    first, last = _event_date_range(bounds, window_ms)
+    first, last = utc_dates_touching(bounds, window_ms)
     needed = ["event_id", "key", "amount", "event_time", *order]
     candidates = (
         events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
@@ -213,7 +123,7 @@ def batch_aggregates(
     )
 
 
-def latest_stream(stream_aggregates: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
     """The stream's answer per window and key of the day: its highest revision."""
     rank = F.row_number().over(
         Window.partitionBy(*WINDOW_KEY).orderBy(
@@ -228,7 +138,7 @@ def latest_stream(stream_aggregates: DataFrame, bounds: tuple[int, int]) -> Data
     )
 
 
-def late_totals(late_events: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+def late_totals(late_events: DataFrame, bounds: DayBounds) -> DataFrame:
     """Late side output totals per window and key of the day, with the largest lateness.
 
     Rows are never duplicates by construction; each `event_id` is still counted once (its
@@ -444,10 +354,8 @@ class ReconcileResult:
 
 
 def _require_tables(spark: SparkSession, warehouse: str) -> None:
-    from delta.tables import DeltaTable
-
     for table in INPUT_TABLES:
-        if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table.name)):
+        if not T.exists(spark, warehouse, table.name):
             raise ReconcileError(
                 f"{table.name}: no Delta table at {T.table_path(warehouse, table.name)} "
                 "(run the speed layer first)"
@@ -457,10 +365,8 @@ def _require_tables(spark: SparkSession, warehouse: str) -> None:
 def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
     """Create the output tables that do not exist yet (a file-system check for the others:
     creating an existing table would load and compare its snapshot every run)."""
-    from delta.tables import DeltaTable
-
     for table in BATCH_TABLES:
-        if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table.name)):
+        if not T.exists(spark, warehouse, table.name):
             T.ensure_table(spark, warehouse, table)
 
 
@@ -474,13 +380,8 @@ def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) ->
 
 
 def _replace_date(df: DataFrame, warehouse: str, table: T.Table, business_date: date) -> None:
-    schema = table.schema()
-    (
-        df.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
-        .write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", f"business_date = DATE'{business_date.isoformat()}'")
-        .save(T.table_path(warehouse, table.name))
+    T.write_table(
+        df, warehouse, table, replace_where=f"business_date = DATE'{business_date.isoformat()}'"
     )
 
 
@@ -492,14 +393,98 @@ def _read_date(
     )
 
 
+def _window_width() -> Column:
+    return F.unix_millis("window_end") - F.unix_millis("window_start")
+
+
+def stream_window_ms(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date | None = None,
+    report_timezone: str = "UTC",
+) -> int | None:
+    """The window size the stream recorded in `stream_aggregates` (of the date's windows when
+    a date is given and has any, else of the newest row); None when it emitted nothing."""
+    rows = T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+    if business_date is not None:
+        bounds = business_day_bounds(business_date, report_timezone)
+        of_day = rows.where(window_in_day(bounds)).select(_window_width().alias("ms")).first()
+        if of_day is not None:
+            return int(of_day["ms"])
+    newest = rows.orderBy(F.col("emit_time").desc()).select(_window_width().alias("ms")).first()
+    return None if newest is None else int(newest["ms"])
+
+
 def _check_window_size(stream: DataFrame, window_ms: int, business_date: date) -> None:
-    width = F.unix_millis("window_end") - F.unix_millis("window_start")
+    width = _window_width()
     other = stream.where(width != F.lit(window_ms)).select(width.alias("ms")).first()
     if other is not None:
         raise ReconcileError(
             f"window: stream_aggregates holds {other['ms']} ms windows on "
             f"{business_date.isoformat()}, but the window is {window_ms} ms"
         )
+
+
+def _checked_bounds(
+    window_ms: int,
+    now: datetime,
+    stream_versions: Mapping[str, Any],
+    business_date: date,
+    zone: str,
+) -> DayBounds:
+    """The date's bounds, after the arguments are checked (one-line ReconcileError)."""
+    if window_ms <= 0:
+        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
+    if now.tzinfo is None:
+        raise ReconcileError("now: needs a time zone")
+    unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
+    if unknown:
+        raise ReconcileError(
+            f"stream_versions: unknown table(s) {', '.join(sorted(unknown))} "
+            "(expected stream_aggregates, late_events)"
+        )
+    try:
+        return business_day_bounds(business_date, zone)
+    except Exception:
+        raise ReconcileError(f"report_timezone: unknown time zone {zone!r}") from None
+
+
+def _provenance(
+    summary_df: DataFrame,
+    versions: tuple[int, int, int],
+    window_ms: int,
+    report_timezone: str,
+    now: datetime,
+    settings: Mapping[str, Any] | None,
+) -> DataFrame:
+    """The `reconciliation_runs` row: what was read (versions), with which settings."""
+    ev, sv, lv = versions
+    settings_json = json.dumps(
+        {**dict(settings or {}), "window_ms": window_ms, "report_timezone": report_timezone},
+        sort_keys=True,
+        default=str,
+    )
+    return summary_df.select(
+        "business_date",
+        F.timestamp_millis(F.lit(epoch_ms(now))).alias("run_time"),
+        F.lit(ev).cast("long").alias("events_version"),
+        F.lit(sv).cast("long").alias("stream_aggregates_version"),
+        F.lit(lv).cast("long").alias("late_events_version"),
+        F.lit(window_ms).cast("long").alias("window_ms"),
+        F.lit(report_timezone).alias("report_timezone"),
+        F.lit(settings_json).alias("settings"),
+        "windows",
+        "stream_count",
+        "stream_amount",
+        "batch_count",
+        "batch_amount",
+        "gap_count",
+        "gap_amount",
+        "late_events",
+        "unexplained_windows",
+        "unexplained_amount",
+        (F.col("unexplained_windows") == 0).alias("balanced"),
+    )
 
 
 def reconcile(
@@ -522,21 +507,8 @@ def reconcile(
     `reconciliation_runs` (the entry point passes the wall clock); `settings` (JSON-able)
     is recorded with it. Re-running with the recorded versions reproduces the same rows.
     """
-    if window_ms <= 0:
-        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
-    if now.tzinfo is None:
-        raise ReconcileError("now: needs a time zone")
     stream_versions = dict(stream_versions or {})
-    unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
-    if unknown:
-        raise ReconcileError(
-            f"stream_versions: unknown table(s) {', '.join(sorted(unknown))} "
-            "(expected stream_aggregates, late_events)"
-        )
-    try:
-        bounds = business_day_bounds(business_date, report_timezone)
-    except Exception:
-        raise ReconcileError(f"report_timezone: unknown time zone {report_timezone!r}") from None
+    bounds = _checked_bounds(window_ms, now, stream_versions, business_date, report_timezone)
     _require_tables(spark, warehouse)
     ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
     sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
@@ -554,62 +526,35 @@ def reconcile(
     _replace_date(
         batch_aggregates(events, business_date, window_ms, report_timezone),
         warehouse,
-        BATCH_AGGREGATES,
+        T.BATCH_AGGREGATES,
         business_date,
     )
-    batch = _read_date(spark, warehouse, BATCH_AGGREGATES, business_date)
+    batch = _read_date(spark, warehouse, T.BATCH_AGGREGATES, business_date)
 
     # 2. The diff and its summary.
     late = late_totals(T.read_table(spark, warehouse, "late_events", lv), bounds)
     _replace_date(
-        diff_windows(batch, stream, late, business_date), warehouse, RECONCILIATION, business_date
+        diff_windows(batch, stream, late, business_date), warehouse, T.RECONCILIATION, business_date
     )
-    recon = _read_date(spark, warehouse, RECONCILIATION, business_date)
-    _replace_date(summarize(recon, business_date), warehouse, RECONCILIATION_SUMMARY, business_date)
-    summary_df = _read_date(spark, warehouse, RECONCILIATION_SUMMARY, business_date)
+    recon = _read_date(spark, warehouse, T.RECONCILIATION, business_date)
+    _replace_date(
+        summarize(recon, business_date), warehouse, T.RECONCILIATION_SUMMARY, business_date
+    )
+    summary_df = _read_date(spark, warehouse, T.RECONCILIATION_SUMMARY, business_date)
     row = summary_df.first()
     assert row is not None
-    summary = row.asDict()
 
     # 3. Provenance: what was read, with which settings.
-    settings_json = json.dumps(
-        {**dict(settings or {}), "window_ms": window_ms, "report_timezone": report_timezone},
-        sort_keys=True,
-        default=str,
-    )
-    run = summary_df.select(
-        "business_date",
-        _ts(_epoch_ms(now)).alias("run_time"),
-        F.lit(ev).cast("long").alias("events_version"),
-        F.lit(sv).cast("long").alias("stream_aggregates_version"),
-        F.lit(lv).cast("long").alias("late_events_version"),
-        F.lit(window_ms).cast("long").alias("window_ms"),
-        F.lit(report_timezone).alias("report_timezone"),
-        F.lit(settings_json).alias("settings"),
-        "windows",
-        "stream_count",
-        "stream_amount",
-        "batch_count",
-        "batch_amount",
-        "gap_count",
-        "gap_amount",
-        "late_events",
-        "unexplained_windows",
-        "unexplained_amount",
-        (F.col("unexplained_windows") == 0).alias("balanced"),
-    )
-    _replace_date(run, warehouse, RECONCILIATION_RUNS, business_date)
-    return ReconcileResult(business_date, ev, sv, lv, window_ms, report_timezone, summary)
+    run = _provenance(summary_df, (ev, sv, lv), window_ms, report_timezone, now, settings)
+    _replace_date(run, warehouse, T.RECONCILIATION_RUNS, business_date)
+    return ReconcileResult(business_date, ev, sv, lv, window_ms, report_timezone, row.asDict())
 
 
 def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
     """The `reconciliation_runs` row of the date, or None if it was never reconciled."""
-    path = T.table_path(warehouse, RECONCILIATION_RUNS.name)
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not T.exists(spark, warehouse, T.RECONCILIATION_RUNS.name):
         return None
-    row = _read_date(spark, warehouse, RECONCILIATION_RUNS, business_date).first()
+    row = _read_date(spark, warehouse, T.RECONCILIATION_RUNS, business_date).first()
     return row.asDict() if row is not None else None
 
 
@@ -634,99 +579,3 @@ def reproduce(
         now=now,
         settings=json.loads(run["settings"]),
     )
-
-
-# -- command line -----------------------------------------------------------------------------
-
-RECONCILE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def parse_business_date(text: str) -> date:
-    """`YYYY-MM-DD` -> date; ValueError with a one-line message otherwise."""
-    try:
-        if not _DATE.match(text):
-            raise ValueError
-        return date.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"date: expected YYYY-MM-DD, got {text!r}") from None
-
-
-def add_settings_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    """Flags overriding settings (None by default, so config file and env values survive)."""
-    helps = {
-        "window": "window size, e.g. 60s (must be the stream's)",
-        "warehouse": "warehouse location (directory or URI) of the Delta tables",
-        "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
-        "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
-    }
-    for name in names:
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=helps.get(name))
-
-
-def _cmd_reconcile(args: argparse.Namespace, settings: Any) -> int:
-    from pathlib import Path
-
-    from expectations.report import ReportError
-    from expectations.validate import ValidationError
-    from tally import nightly
-    from tally.spark import build_session
-
-    try:
-        business_date = parse_business_date(args.date)
-    except ValueError as exc:
-        print(f"tally: bad setting: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(
-        settings.spark_master,
-        app_name="tally-reconcile",
-        shuffle_partitions=settings.shuffle_partitions,
-    )
-    now = datetime.now(UTC)
-    try:
-        if args.reproduce:
-            result = reproduce(spark, settings.warehouse, business_date, now=now)
-            print(result.describe())
-            return 0 if result.balanced else 1
-        report_to = Path(args.out) if args.out else nightly.report_dir(settings)
-        outcome = nightly.run_nightly(settings, business_date, now, spark, report_to)
-    except (ReconcileError, ReportError, ValidationError) as exc:
-        print(f"tally: reconcile: {exc}", file=sys.stderr)
-        return 2
-    print(outcome.reconciliation.describe())
-    print(outcome.validation.describe())
-    print(f"report: {outcome.report}")
-    if outcome.failure:
-        print(f"tally: {outcome.failure}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add `tally reconcile` to the `tally` parser's subcommands.
-
-    Runs the nightly sequence (re-aggregate + diff, validate, report, publish) and writes
-    every output before deciding the exit code. Follows tally.cli's protocol:
-    `func(args, settings) -> exit code`, `setting_names`. Exit codes: 0 balanced and every
-    critical expectation passed, 1 some UNEXPLAINED windows or a failed expectation (one line
-    on stderr says which), 2 bad setting or missing input.
-    """
-    parser = subparsers.add_parser(
-        "reconcile",
-        help="re-aggregate a business date from the event log and diff it against the stream",
-    )
-    parser.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
-    add_settings_flags(parser, RECONCILE_SETTINGS)
-    parser.add_argument(
-        "--reproduce",
-        action="store_true",
-        help="re-run at the versions, window and zone the date's last run recorded "
-        "(re-aggregation and diff only)",
-    )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="report directory (default: TALLY_REPORT_DIR, else reports/ beside the warehouse)",
-    )
-    parser.set_defaults(func=_cmd_reconcile, setting_names=RECONCILE_SETTINGS)

@@ -9,6 +9,8 @@ Sections (issue 7), each a module:
 * `bench.nightly`: `reconcile` / validate / report per stage vs DuckDB on the same files, and
   the lateness curve.
 
-`bench.run` holds the presets (full, `--quick`), the orchestration and the CLI command;
-`bench.report` writes `benchmarks.md`, `benchmarks.png` and `benchmarks.json`.
+`bench.run` holds the presets (full, `--quick`), the orchestration and the CLI command (found
+through the `tally.commands` entry point group); `bench.findings` turns the numbers into
+sentences; `bench.report` writes `benchmarks.md`, `benchmarks.png` and `benchmarks.json`;
+`bench.common` the inputs' shapes and helpers, `bench.probe` the micro-batch phase timer.
 """

@@ -1,4 +1,6 @@
-"""Helpers every section uses: statistics, the machine, Delta logs read from the outside."""
+"""Helpers every section uses: the inputs' shapes, statistics, the machine, Delta logs read
+from the outside, the phase tracer. Stdlib only (no Spark), so `bench.run` and with it
+`tally --help` load without Spark."""
 
 from __future__ import annotations
 
@@ -14,8 +16,48 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:
+    from tally.settings import Settings
+
+DAY = datetime(2026, 11, 20, tzinfo=UTC)  # the first (business) day of every generated input
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """How the stream is run: window, lateness, files per micro-batch, idle timeout."""
+
+    window_ms: int
+    lateness_ms: int
+    max_files_per_trigger: int
+    idle_timeout_ms: int = 600_000
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A generated input: `events` events over `days` of event time in `files` files."""
+
+    events: int
+    files: int
+    seed: int
+    days: float = 1.0
+    partitions: int = 8
+
+
+@dataclass(frozen=True)
+class SteadyRate:
+    """The latency input: `rate` events/s, one file every `interval_s`, for `run_s` seconds
+    from `lead_s` after the start; windows ending in the first `warmup_s` are not counted.
+    The engines run with a processing-time trigger of `trigger_ms`."""
+
+    trigger_ms: int
+    rate: int
+    run_s: float
+    interval_s: float = 1.0
+    warmup_s: float = 20.0
+    lead_s: float = 8.0
 
 
 def log(message: str) -> None:
@@ -69,6 +111,25 @@ def stopwatch() -> Iterator[dict[str, float]]:
         yield box
     finally:
         box["s"] = time.monotonic() - start
+
+
+# -- inputs and settings --------------------------------------------------------------------------
+
+
+def arrival_files(input_dir: Path) -> list[Path]:
+    """The generator's files in arrival order (modification time, then name)."""
+    return sorted(input_dir.glob("arrival-*.jsonl"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def session_settings(spark: Any, **values: Any) -> Settings:
+    """tally Settings running on `spark`'s master with its shuffle partitions."""
+    from tally.settings import Settings
+
+    return Settings(
+        shuffle_partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
+        spark_master=str(spark.sparkContext.master),
+        **values,
+    )
 
 
 # -- the machine ----------------------------------------------------------------------------------
@@ -143,6 +204,13 @@ class Commit:
     added: list[str] = field(default_factory=list)  # base names of the files it added
 
 
+def log_actions(commit_file: Path) -> Iterator[dict[str, Any]]:
+    """The actions of one `_delta_log/NNN.json` commit file, one JSON object a line."""
+    for line in commit_file.read_text().splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
 def delta_commits(table_dir: str) -> list[Commit]:
     """Every commit of a local Delta table, from its `_delta_log/*.json` files."""
     log_dir = Path(local_path(table_dir)) / "_delta_log"
@@ -151,10 +219,7 @@ def delta_commits(table_dir: str) -> list[Commit]:
         if not path.stem.isdigit():
             continue
         commit = Commit(int(path.stem), 0, "")
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            action = json.loads(line)
+        for action in log_actions(path):
             if "commitInfo" in action:
                 info = action["commitInfo"]
                 commit.timestamp_ms = int(info.get("inCommitTimestamp") or info["timestamp"])
@@ -186,6 +251,10 @@ class Span:
     depth: int
     batch: int | None
 
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
 
 class Tracer:
     """Nested spans (label, start, end); `breakdown()` splits every top-level span into its
@@ -213,11 +282,14 @@ class Tracer:
 
         return wrapped
 
+    def tops(self, label: str) -> list[Span]:
+        """The top-level spans called `label` (e.g. one per micro-batch), in order of ending."""
+        return [s for s in self.spans if s.label == label and s.depth == 0]
+
     def breakdown(self, top: str) -> dict[str, float]:
         """Seconds per phase, summed over every `top` span (e.g. one per micro-batch)."""
         totals: dict[str, float] = {}
-        tops = [s for s in self.spans if s.label == top and s.depth == 0]
-        for outer in tops:
+        for outer in self.tops(top):
             children = sorted(
                 (
                     s
@@ -240,7 +312,4 @@ class Tracer:
         return totals
 
     def total(self, top: str) -> float:
-        return sum(s.end - s.start for s in self.spans if s.label == top and s.depth == 0)
-
-    def count(self, top: str) -> int:
-        return sum(1 for s in self.spans if s.label == top and s.depth == 0)
+        return sum(s.seconds for s in self.tops(top))

@@ -21,20 +21,26 @@ import random
 import shutil
 import threading
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.common import file_commit_times, load_average, log, percentile
-from bench.speed import StreamShape, start_plain_query, tally_settings
-
-
-def _iso(ms: int) -> str:
-    moment = datetime.fromtimestamp(ms // 1000, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+from bench.common import (
+    SteadyRate,
+    StreamShape,
+    file_commit_times,
+    load_average,
+    log,
+    log_actions,
+    percentile,
+)
+from bench.speed import start_plain_query, tally_settings
+from tally import tables as T
+from tally.dates import iso_ms
 
 
 def wall_ms() -> int:
@@ -48,9 +54,7 @@ class SteadyWriter(threading.Thread):
         self,
         input_dir: Path,
         t0_ms: int,
-        run_s: float,
-        interval_s: float,
-        rate: int,
+        steady: SteadyRate,
         partitions: int = 4,
         keys: int = 1000,
         seed: int = 11,
@@ -59,9 +63,9 @@ class SteadyWriter(threading.Thread):
         self.input_dir = input_dir
         self.staging = input_dir.parent / (input_dir.name + "_staging")
         self.t0_ms = t0_ms
-        self.end_ms = t0_ms + int(run_s * 1000)
-        self.interval_ms = int(interval_s * 1000)
-        self.per_file = max(1, round(rate * interval_s))
+        self.end_ms = t0_ms + int(steady.run_s * 1000)
+        self.interval_ms = int(steady.interval_s * 1000)
+        self.per_file = max(1, round(steady.rate * steady.interval_s))
         self.partitions = partitions
         self.rng = random.Random(seed)
         weights, acc = [], 0.0
@@ -102,7 +106,7 @@ class SteadyWriter(threading.Thread):
                         "event_id": f"s-{self.events + i:09d}",
                         "key": keys[i],
                         "amount": rng.randint(100, 50_000),
-                        "event_time": _iso(event_ms),
+                        "event_time": iso_ms(event_ms),
                         "partition": (self.events + i) % self.partitions,
                     },
                     separators=(",", ":"),
@@ -162,8 +166,8 @@ class LogWatch:
             if path.name in self.seen:
                 continue
             self.seen.add(path.name)
-            for line in path.read_text().splitlines():
-                add = json.loads(line).get("add") if line.strip() else None
+            for action in log_actions(path):
+                add = action.get("add")
                 stats = json.loads(add["stats"]) if add and add.get("stats") else None
                 end = (stats or {}).get("maxValues", {}).get("window_end")
                 if end:
@@ -202,101 +206,115 @@ def _stop_when_readable(
             log(f"latency: stopping {query_name}: {exc}")
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """When the writer starts (`t0_ms`), which window ends count (`lo_ms`..`hi_ms`, the ends
+    expected in between) and how long an engine may run at most (`cap_s`)."""
+
+    t0_ms: int
+    lo_ms: int
+    hi_ms: int
+    expected: list[int]
+    cap_s: float
+
+
+def _schedule(shape: StreamShape, steady: SteadyRate) -> Schedule:
+    t0 = wall_ms() + int(steady.lead_s * 1000)
+    lo = t0 + int(steady.warmup_s * 1000)
+    # the last windows the input can close: their end plus L must be covered by the input
+    hi = t0 + int(steady.run_s * 1000) - shape.lateness_ms - int(steady.interval_s * 1000)
+    cap_s = (
+        steady.lead_s
+        + steady.run_s
+        + (shape.window_ms + shape.lateness_ms + 4 * steady.trigger_ms) / 1000
+        + 60
+    )
+    return Schedule(t0, lo, hi, _expected_ends(lo, hi, shape.window_ms), cap_s)
+
+
+def _run_tally(
+    spark: SparkSession, run_dir: Path, shape: StreamShape, steady: SteadyRate, cap_s: float
+) -> list[int]:
+    """tally's stream on a processing-time trigger until stopped; its batch durations (ms)."""
+    from streaming.job import run_stream
+
+    warehouse = run_dir / "warehouse"
+    settings = tally_settings(
+        warehouse,
+        str(run_dir / "input"),
+        StreamShape(shape.window_ms, shape.lateness_ms, 1000, 60_000),
+        spark,
+        trigger=steady.trigger_ms,
+    )
+    run_stream(settings, available_now=False, clock="wall", timeout_s=cap_s + 30, spark=spark)
+    progress = T.read_table(spark, str(warehouse), T.STREAM_PROGRESS.name)
+    return [int(r[0]) for r in progress.orderBy("batch_id").select("batch_duration_ms").collect()]
+
+
+def _run_plain(
+    spark: SparkSession, run_dir: Path, shape: StreamShape, steady: SteadyRate, cap_s: float
+) -> list[int]:
+    """The plain query on a processing-time trigger until stopped; its batch durations (ms)."""
+    query = start_plain_query(
+        spark,
+        str(run_dir / "input"),
+        run_dir,
+        StreamShape(shape.window_ms, shape.lateness_ms, 1000),
+        trigger_ms=steady.trigger_ms,
+    )
+    try:
+        query.awaitTermination(int(cap_s + 30))
+    finally:
+        query.stop()
+    return [
+        int((p.durationMs or {}).get("triggerExecution", 0))
+        for p in query.recentProgress
+        if p.numInputRows
+    ]
+
+
+ENGINE_RUNS = {"tally": ("tally_stream", _run_tally), "plain": ("bench_plain", _run_plain)}
+
+
+def _output_table(engine: str, run_dir: Path) -> str:
+    if engine == "tally":
+        return str(run_dir / "warehouse" / T.STREAM_AGGREGATES.name)
+    return str(run_dir / "plain_aggregates")
+
+
 def run_latency(
-    spark: SparkSession,
-    engine: str,
-    run_dir: Path,
-    shape: StreamShape,
-    trigger_ms: int,
-    rate: int,
-    run_s: float,
-    interval_s: float,
-    warmup_s: float,
-    lead_s: float,
+    spark: SparkSession, engine: str, run_dir: Path, shape: StreamShape, steady: SteadyRate
 ) -> dict[str, Any]:
     """One engine at a steady rate; returns the per-window delays and batch durations."""
-    input_dir = run_dir / "input"
-    input_dir.mkdir(parents=True, exist_ok=True)
-    t0 = wall_ms() + int(lead_s * 1000)
-    lo = t0 + int(warmup_s * 1000)
-    # the last windows the input can close: their end plus L must be covered by the input
-    hi = t0 + int(run_s * 1000) - shape.lateness_ms - int(interval_s * 1000)
-    expected = _expected_ends(lo, hi, shape.window_ms)
-    writer = SteadyWriter(input_dir, t0, run_s, interval_s, rate)
-    cap_s = lead_s + run_s + (shape.window_ms + shape.lateness_ms + 4 * trigger_ms) / 1000 + 60
-    name = "tally_stream" if engine == "tally" else "bench_plain"
-    table = str(
-        run_dir / "warehouse" / "stream_aggregates"
-        if engine == "tally"
-        else run_dir / "plain_aggregates"
-    )
+    (run_dir / "input").mkdir(parents=True, exist_ok=True)
+    plan = _schedule(shape, steady)
+    writer = SteadyWriter(run_dir / "input", plan.t0_ms, steady)
+    query_name, run_engine = ENGINE_RUNS[engine]
+    table = _output_table(engine, run_dir)
+    last_end = plan.expected[-1] if plan.expected else plan.hi_ms
     stopper = threading.Thread(
         target=_stop_when_readable,
-        args=(
-            spark,
-            name,
-            writer,
-            table,
-            expected[-1] if expected else hi,
-            time.monotonic() + cap_s,
-        ),
+        args=(spark, query_name, writer, table, last_end, time.monotonic() + plan.cap_s),
         name="bench-latency-stopper",
         daemon=True,
     )
     load = load_average()
     writer.start()
     stopper.start()
-    batch_ms: list[int] = []
     try:
-        if engine == "tally":
-            from streaming.job import run_stream
-
-            settings = tally_settings(
-                run_dir / "warehouse",
-                str(input_dir),
-                StreamShape(shape.window_ms, shape.lateness_ms, 1000, 60_000),
-                spark,
-                trigger=trigger_ms,
-            )
-            run_stream(
-                settings, available_now=False, clock="wall", timeout_s=cap_s + 30, spark=spark
-            )
-            progress = spark.read.format("delta").load(
-                str(run_dir / "warehouse" / "stream_progress")
-            )
-            batch_ms = [
-                int(r[0])
-                for r in progress.orderBy("batch_id").select("batch_duration_ms").collect()
-            ]
-        else:
-            query = start_plain_query(
-                spark,
-                str(input_dir),
-                run_dir,
-                StreamShape(shape.window_ms, shape.lateness_ms, 1000),
-                trigger_ms=trigger_ms,
-            )
-            try:
-                query.awaitTermination(int(cap_s + 30))
-            finally:
-                query.stop()
-            batch_ms = [
-                int((p.durationMs or {}).get("triggerExecution", 0))
-                for p in query.recentProgress
-                if p.numInputRows
-            ]
+        batch_ms = run_engine(spark, run_dir, shape, steady, plan.cap_s)
     finally:
         writer.stop.set()
         writer.join(timeout=30)
         stopper.join(timeout=60)
-    delays = window_delays(spark, table, lo, hi)
-    missing = len(expected) - len(delays)
-    target = shape.lateness_ms + 2 * trigger_ms
+    delays = window_delays(spark, table, plan.lo_ms, plan.hi_ms)
+    missing = len(plan.expected) - len(delays)
+    target = shape.lateness_ms + 2 * steady.trigger_ms
     p50, p99 = percentile(delays, 50), percentile(delays, 99)
     return {
         "engine": engine,
         "windows": len(delays),
-        "windows_expected": len(expected),
+        "windows_expected": len(plan.expected),
         "windows_missing": missing,
         "delays_ms": delays,
         "p50_ms": p50,
@@ -317,29 +335,15 @@ def latency_section(
     work: Path,
     engines: tuple[str, ...],
     shape: StreamShape,
-    trigger_ms: int,
-    rate: int,
-    run_s: float,
-    interval_s: float = 1.0,
-    warmup_s: float = 20.0,
-    lead_s: float = 8.0,
+    steady: SteadyRate,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for engine in engines:
-        log(f"latency: {engine}, {rate} events/s for {run_s:.0f} s, trigger {trigger_ms} ms")
-        results[engine] = run_latency(
-            spark,
-            engine,
-            work / f"latency_{engine}",
-            shape,
-            trigger_ms,
-            rate,
-            run_s,
-            interval_s,
-            warmup_s,
-            lead_s,
+        log(
+            f"latency: {engine}, {steady.rate} events/s for {steady.run_s:.0f} s, "
+            f"trigger {steady.trigger_ms} ms"
         )
-        r = results[engine]
+        r = results[engine] = run_latency(spark, engine, work / f"latency_{engine}", shape, steady)
         log(
             f"latency: {engine} p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms over "
             f"{r['windows']} windows (target {r['target_ms']} ms)"
@@ -348,12 +352,12 @@ def latency_section(
     return {
         "window_ms": shape.window_ms,
         "lateness_ms": shape.lateness_ms,
-        "trigger_ms": trigger_ms,
-        "rate_events_per_s": rate,
-        "run_s": run_s,
-        "file_interval_s": interval_s,
-        "warmup_s": warmup_s,
-        "target_ms": shape.lateness_ms + 2 * trigger_ms,
+        "trigger_ms": steady.trigger_ms,
+        "rate_events_per_s": steady.rate,
+        "run_s": steady.run_s,
+        "file_interval_s": steady.interval_s,
+        "warmup_s": steady.warmup_s,
+        "target_ms": shape.lateness_ms + 2 * steady.trigger_ms,
         "engines": results,
         "met": bool(results.get("tally", {}).get("met")),
     }

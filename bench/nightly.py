@@ -1,48 +1,66 @@
 """Section 4 (nightly job per stage vs DuckDB) and section 5 (the lateness curve).
 
 Streaming 20M events only to build the nightly job's inputs would take most of the run, so
-the speed-layer tables are built by a **batch load** that uses the project's own parse
-(`tally.events.parse_events` over `streaming.source.split_lines`, the stream's reader) and
-window code (`tally.windows`): files in arrival order form micro-batches of
-`files_per_batch`; a batch's processing time is its newest file's modification time (the
-stream's arrival clock); the watermark before a batch is the running maximum of earlier
-batches' high-water marks (clipped to processing time + max clock skew) minus L (Spark's
-global-max rule, not tally's per-partition minimum); an event is a duplicate if its id arrived
-before (first arrival wins), else late if its window ended at or before that watermark, else
-on time. `stream_aggregates` holds every on-time window once (as if the stream had drained),
-`late_events` the late ones, `stream_progress` one row per batch plus a drained last row.
-The quarantine table is left empty (nothing nightly reads it).
+the speed-layer tables are built by a **batch load** that uses the project's own reader and
+parse (`tally.events.read_jsonl_lines`, `tally.events.parse_events`) and window code
+(`tally.windows`): files in arrival order form micro-batches of `files_per_batch`; a batch's
+processing time is its newest file's modification time (the stream's arrival clock); the
+watermark before a batch is the running maximum of earlier batches' high-water marks (clipped
+to processing time + max clock skew) minus L (Spark's global-max rule, not tally's
+per-partition minimum); an event is a duplicate if its id arrived before (first arrival wins),
+else late if its window ended at or before that watermark, else on time. `stream_aggregates`
+holds every on-time window once, emitted by the drain (no watermark at emit), `late_events`
+the late ones, `stream_progress` one row per batch plus the drain's row (`drained`, no
+watermark after it), as the drained stream stores them. The quarantine table is left empty
+(nothing nightly reads it).
 
-Timed stages, with the DAG's own stage functions (`tally.nightly`): re-aggregate (reconcile up
-to the `batch_aggregates` write) and diff (the rest of reconcile: `reconciliation`, summary,
-runs), split by timing `batch.reconcile._replace_date` from the outside; validate (GX, four
-suites); report (HTML + CSV). DuckDB runs the re-aggregation's query (dedup by event_id,
-window, business-day filter, count and sum, written to Parquet) on the same JSON files, and on
-the Parquet files of the `events` Delta table that reconcile reads.
+Timed stages, with the DAG's own stage functions (`tally_app.nightly`): re-aggregate
+(reconcile up to the `batch_aggregates` write) and diff (the rest of reconcile:
+`reconciliation`, summary, runs), split by timing `batch.reconcile._replace_date` from the
+outside; validate (GX, four suites); report (HTML + CSV). DuckDB runs the re-aggregation's
+query (dedup by event_id, window, business-day filter, count and sum, written to Parquet) on
+the same JSON files, and on the Parquet files of the `events` Delta table that reconcile reads.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from bench.common import load_average, local_path, log, stopwatch
-from bench.speed import DAY, generate_backlog
+from bench.common import (
+    DAY,
+    Backlog,
+    StreamShape,
+    arrival_files,
+    load_average,
+    local_path,
+    log,
+    session_settings,
+    stopwatch,
+)
+from bench.speed import generate_backlog
+from tally import tables as T
+from tally.dates import business_day_bounds
+from tally.events import ZONED_ISO_TIME, parse_events, read_jsonl_lines
+from tally.settings import Settings
+from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE, LINE_ORDER, ON_TIME
+from tally.windows import aggregate_windows, with_window
 
 APP_ID = "bench-batch-load"
 BUSINESS_DATE: date = DAY.date()
-DRAINED_MS = 253402300799999  # streaming.watermark.DRAINED_WATERMARK_MS
 CURVE_BOUNDS_MS = (0, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000)
+STATUSES = (ON_TIME, LATE, DUPLICATE)  # the statuses the batch load assigns
+MAX_CLOCK_SKEW_MS = Settings().max_clock_skew  # the setting's default (5 minutes)
 
 
 def _inline(spark: SparkSession, rows: list[dict[str, Column]]) -> DataFrame:
@@ -51,51 +69,51 @@ def _inline(spark: SparkSession, rows: list[dict[str, Column]]) -> DataFrame:
     return spark.range(1).select(F.inline(F.array(*structs)))
 
 
-def _schema_cast(df: DataFrame, table: Any) -> DataFrame:
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.schema().fields])
+def _long(value: int | None) -> Column:
+    return F.lit(value).cast("long")
 
 
-def load_day(
-    spark: SparkSession,
-    input_dir: Path,
-    warehouse: str,
-    window_ms: int,
-    lateness_ms: int,
-    files_per_batch: int,
-    max_clock_skew_ms: int = 300_000,
-) -> dict[str, Any]:
-    """Build events, stream_aggregates, late_events, stream_progress (see the module doc)."""
-    from streaming.source import split_lines
-    from tally import tables as T
-    from tally.events import parse_events
-    from tally.windows import aggregate_windows, with_window
+# -- the batch load -------------------------------------------------------------------------------
 
-    # The tables are created by their first write (creating the empty ones the stream also
-    # has would cost a Delta transaction each, and nothing nightly reads them).
-    paths = sorted(input_dir.glob("arrival-*.jsonl"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+@dataclass(frozen=True)
+class Arrivals:
+    """The input files in arrival order, grouped into micro-batches of `files_per_batch`."""
+
+    paths: list[Path]
+    batch_of: dict[str, int]  # file name -> batch id
+    ingest_ms: dict[int, int]  # batch id -> processing time (its newest file's mtime)
+
+
+class BatchMark(NamedTuple):
+    """A micro-batch's processing time and the watermark before and after it (epoch ms)."""
+
+    batch_id: int
+    ingest_ms: int
+    before: int | None
+    after: int | None  # None before the first event, and after the drain
+    drained: bool = False
+
+
+def _arrivals(input_dir: Path, files_per_batch: int) -> Arrivals:
+    paths = arrival_files(input_dir)
+    batch_of: dict[str, int] = {}
     ingest: dict[int, int] = {}
-    file_rows = []
     for i, path in enumerate(paths):
         batch = i // files_per_batch
         mtime_ms = path.stat().st_mtime_ns // 1_000_000
         ingest[batch] = max(ingest.get(batch, mtime_ms), mtime_ms)
-        file_rows.append({"file": F.lit(path.name), "batch_id": F.lit(batch).cast("long")})
-    files_df = _inline(spark, file_rows)
+        batch_of[path.name] = batch
+    return Arrivals(paths, batch_of, ingest)
 
-    # 1. parse once (the stream's reader and parse), staged as Parquet with the batch ids
-    stage = str(Path(local_path(warehouse)).parent / "load_stage")
-    raw = (
-        spark.read.format("text")
-        .option("wholetext", True)
-        .load(str(input_dir))
-        .select(
-            "value",
-            F.col("_metadata.file_path").alias("source_file"),
-            F.col("_metadata.file_modification_time").alias("source_mtime"),
-        )
-        .transform(split_lines)
+
+def _stage_parsed(spark: SparkSession, arrivals: Arrivals, stage: str) -> DataFrame:
+    """Parse once (the stream's reader and parse), staged as Parquet with the batch ids."""
+    files_df = _inline(
+        spark,
+        [{"file": F.lit(name), "batch_id": _long(b)} for name, b in arrivals.batch_of.items()],
     )
-    valid = parse_events(raw).valid
+    valid = parse_events(read_jsonl_lines(spark, [str(p) for p in arrivals.paths])).valid
     (
         valid.withColumn("file", F.element_at(F.split("source_file", "/"), -1))
         .join(F.broadcast(files_df), "file")
@@ -103,9 +121,14 @@ def load_day(
         .write.mode("overwrite")
         .parquet(stage)
     )
-    staged = spark.read.parquet(stage)
+    return spark.read.parquet(stage)
 
-    # 2. the watermark before/after each batch (driver, one number per batch)
+
+def _watermarks(
+    staged: DataFrame, ingest: dict[int, int], lateness_ms: int, max_clock_skew_ms: int
+) -> list[BatchMark]:
+    """The watermark before/after each batch (driver, one number per batch): the running
+    maximum of the batches' high-water marks, clipped to processing time + skew, minus L."""
     high_water = {
         int(r["batch_id"]): int(r["hw"])
         for r in staged.groupBy("batch_id")
@@ -113,40 +136,36 @@ def load_day(
         .collect()
     }
     wm: int | None = None
-    marks: list[tuple[int, int, int | None, int | None]] = []
+    marks: list[BatchMark] = []
     for batch in sorted(ingest):
         before = wm
         if batch in high_water:
             candidate = min(high_water[batch], ingest[batch] + max_clock_skew_ms) - lateness_ms
             wm = candidate if wm is None else max(wm, candidate)
-        marks.append((batch, ingest[batch], before, wm))
-    marks_df = _inline(
-        spark,
-        [
-            {
-                "batch_id": F.lit(b).cast("long"),
-                "ingest_ms": F.lit(i).cast("long"),
-                "wm_before_ms": F.lit(before).cast("long"),
-            }
-            for b, i, before, _ in marks
-        ],
-    )
+        marks.append(BatchMark(batch, ingest[batch], before, wm))
+    return marks
 
-    # 3. the event log: first arrival wins, then late against the watermark before the batch
-    from pyspark.sql import Window
 
-    arrival = Window.partitionBy("event_id").orderBy(
-        "batch_id", "source_mtime", "source_file", "source_line"
-    )
+def _write_event_log(
+    spark: SparkSession,
+    staged: DataFrame,
+    marks_df: DataFrame,
+    warehouse: str,
+    window_ms: int,
+    max_clock_skew_ms: int,
+) -> DataFrame:
+    """The event log: first arrival wins, then late against the watermark before the batch.
+    Returns the written table."""
+    arrival = Window.partitionBy("event_id").orderBy("batch_id", *LINE_ORDER)
     windowed = with_window(staged, window_ms).join(F.broadcast(marks_df), "batch_id")
     status = (
-        F.when(F.row_number().over(arrival) > 1, F.lit("duplicate"))
+        F.when(F.row_number().over(arrival) > 1, F.lit(DUPLICATE))
         .when(
             F.col("wm_before_ms").isNotNull()
             & (F.unix_millis("window_end") <= F.col("wm_before_ms")),
-            F.lit("late"),
+            F.lit(LATE),
         )
-        .otherwise(F.lit("on_time"))
+        .otherwise(F.lit(ON_TIME))
     )
     events = windowed.select(
         "*",
@@ -158,32 +177,27 @@ def load_day(
         F.lit(APP_ID).alias("app_id"),
         F.to_date("event_time").alias("event_date"),
     )
-    events_path = T.table_path(warehouse, "events")
-    (
-        _schema_cast(events, T.EVENTS)
-        .write.format("delta")
-        .mode("append")
-        .partitionBy(*T.EVENTS.partition_by)
-        .save(events_path)
-    )
-    log_df = spark.read.format("delta").load(events_path)
+    T.write_table(events, warehouse, T.EVENTS)
+    return T.read_table(spark, warehouse, T.EVENTS.name)
 
-    # 4. the stream's outputs, derived from the log
-    last_batch, last_ingest = marks[-1][0], marks[-1][1]
-    on_time = with_window(log_df.where(F.col("arrival_status") == "on_time"), window_ms)
+
+def _write_stream_outputs(
+    log_df: DataFrame, marks_df: DataFrame, warehouse: str, window_ms: int, last: BatchMark
+) -> None:
+    """The stream's outputs, derived from the log: every on-time window once, emitted by the
+    drain (no watermark at emit), and the late side output."""
+    on_time = with_window(log_df.where(F.col("arrival_status") == ON_TIME), window_ms)
     aggregates = aggregate_windows(on_time).select(
         "*",
         F.lit(1).alias("revision"),
-        F.timestamp_millis(F.lit(last_ingest)).alias("emit_time"),
-        F.timestamp_millis(F.lit(DRAINED_MS)).alias("watermark_at_emit"),
-        F.lit(last_batch).cast("long").alias("batch_id"),
+        F.timestamp_millis(F.lit(last.ingest_ms)).alias("emit_time"),
+        F.lit(None).cast("timestamp").alias("watermark_at_emit"),
+        _long(last.batch_id).alias("batch_id"),
         F.lit(APP_ID).alias("app_id"),
     )
-    _schema_cast(aggregates, T.STREAM_AGGREGATES).write.format("delta").mode("append").save(
-        T.table_path(warehouse, "stream_aggregates")
-    )
+    T.write_table(aggregates, warehouse, T.STREAM_AGGREGATES)
     late = (
-        with_window(log_df.where(F.col("arrival_status") == "late"), window_ms)
+        with_window(log_df.where(F.col("arrival_status") == LATE), window_ms)
         .join(F.broadcast(marks_df), "batch_id")
         .select(
             "*",
@@ -193,79 +207,99 @@ def load_day(
             F.lit("window_closed").alias("reason"),
         )
     )
-    _schema_cast(late, T.LATE_EVENTS).write.format("delta").mode("append").save(
-        T.table_path(warehouse, "late_events")
-    )
+    T.write_table(late, warehouse, T.LATE_EVENTS)
 
-    # 5. one progress row per batch, plus the drain
+
+def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
+    """The `stream_progress` row of one batch (or of the drain)."""
+    zero = _long(0)
+    lag = None if mark.drained or mark.after is None else mark.ingest_ms - mark.after
+    return {
+        "batch_id": _long(mark.batch_id),
+        "app_id": F.lit(APP_ID),
+        "processing_time": F.timestamp_millis(F.lit(mark.ingest_ms)),
+        "watermark_before": F.timestamp_millis(_long(mark.before)),
+        "watermark_after": F.timestamp_millis(_long(mark.after)),
+        "partition_high_water": T.literal_map({}, "int", "timestamp"),
+        "partition_last_seen": T.literal_map({}, "int", "timestamp"),
+        "partition_idle": T.literal_map({}, "int", "boolean"),
+        "input_lines": _long(sum(counts.values())),
+        "valid_events": _long(sum(counts.values())),
+        "on_time_events": _long(counts.get(ON_TIME, 0)),
+        "allowed_late_events": zero,
+        "late_events": _long(counts.get(LATE, 0)),
+        "duplicate_events": _long(counts.get(DUPLICATE, 0)),
+        "quarantined_lines": zero,
+        "clock_skewed_events": zero,
+        "windows_emitted": zero,
+        "open_windows": zero,
+        "watermark_lag_ms": _long(lag),
+        "partition_spread_ms": _long(None),
+        "batch_duration_ms": zero,
+        "drained": F.lit(mark.drained),
+        "window_state_version": zero,
+        "dedup_state_version": zero,
+        "events_version": _long(1),
+    }
+
+
+def _write_progress(
+    spark: SparkSession, log_df: DataFrame, marks: list[BatchMark], warehouse: str
+) -> dict[int, dict[str, int]]:
+    """One progress row per batch, plus the drain's; returns the counts per batch and status."""
     counts: dict[int, dict[str, int]] = {}
     for r in log_df.groupBy("batch_id", "arrival_status").count().collect():
         counts.setdefault(int(r["batch_id"]), {})[str(r["arrival_status"])] = int(r["count"])
-    progress_rows = []
-    empty_ts_map = F.create_map().cast("map<int,timestamp>")
-    for batch, ingest_ms, before, after in [*marks, (last_batch + 1, last_ingest, wm, DRAINED_MS)]:
-        c = counts.get(batch, {})
-        drained = after == DRAINED_MS
-        progress_rows.append(
+    last = marks[-1]
+    drain = BatchMark(last.batch_id + 1, last.ingest_ms, last.after, None, drained=True)
+    rows = [_progress_row(m, counts.get(m.batch_id, {})) for m in [*marks, drain]]
+    T.write_table(_inline(spark, rows), warehouse, T.STREAM_PROGRESS)
+    return counts
+
+
+def load_day(
+    spark: SparkSession,
+    input_dir: Path,
+    warehouse: str,
+    shape: StreamShape,
+    skew_ms: int = MAX_CLOCK_SKEW_MS,
+) -> dict[str, Any]:
+    """Build events, stream_aggregates, late_events, stream_progress (see the module doc),
+    `shape.max_files_per_trigger` files a micro-batch, `skew_ms` the max clock skew.
+
+    The tables are created by their first write (creating the empty ones the stream also
+    has would cost a Delta transaction each, and nothing nightly reads them)."""
+    window_ms = shape.window_ms
+    arrivals = _arrivals(input_dir, shape.max_files_per_trigger)
+    stage = str(Path(local_path(warehouse)).parent / "load_stage")
+    staged = _stage_parsed(spark, arrivals, stage)
+    marks = _watermarks(staged, arrivals.ingest_ms, shape.lateness_ms, skew_ms)
+    marks_df = _inline(
+        spark,
+        [
             {
-                "batch_id": F.lit(batch).cast("long"),
-                "app_id": F.lit(APP_ID),
-                "processing_time": F.timestamp_millis(F.lit(ingest_ms)),
-                "watermark_before": F.timestamp_millis(F.lit(before).cast("long")),
-                "watermark_after": F.timestamp_millis(F.lit(after).cast("long")),
-                "partition_high_water": empty_ts_map,
-                "partition_last_seen": empty_ts_map,
-                "partition_idle": F.create_map().cast("map<int,boolean>"),
-                "input_lines": F.lit(sum(c.values())).cast("long"),
-                "valid_events": F.lit(sum(c.values())).cast("long"),
-                "on_time_events": F.lit(c.get("on_time", 0)).cast("long"),
-                "allowed_late_events": F.lit(0).cast("long"),
-                "late_events": F.lit(c.get("late", 0)).cast("long"),
-                "duplicate_events": F.lit(c.get("duplicate", 0)).cast("long"),
-                "quarantined_lines": F.lit(0).cast("long"),
-                "clock_skewed_events": F.lit(0).cast("long"),
-                "windows_emitted": F.lit(0).cast("long"),
-                "open_windows": F.lit(0).cast("long"),
-                "watermark_lag_ms": F.lit(
-                    None if drained or after is None else ingest_ms - after
-                ).cast("long"),
-                "partition_spread_ms": F.lit(None).cast("long"),
-                "batch_duration_ms": F.lit(0).cast("long"),
-                "drained": F.lit(drained),
-                "window_state_version": F.lit(0).cast("long"),
-                "dedup_state_version": F.lit(0).cast("long"),
-                "events_version": F.lit(1).cast("long"),
+                "batch_id": _long(m.batch_id),
+                "ingest_ms": _long(m.ingest_ms),
+                "wm_before_ms": _long(m.before),
             }
-        )
-    progress = _inline(spark, progress_rows)
-    _schema_cast(progress, T.STREAM_PROGRESS).write.format("delta").mode("append").save(
-        T.table_path(warehouse, "stream_progress")
+            for m in marks
+        ],
     )
+    log_df = _write_event_log(spark, staged, marks_df, warehouse, window_ms, skew_ms)
+    _write_stream_outputs(log_df, marks_df, warehouse, window_ms, marks[-1])
+    counts = _write_progress(spark, log_df, marks, warehouse)
     shutil.rmtree(local_path(stage), ignore_errors=True)
-    totals = {
-        s: sum(c.get(s, 0) for c in counts.values()) for s in ("on_time", "late", "duplicate")
-    }
+    totals = {s: sum(c.get(s, 0) for c in counts.values()) for s in STATUSES}
     return {"batches": len(marks), **totals}
 
 
 # -- DuckDB ---------------------------------------------------------------------------------------
 
-_ZONED_ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)"
-
-
-def _day_bounds_ms(day: date) -> tuple[int, int]:
-    from batch.reconcile import business_day_bounds
-
-    return business_day_bounds(day, "UTC")
-
 
 def duckdb_json(files_glob: str, day: date, window_ms: int, out: Path) -> dict[str, Any]:
     """The re-aggregation on the raw JSON: validate like the contract (JSON integers only,
     zoned ISO or epoch-ms times), first arrival per event_id, window, the day, count + sum."""
-    lo, hi = _day_bounds_ms(day)
-    sql = f"""
-    COPY (
-      WITH raw AS (
+    firsts = f"""raw AS (
         SELECT event_id, key, amount, event_time, filename
         FROM read_json('{files_glob}', format = 'newline_delimited', filename = true,
                        ignore_errors = true,
@@ -281,35 +315,34 @@ def duckdb_json(files_glob: str, day: date, window_ms: int, out: Path) -> dict[s
           AND json_type(amount) IN ('BIGINT', 'UBIGINT')
           AND (json_type(event_time) IN ('BIGINT', 'UBIGINT')
                OR (json_type(event_time) = 'VARCHAR'
-                   AND regexp_full_match(event_time ->> '$', '{_ZONED_ISO}')))
+                   AND regexp_full_match(event_time ->> '$', '{ZONED_ISO_TIME}')))
       ), firsts AS (
-        SELECT key, amount, t_ms - ((t_ms % {window_ms}) + {window_ms}) % {window_ms} AS ws
+        SELECT key, amount, t_ms
         FROM valid
         QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY filename) = 1
-      )
-      SELECT make_timestamp(ws * 1000) AS window_start,
-             make_timestamp((ws + {window_ms}) * 1000) AS window_end, key,
-             count(*) AS event_count, sum(amount)::BIGINT AS amount_sum
-      FROM firsts WHERE ws >= {lo} AND ws < {hi}
-      GROUP BY ALL
-    ) TO '{out}' (FORMAT parquet)
-    """
-    return _duckdb_timed(sql, out)
+      )"""
+    return _duckdb_window_totals(firsts, day, window_ms, out)
 
 
 def duckdb_parquet(files: list[str], day: date, window_ms: int, out: Path) -> dict[str, Any]:
     """The same query on the Parquet files of the `events` Delta table (arrival order as
     reconcile's: ingest time, batch, file time, file, line)."""
-    lo, hi = _day_bounds_ms(day)
     listing = ", ".join(f"'{f}'" for f in files)
-    sql = f"""
-    COPY (
-      WITH firsts AS (
+    firsts = f"""firsts AS (
         SELECT key, amount, epoch_ms(event_time) AS t_ms
         FROM read_parquet([{listing}], hive_partitioning = true)
-        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY ingest_time, batch_id,
-                                   source_mtime, source_file, source_line) = 1
-      ), windowed AS (
+        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {", ".join(ARRIVAL_ORDER)}) = 1
+      )"""
+    return _duckdb_window_totals(firsts, day, window_ms, out)
+
+
+def _duckdb_window_totals(firsts: str, day: date, window_ms: int, out: Path) -> dict[str, Any]:
+    """`firsts`: SQL common table expressions ending in `firsts(key, amount, t_ms)`, one row
+    per event. Window them, keep the day's windows, count and sum into Parquet at `out`."""
+    lo, hi = business_day_bounds(day, "UTC")
+    sql = f"""
+    COPY (
+      WITH {firsts}, windowed AS (
         SELECT key, amount, t_ms - ((t_ms % {window_ms}) + {window_ms}) % {window_ms} AS ws
         FROM firsts
       )
@@ -367,112 +400,112 @@ def _timed_replace_date(marks: dict[str, float]) -> Iterator[None]:
         R._replace_date = original
 
 
-@contextmanager
-def _env(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def nightly_stages(spark: SparkSession, size_dir: Path, warehouse: str, settings: Any) -> dict:
+def nightly_stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     """reconcile (split in re-aggregate and diff), validate, report; the DAG's stage calls."""
-    from tally.nightly import stage_reaggregate, stage_report, stage_validate, wait_condition
+    from tally_app.nightly import stage_reaggregate, stage_report, stage_validate, wait_condition
 
     now = datetime.now(UTC)
     out: dict[str, Any] = {}
-    with _env(TALLY_GX_ROOT=str(size_dir), TALLY_REPORT_DIR=str(size_dir / "reports")):
-        waited = wait_condition(settings, BUSINESS_DATE, spark)
-        out["wait_ready"] = waited.ready
-        marks: dict[str, float] = {}
-        with _timed_replace_date(marks):
-            start = time.monotonic()
-            result = stage_reaggregate(settings, BUSINESS_DATE, now, spark)
-            end = time.monotonic()
-        out["reaggregate_s"] = marks["batch_aggregates"] - start
-        out["diff_s"] = end - marks["batch_aggregates"]
-        out["reconcile_s"] = end - start
-        out["balanced"] = bool(result["balanced"])
-        out["windows"] = int(result["windows"])
-        with stopwatch() as t:
-            outcome = stage_validate(settings, BUSINESS_DATE, now, spark)
-        out["validate_s"] = t["s"]
-        out["validation_passed"] = bool(outcome.success)
-        out["validation_failures"] = list(outcome.failures)
-        with stopwatch() as t:
-            path = stage_report(settings, BUSINESS_DATE, now, spark)
-        out["report_s"] = t["s"]
-        out["report_exists"] = Path(path).is_file()
+    waited = wait_condition(settings, BUSINESS_DATE, spark)
+    out["wait_ready"] = waited.ready
+    marks: dict[str, float] = {}
+    with _timed_replace_date(marks):
+        start = time.monotonic()
+        result = stage_reaggregate(settings, BUSINESS_DATE, now, spark)
+        end = time.monotonic()
+    out["reaggregate_s"] = marks[T.BATCH_AGGREGATES.name] - start
+    out["diff_s"] = end - marks[T.BATCH_AGGREGATES.name]
+    out["reconcile_s"] = end - start
+    out["balanced"] = bool(result["balanced"])
+    out["windows"] = int(result["windows"])
+    with stopwatch() as t:
+        outcome = stage_validate(settings, BUSINESS_DATE, now, spark)
+    out["validate_s"] = t["s"]
+    out["validation_passed"] = bool(outcome.success)
+    out["validation_failures"] = list(outcome.failures)
+    with stopwatch() as t:
+        path = stage_report(settings, BUSINESS_DATE, now, spark)
+    out["report_s"] = t["s"]
+    out["report_exists"] = Path(path).is_file()
     return out
+
+
+def _nightly_input(size_dir: Path, events: int, input_dir: Path | None) -> dict[str, Any]:
+    """The day's input: `input_dir` if given, else a generated day of `events` events."""
+    if input_dir is not None:
+        return {"input_dir": input_dir, "generate_s": None, "input_reused": str(input_dir)}
+    input_dir = size_dir / "input"
+    log(f"nightly {events:,}: generating")
+    manifest = generate_backlog(input_dir, Backlog(events, max(1, min(500, events // 2000)), 7))
+    return {"input_dir": input_dir, "generate_s": manifest["generate_s"]}
+
+
+def _tally_totals(spark: SparkSession, warehouse: str) -> dict[str, int]:
+    """Windows, events and amount of the re-aggregation (`batch_aggregates`)."""
+    truth = (
+        T.read_table(spark, warehouse, T.BATCH_AGGREGATES.name)
+        .agg(F.count(F.lit(1)), F.sum("event_count"), F.sum("amount_sum"))
+        .first()
+    )
+    assert truth is not None
+    return {
+        "tally_rows": int(truth[0]),
+        "tally_events": int(truth[1] or 0),
+        "tally_amount": int(truth[2] or 0),
+    }
+
+
+def _against_duckdb(
+    spark: SparkSession, size_dir: Path, input_dir: Path, warehouse: str, window_ms: int
+) -> dict[str, Any]:
+    """DuckDB's re-aggregation of the same JSON files and of the `events` table's Parquet."""
+    files = [local_path(f) for f in T.read_table(spark, warehouse, T.EVENTS.name).inputFiles()]
+    return {
+        "duckdb_json": duckdb_json(
+            str(input_dir / "arrival-*.jsonl"),
+            BUSINESS_DATE,
+            window_ms,
+            size_dir / "duck_json.parquet",
+        ),
+        "duckdb_parquet": duckdb_parquet(
+            files, BUSINESS_DATE, window_ms, size_dir / "duck_parquet.parquet"
+        ),
+    }
 
 
 def nightly_size(
     spark: SparkSession,
     work: Path,
     events: int,
-    window_ms: int,
-    lateness_ms: int,
-    files_per_batch: int,
+    shape: StreamShape,
     input_dir: Path | None = None,
-    seed: int = 7,
 ) -> dict[str, Any]:
-    """One day of `events` events: generate (unless given), load, run the stages, DuckDB."""
-    from tally.settings import Settings
-
+    """One day of `events` events: generate (unless given), load, run the stages, DuckDB.
+    Micro-batches of the load are `shape.max_files_per_trigger` files."""
     size_dir = work / f"nightly_{events}"
     size_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"events": events, "load_average_before": load_average()}
-    if input_dir is None:
-        input_dir = size_dir / "input"
-        log(f"nightly {events:,}: generating")
-        manifest = generate_backlog(input_dir, events, max(1, min(500, events // 2000)), seed)
-        result["generate_s"] = manifest["generate_s"]
-    else:
-        result["generate_s"] = None
-        result["input_reused"] = str(input_dir)
-    result["input_bytes"] = sum(p.stat().st_size for p in input_dir.glob("arrival-*.jsonl"))
+    result.update(_nightly_input(size_dir, events, input_dir))
+    source: Path = result.pop("input_dir")
+    result["input_bytes"] = sum(p.stat().st_size for p in source.glob("arrival-*.jsonl"))
     warehouse = str(size_dir / "warehouse")
     log(f"nightly {events:,}: batch load of the speed-layer tables")
     with stopwatch() as t:
-        result["load"] = load_day(
-            spark, input_dir, warehouse, window_ms, lateness_ms, files_per_batch
-        )
+        result["load"] = load_day(spark, source, warehouse, shape)
     result["load_s"] = t["s"]
-    settings = Settings(
+    settings = session_settings(
+        spark,
         warehouse=warehouse,
-        window=window_ms,
-        lateness=lateness_ms,
-        shuffle_partitions=int(spark.conf.get("spark.sql.shuffle.partitions") or 4),
-        spark_master=str(spark.sparkContext.master),
+        window=shape.window_ms,
+        lateness=shape.lateness_ms,
+        gx_root=str(size_dir),
+        report_dir=str(size_dir / "reports"),
     )
     log(f"nightly {events:,}: reconcile, validate, report")
-    result.update(nightly_stages(spark, size_dir, warehouse, settings))
-    truth = (
-        spark.read.format("delta")
-        .load(f"{warehouse}/batch_aggregates")
-        .agg(F.count(F.lit(1)), F.sum("event_count"), F.sum("amount_sum"))
-        .first()
-    )
-    assert truth is not None
-    result["tally_rows"] = int(truth[0])
-    result["tally_events"] = int(truth[1] or 0)
-    result["tally_amount"] = int(truth[2] or 0)
+    result.update(nightly_stages(spark, settings))
+    result.update(_tally_totals(spark, warehouse))
     log(f"nightly {events:,}: DuckDB")
-    result["duckdb_json"] = duckdb_json(
-        str(input_dir / "arrival-*.jsonl"), BUSINESS_DATE, window_ms, size_dir / "duck_json.parquet"
-    )
-    files = [
-        local_path(f) for f in spark.read.format("delta").load(f"{warehouse}/events").inputFiles()
-    ]
-    result["duckdb_parquet"] = duckdb_parquet(
-        files, BUSINESS_DATE, window_ms, size_dir / "duck_parquet.parquet"
-    )
+    result.update(_against_duckdb(spark, size_dir, source, warehouse, shape.window_ms))
     tally_s = result["reaggregate_s"] + result["diff_s"]
     result["ratio_json"] = tally_s / result["duckdb_json"]["seconds"]
     result["ratio_parquet"] = tally_s / result["duckdb_parquet"]["seconds"]

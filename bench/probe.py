@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from pyspark.sql import DataFrame
+from typing import TYPE_CHECKING, Any
 
 from bench.common import Tracer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 STATS = "parse + classify + per-partition stats"
 LATE_CHECK = "late events: event-log duplicate check + stats again"

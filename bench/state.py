@@ -15,19 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from bench.common import Tracer, delta_commits, load_average, log, quarter_medians, stopwatch
-from bench.probe import traced_stream
-from bench.speed import StreamShape, generate_backlog, tally_settings
+from bench.common import (
+    Backlog,
+    StreamShape,
+    Tracer,
+    delta_commits,
+    load_average,
+    log,
+    quarter_medians,
+)
+from bench.speed import generate_backlog, stream_backlog, tally_settings
+from tally import tables as T
 
 FLAT_FACTOR = 1.5
+SERIES = ("open_windows", "window_state_bytes", "dedup_rows", "dedup_bytes", "batch_s")
 
 
-def _per_version(table_dir: str) -> dict[int, tuple[int, int]]:
+def _per_version(table_dir: Path) -> dict[int, tuple[int, int]]:
     """Version -> (rows, bytes) written by that commit."""
     out = {}
-    for c in delta_commits(table_dir):
+    for c in delta_commits(str(table_dir)):
         if c.metrics:
             out[c.version] = (
                 int(c.metrics.get("numOutputRows", 0)),
@@ -48,30 +56,11 @@ def _flat(series: list[float]) -> dict[str, Any]:
     }
 
 
-def state_section(
-    spark: SparkSession,
-    work: Path,
-    events: int,
-    days: float,
-    files: int,
-    shape: StreamShape,
-    seed: int = 17,
-) -> dict[str, Any]:
-    data = work / "state_input"
-    log(f"state: generating {events:,} events over {days:g} days in {files} files")
-    manifest = generate_backlog(data, events, files, seed, days=days)
-    warehouse = work / "state_run" / "warehouse"
-    settings = tally_settings(warehouse, str(data), shape, spark)
-    tracer = Tracer()
-    load = load_average()
-    log(f"state: streaming {files // shape.max_files_per_trigger} micro-batches")
-    from streaming.job import run_stream
-
-    with traced_stream(tracer), stopwatch() as t:
-        run_stream(settings, available_now=True, drain=False, clock="arrival", spark=spark)
+def per_batch(spark: SparkSession, warehouse: Path, tracer: Tracer) -> list[dict[str, Any]]:
+    """One sample per micro-batch: its progress row, the state commits it pinned (rows and
+    bytes from the Delta log), its wall time and the event log's size after it."""
     progress = (
-        spark.read.format("delta")
-        .load(str(warehouse / "stream_progress"))
+        T.read_table(spark, str(warehouse), T.STREAM_PROGRESS.name)
         .orderBy("batch_id")
         .select(
             "batch_id",
@@ -81,18 +70,13 @@ def state_section(
             "window_state_version",
             "dedup_state_version",
             "events_version",
-            F.unix_millis("watermark_after").alias("watermark_ms"),
         )
         .collect()
     )
-    state = _per_version(str(warehouse / "window_state"))
-    dedup = _per_version(str(warehouse / "dedup_state"))
-    events_total = _per_version(str(warehouse / "events"))
-    durations = {
-        s.batch: s.end - s.start
-        for s in tracer.spans
-        if s.label == "batch" and s.depth == 0 and s.batch is not None
-    }
+    state = _per_version(warehouse / T.WINDOW_STATE.name)
+    dedup = _per_version(warehouse / T.DEDUP_STATE.name)
+    events_total = _per_version(warehouse / T.EVENTS.name)
+    durations = {s.batch: s.seconds for s in tracer.tops("batch") if s.batch is not None}
     batches: list[dict[str, Any]] = []
     log_rows = 0
     for r in progress:
@@ -112,28 +96,39 @@ def state_section(
                 "event_log_rows": log_rows,
             }
         )
+    return batches
 
-    def series(name: str) -> list[float]:
-        return [float(b[name]) for b in batches if b[name] is not None]
 
+def state_section(
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape
+) -> dict[str, Any]:
+    data = work / "state_input"
+    log(
+        f"state: generating {backlog.events:,} events over {backlog.days:g} days in "
+        f"{backlog.files} files"
+    )
+    manifest = generate_backlog(data, backlog)
+    warehouse = work / "state_run" / "warehouse"
+    settings = tally_settings(warehouse, str(data), shape, spark)
+    tracer = Tracer()
+    load = load_average()
+    log(f"state: streaming {backlog.files // shape.max_files_per_trigger} micro-batches")
+    seconds = stream_backlog(spark, settings, tracer)
+    batches = per_batch(spark, warehouse, tracer)
     flat = {
-        "open_windows": _flat(series("open_windows")),
-        "window_state_bytes": _flat(series("window_state_bytes")),
-        "dedup_rows": _flat(series("dedup_rows")),
-        "dedup_bytes": _flat(series("dedup_bytes")),
-        "batch_s": _flat(series("batch_s")),
+        name: _flat([float(b[name]) for b in batches if b[name] is not None]) for name in SERIES
     }
     shutil.rmtree(work / "state_run", ignore_errors=True)
     shutil.rmtree(data, ignore_errors=True)
     return {
-        "events": events,
+        "events": backlog.events,
         "lines": manifest["lines"],
-        "days": days,
-        "files": files,
+        "days": backlog.days,
+        "files": backlog.files,
         "max_files_per_trigger": shape.max_files_per_trigger,
         "window_ms": shape.window_ms,
         "lateness_ms": shape.lateness_ms,
-        "seconds": t["s"],
+        "seconds": seconds,
         "load_average_before": load,
         "batches": batches,
         "flat": flat,

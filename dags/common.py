@@ -1,17 +1,11 @@
 """Wiring shared by the tally DAG files. Cheap to import: no Spark, no batch layer.
 
-Environment (besides the `TALLY_*` settings of `tally.settings`), with defaults:
-
-- `TALLY_SPARK_RUNNER` (`local`): `local` runs the stages in the task's process; `submit` runs
-  them as `spark-submit` jobs through the connection `tally_spark` (`AIRFLOW_CONN_TALLY_SPARK`).
-- `TALLY_NIGHTLY_SCHEDULE` (`30 0 * * *`): cron of the nightly run, in `report_timezone`.
-- `TALLY_NIGHTLY_START` (`2026-11-20`): first business date the nightly DAG reconciles;
-  catch-up back-fills from it.
-- `TALLY_HEALTH_SCHEDULE` (`*/5 * * * *`): cron of the streaming health check.
-- `TALLY_TUNING_SCHEDULE` (`0 3 * * 1`): cron of the weekly lateness tuning (the week before).
-- `TALLY_RETRIES`, `TALLY_RETRY_DELAY`, `TALLY_MAX_RETRY_DELAY` (`2`, `5m`, `1h`): retries with
-  exponential back-off.
-- `TALLY_SENSOR_POKE`, `TALLY_SENSOR_TIMEOUT` (`5m`, `6h`): the watermark sensor.
+Everything configurable is a tally setting (`tally.settings`, `TALLY_*` in the environment):
+`spark_runner` (`local` runs the stages in the task's process, `submit` as `spark-submit` jobs
+through the connection `tally_spark`, `AIRFLOW_CONN_TALLY_SPARK`), `nightly_schedule`,
+`nightly_start` (first business date; catch-up back-fills from it), `health_schedule`,
+`tuning_schedule` (crons in `report_timezone`), `retries`, `retry_delay`, `max_retry_delay`
+(exponential back-off), `sensor_poke`, `sensor_timeout` (the watermark sensor).
 """
 
 from __future__ import annotations
@@ -27,52 +21,19 @@ from zoneinfo import ZoneInfo
 from airflow.sdk import Asset, BaseSensorOperator, CronDataIntervalTimetable, task
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from tally.alerts import Alert, AlertRaised, TallyAlertNotifier, business_date_of, plain_utc
-from tally.settings import Settings, SettingsError, format_duration, parse_duration
+from dags.alerting import AlertRaised, TallyAlertNotifier
+from tally.alert import Alert
+from tally.dates import business_date_of, plain_utc
+from tally.settings import Settings, format_duration
 
 DAGS_DIR = Path(__file__).resolve().parent
 SPARK_APP = DAGS_DIR / "spark_apps" / "tally_task.py"
 OWNER = "tally-data-platform"
-RUNNERS = ("local", "submit")
 SPARK_CONN_ID = "tally_spark"  # AIRFLOW_CONN_TALLY_SPARK
-DEFAULTS = {
-    "TALLY_SPARK_RUNNER": "local",
-    "TALLY_NIGHTLY_SCHEDULE": "30 0 * * *",
-    "TALLY_NIGHTLY_START": "2026-11-20",
-    "TALLY_HEALTH_SCHEDULE": "*/5 * * * *",
-    "TALLY_TUNING_SCHEDULE": "0 3 * * 1",
-    "TALLY_RETRIES": "2",
-    "TALLY_RETRY_DELAY": "5m",
-    "TALLY_MAX_RETRY_DELAY": "1h",
-    "TALLY_SENSOR_POKE": "5m",
-    "TALLY_SENSOR_TIMEOUT": "6h",
-}
 
 
-def env_value(name: str, env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get(name) or DEFAULTS[name]
-
-
-def env_duration(name: str, env: Mapping[str, str] | None = None) -> timedelta:
-    return timedelta(milliseconds=parse_duration(env_value(name, env), name))
-
-
-def spark_runner(env: Mapping[str, str] | None = None) -> str:
-    runner = env_value("TALLY_SPARK_RUNNER", env)
-    if runner not in RUNNERS:
-        raise SettingsError(
-            f"TALLY_SPARK_RUNNER: expected one of {', '.join(RUNNERS)}, got {runner!r}"
-        )
-    return runner
-
-
-def first_business_date(env: Mapping[str, str] | None = None) -> date:
-    text = env_value("TALLY_NIGHTLY_START", env)
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise SettingsError(f"TALLY_NIGHTLY_START: expected YYYY-MM-DD, got {text!r}") from None
+def first_business_date(settings: Settings) -> date:
+    return date.fromisoformat(settings.nightly_start)
 
 
 def start_date_for(first: date, report_timezone: str = "UTC") -> datetime:
@@ -81,34 +42,27 @@ def start_date_for(first: date, report_timezone: str = "UTC") -> datetime:
     return datetime(first.year, first.month, first.day, tzinfo=ZoneInfo(report_timezone))
 
 
-def default_args(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def default_args(settings: Settings) -> dict[str, Any]:
     """Owner, retries with exponential back-off and the alerting failure callback."""
-    retries = int(env_value("TALLY_RETRIES", env))
-    if retries < 0:
-        raise SettingsError(f"TALLY_RETRIES: must not be negative, got {retries}")
     return {
         "owner": OWNER,
-        "retries": retries,
-        "retry_delay": env_duration("TALLY_RETRY_DELAY", env),
+        "retries": settings.retries,
+        "retry_delay": timedelta(milliseconds=settings.retry_delay),
         "retry_exponential_backoff": 2.0,
-        "max_retry_delay": env_duration("TALLY_MAX_RETRY_DELAY", env),
+        "max_retry_delay": timedelta(milliseconds=settings.max_retry_delay),
         "on_failure_callback": [TallyAlertNotifier()],
     }
 
 
-def daily_timetable(settings: Settings, env: Mapping[str, str] | None = None) -> Any:
+def daily_timetable(settings: Settings) -> Any:
     """Nightly data intervals (default 00:30 to 00:30 in the report time zone): a run's
     `data_interval_start` falls on the business date it reconciles, and it starts when the
     interval has ended (the sensor then waits for the stream)."""
-    return CronDataIntervalTimetable(
-        env_value("TALLY_NIGHTLY_SCHEDULE", env), timezone=settings.report_timezone
-    )
+    return CronDataIntervalTimetable(settings.nightly_schedule, timezone=settings.report_timezone)
 
 
-def weekly_timetable(settings: Settings, env: Mapping[str, str] | None = None) -> Any:
-    return CronDataIntervalTimetable(
-        env_value("TALLY_TUNING_SCHEDULE", env), timezone=settings.report_timezone
-    )
+def weekly_timetable(settings: Settings) -> Any:
+    return CronDataIntervalTimetable(settings.tuning_schedule, timezone=settings.report_timezone)
 
 
 def warehouse_uri(warehouse: str) -> str:
@@ -146,7 +100,7 @@ def interval_of(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
 
 class StreamWatermarkSensor(BaseSensorOperator):
     """Waits until the streaming watermark passed the end of the run's business date plus the
-    allowed lateness (`tally.nightly.wait_condition`). On timeout (a stalled stream) it fails
+    allowed lateness (`tally_app.nightly.wait_condition`). On timeout (a stalled stream) it fails
     with an alert saying how far the watermark got."""
 
     ui_color = "#e8f2fb"
@@ -156,8 +110,8 @@ class StreamWatermarkSensor(BaseSensorOperator):
         self._last_detail = "not checked"
 
     def poke(self, context: Any) -> bool:
-        from tally.nightly import wait_condition
         from tally.settings import load_settings
+        from tally_app.nightly import wait_condition
 
         settings = load_settings()
         start, _ = interval_of(context)
@@ -184,27 +138,27 @@ class StreamWatermarkSensor(BaseSensorOperator):
             ) from exc
 
 
-def watermark_sensor(env: Mapping[str, str] | None = None) -> StreamWatermarkSensor:
+def watermark_sensor(settings: Settings) -> StreamWatermarkSensor:
     return StreamWatermarkSensor(
         task_id="wait_for_stream_watermark",
         mode="reschedule",
-        poke_interval=env_duration("TALLY_SENSOR_POKE", env).total_seconds(),
-        timeout=env_duration("TALLY_SENSOR_TIMEOUT", env).total_seconds(),
+        poke_interval=settings.sensor_poke / 1000,
+        timeout=settings.sensor_timeout / 1000,
         doc_md="Waits (reschedule mode) until `stream_progress` shows a watermark past the end "
         "of the business date plus the allowed lateness; times out with a critical alert.",
     )
 
 
 def stage_task(
+    settings: Settings,
     stage: str,
     task_id: str,
     *,
     outlets: Sequence[Asset] = (),
     doc_md: str = "",
-    env: Mapping[str, str] | None = None,
 ) -> Any:
     """One stage of `dags.stages` as a task: in-process (`local`) or `spark-submit`."""
-    if spark_runner(env) == "submit":
+    if settings.spark_runner == "submit":
         return _submit_task(stage, task_id, outlets=outlets, doc_md=doc_md)
 
     @task(task_id=task_id, outlets=list(outlets), doc_md=doc_md)

@@ -6,8 +6,8 @@ is the date of the interval's start in the report time zone; the run time handed
 is the interval's end, so re-running a date reproduces the same rows.
 
 Stages: `reaggregate` (re-aggregate + diff), `validate` (Great Expectations; a failed
-expectation raises `AlertRaised`), `report`, `publish` (tally.nightly); `health` and `tune`
-(tally.alerts).
+expectation raises `AlertRaised`), `report`, `publish` (tally_app.nightly); `health`
+(streaming.health) and `tune` (batch.tuning), whose findings are emitted as alerts here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from datetime import date, datetime, timedelta
 from pathlib import PurePath
 from typing import Any
 
-from tally.alerts import Alert, AlertRaised, business_date_of, plain_utc
-from tally.settings import Settings, load_settings
+from dags.alerting import AlertRaised, context_fields, emit
+from tally.alert import Alert
+from tally.dates import business_date_of, from_epoch_ms, plain_utc
+from tally.settings import Settings, format_duration, load_settings
+from tally.spark import session_for
 
 NIGHTLY_STAGES = ("reaggregate", "validate", "report", "publish")
 STAGES = (*NIGHTLY_STAGES, "health", "tune")
@@ -118,37 +121,99 @@ def run_stage(
     out: dict[str, Any] = {"stage": stage, "business_date": business_date.isoformat()}
 
     if stage in NIGHTLY_STAGES:
-        from tally import nightly
-
-        result: Any
-        if stage == "reaggregate":
-            result = nightly.stage_reaggregate(settings, business_date, now)
-        elif stage == "validate":
-            result = nightly.stage_validate(settings, business_date, now)
-            alerts = validation_alerts(result)
-            if alerts:
-                raise AlertRaised(
-                    [dataclasses.replace(a, business_date=business_date) for a in alerts]
-                )
-        elif stage == "report":
-            result = nightly.stage_report(settings, business_date, now)
-        else:
-            result = nightly.stage_publish(settings, business_date, now)
-        out["result"] = plain(result)
+        out["result"] = plain(_nightly_stage(stage, settings, business_date, now))
         return out
-
     if stage == "health":
-        from tally.alerts import check_stream_health
-
         alerts = check_stream_health(settings, context=context)
         out.update(alerts=[a.message() for a in alerts])
         errors = [a for a in alerts if a.severity in ("error", "critical")]
         if errors:  # already recorded and sent: fail the run so it shows red
             raise AlertRaised(errors, recorded=True)
         return out
-
-    from tally.alerts import tune_lateness
-
     first, last = period_of(interval_start, interval_end, settings.report_timezone)
     out["result"] = plain(tune_lateness(settings, first, last, now=now, context=context))
     return out
+
+
+def _nightly_stage(stage: str, settings: Settings, business_date: date, now: datetime) -> Any:
+    from tally_app import nightly
+
+    if stage == "reaggregate":
+        return nightly.stage_reaggregate(settings, business_date, now)
+    if stage == "validate":
+        result = nightly.stage_validate(settings, business_date, now)
+        alerts = validation_alerts(result)
+        if alerts:
+            raise AlertRaised([dataclasses.replace(a, business_date=business_date) for a in alerts])
+        return result
+    if stage == "report":
+        return nightly.stage_report(settings, business_date, now)
+    return nightly.stage_publish(settings, business_date, now)
+
+
+def check_stream_health(
+    settings: Settings, *, context: Mapping[str, Any] | None = None, spark: Any = None
+) -> list[Alert]:
+    """Read the recent stream progress, evaluate it, emit the alerts; returns them."""
+    from streaming.health import HealthParams, evaluate_health, read_recent_progress
+
+    params = HealthParams.from_settings(settings)
+    spark = spark or session_for(settings, "tally-dag")
+    rows = read_recent_progress(spark, settings.warehouse, params.history)
+    fields = context_fields(context, settings) if context else {}
+    fields.pop("business_date", None)
+    if rows:
+        fields["business_date"] = from_epoch_ms(rows[-1]["processing_ms"]).date()
+    alerts = [a.with_context(**fields) for a in evaluate_health(rows, params)]
+    emit(alerts, settings, spark)
+    return alerts
+
+
+def tune_lateness(
+    settings: Settings,
+    first_day: date,
+    last_day: date,
+    *,
+    now: datetime,
+    context: Mapping[str, Any] | None = None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """The weekly tuning of `first_day`..`last_day`; an alert when the configured lateness
+    misses the completeness target."""
+    from batch.tuning import TuningParams
+    from batch.tuning import tune_lateness as tune
+    from tally.settings import parse_duration_list
+
+    params = TuningParams(
+        warehouse=settings.warehouse,
+        window_ms=settings.window,
+        configured_lateness_ms=settings.lateness,
+        candidates_ms=parse_duration_list(settings.lateness_candidates, "lateness_candidates"),
+        target_pct=settings.completeness_target,
+        report_timezone=settings.report_timezone,
+    )
+    spark = spark or session_for(settings, "tally-dag")
+    result = tune(spark, params, first_day, last_day, now=now)
+    if not result["configured_meets_target"]:
+        fields = context_fields(context, settings) if context else {}
+        fields["business_date"] = last_day
+        emit([tuning_alert(result, settings.lateness).with_context(**fields)], settings, spark)
+    return result
+
+
+def tuning_alert(result: Mapping[str, Any], configured_ms: int) -> Alert:
+    """The alert of a tuning period whose configured bound misses the target."""
+    best = result["recommended_lateness_ms"]
+    recommended = (
+        f"smallest bound reaching it: {format_duration(best)}"
+        if best is not None
+        else "no bound in the curve reaches it"
+    )
+    return Alert(
+        "configured lateness bound misses the completeness target",
+        f"{result['configured_completeness_pct']:.4f}% complete at lateness "
+        f"{format_duration(configured_ms)} ({result['events']} events, "
+        f"{result['period_start']}..{result['period_end']})",
+        f"{result['target_pct']}% ({recommended})",
+        "warning",
+    )

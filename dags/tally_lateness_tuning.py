@@ -27,12 +27,13 @@ _settings = load_settings()
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=4),
-    default_args=default_args(),
+    default_args=default_args(_settings),
     tags=["tally", "lateness", "weekly"],
     doc_md=__doc__,
 )
 def tally_lateness_tuning() -> None:
     stage_task(
+        _settings,
         "tune",
         "tune_lateness",
         doc_md="Lateness curve over the week's events; record the recommended bound.",

@@ -19,7 +19,7 @@ date starts just after it ended.
 Every write replaces exactly the date, so re-runs and back-fills
 (`airflow backfill create --dag-id tally_nightly_reconciliation --from-date ... --to-date ...`)
 are idempotent. Catch-up is on from `TALLY_NIGHTLY_START`. Failures alert through
-`tally.alerts` (the `alerts` table, plus SMTP/Slack when configured).
+`dags.alerting` (the `alerts` table, plus SMTP/Slack when configured).
 """
 
 from __future__ import annotations
@@ -45,30 +45,33 @@ _settings = load_settings()
 @dag(
     dag_id="tally_nightly_reconciliation",
     schedule=daily_timetable(_settings),
-    start_date=start_date_for(first_business_date(), _settings.report_timezone),
+    start_date=start_date_for(first_business_date(_settings), _settings.report_timezone),
     catchup=True,
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=12),
-    default_args=default_args(),
+    default_args=default_args(_settings),
     tags=["tally", "reconciliation", "nightly"],
     doc_md=__doc__,
 )
 def tally_nightly_reconciliation() -> None:
     chain(
-        watermark_sensor(),
+        watermark_sensor(_settings),
         stage_task(
+            _settings,
             "reaggregate",
             "reaggregate",
             doc_md="Re-aggregate the business date from the event log and diff it against "
             "the stream.",
         ),
         stage_task(
+            _settings,
             "validate",
             "validate",
             doc_md="Great Expectations on the date's tables; a breach fails with an alert.",
         ),
-        stage_task("report", "build_report", doc_md="Build the business date's report."),
+        stage_task(_settings, "report", "build_report", doc_md="Build the business date's report."),
         stage_task(
+            _settings,
             "publish",
             "publish",
             outlets=[reconciliation_asset(_settings)],

@@ -12,7 +12,8 @@ running query and alerts (the `alerts` table, plus SMTP/Slack when configured) w
 * the **partition spread** grew in each of the last `TALLY_HEALTH_SPREAD_BATCHES` (5) batches
   and ended above the lateness bound.
 
-Error-level findings fail the run (shown red); warnings only alert.
+Error-level findings fail the run (shown red); warnings only alert. Each `TALLY_HEALTH_*`
+variable is the tally setting `health_*` (also settable in the TOML config).
 """
 
 from __future__ import annotations
@@ -21,23 +22,27 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import dag
 
-from dags.common import default_args, env_value, stage_task
+from dags.common import default_args, stage_task
+from tally.settings import load_settings
+
+_settings = load_settings()
 
 
 @dag(
     dag_id="tally_streaming_health",
-    schedule=env_value("TALLY_HEALTH_SCHEDULE"),
+    schedule=_settings.health_schedule,
     start_date=datetime(2026, 11, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     dagrun_timeout=timedelta(minutes=10),
     # A check every five minutes: one quick retry for infrastructure hiccups, then the next run.
-    default_args={**default_args(), "retries": 1, "retry_delay": timedelta(minutes=1)},
+    default_args={**default_args(_settings), "retries": 1, "retry_delay": timedelta(minutes=1)},
     tags=["tally", "streaming", "monitoring"],
     doc_md=__doc__,
 )
 def tally_streaming_health() -> None:
     stage_task(
+        _settings,
         "health",
         "check_stream_health",
         doc_md="Evaluate the recent stream progress; record and send alerts.",

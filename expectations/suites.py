@@ -18,17 +18,18 @@ success with a flagged warning; above the failure threshold both fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+
+from tally.dates import DayBounds, business_day_bounds, window_in_day
+from tally.settings import Settings
+from tally.vocabulary import CRITICAL, EXPLAINED_STATUSES, STATUSES, UNEXPLAINED, WARNING
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
-
-    from tally.settings import Settings
 
 GAP = "gap"
 EVENTS = "events"
@@ -43,55 +44,26 @@ SOURCE_TABLE = {
     STREAM_PROGRESS: "stream_progress",
 }
 
-CRITICAL = "critical"
-WARNING = "warning"
-
-UNEXPLAINED = "UNEXPLAINED"
-EXPLAINED_STATUSES = ("MATCH", "EXPLAINED_BY_LATE", "MISSING_IN_STREAM")
-STATUSES = (*EXPLAINED_STATUSES, UNEXPLAINED)
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=ZoneInfo("UTC"))
-
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The plain values the suites are built from.
+    """The plain values the suites are built from (the settings of the same names, validated
+    there; `from_settings` is the only way in, so no default is written twice).
 
     Counts are windows, rates are fractions (0.001 = 0.1 %), amounts are integer minor units,
     durations are milliseconds. Bounds are inclusive (a late rate equal to the threshold
     passes).
     """
 
-    unexplained_tolerance: int = 0  # UNEXPLAINED windows tolerated per date
-    late_rate_warn: float = 0.001  # late events / batch events: warning above this
-    late_rate_fail: float = 0.01  # ... failure above this
-    amount_min: int = -1_000_000_000  # -10,000,000.00 in currency units
-    amount_max: int = 1_000_000_000  # 10,000,000.00
-    max_clock_skew_ms: int = 300_000  # event_time may be at most this far ahead of ingest_time
-    clock_skew_tolerance: float = 0.0  # share of events allowed beyond max_clock_skew_ms
-    duplicate_rate_max: float = 0.01  # share of arrival_status = 'duplicate' in events
-    watermark_lag_max_ms: int = 600_000  # watermark lag of the last non-drained micro-batch
-
-    def __post_init__(self) -> None:
-        if self.unexplained_tolerance < 0:
-            raise ValueError(
-                f"unexplained_tolerance: must not be negative, got {self.unexplained_tolerance}"
-            )
-        if not 0 <= self.late_rate_warn <= self.late_rate_fail <= 1:
-            raise ValueError(
-                "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
-                f"{self.late_rate_warn}/{self.late_rate_fail}"
-            )
-        if self.amount_min > self.amount_max:
-            raise ValueError(
-                f"amount_min/amount_max: min {self.amount_min} > max {self.amount_max}"
-            )
-        for name in ("clock_skew_tolerance", "duplicate_rate_max"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name}: must be a fraction in [0, 1], got {getattr(self, name)}")
-        for name in ("max_clock_skew_ms", "watermark_lag_max_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must not be negative, got {getattr(self, name)}")
+    unexplained_tolerance: int  # UNEXPLAINED windows tolerated per date
+    late_rate_warn: float  # late events / batch events: warning above this
+    late_rate_fail: float  # ... failure above this
+    amount_min: int
+    amount_max: int
+    max_clock_skew_ms: int  # event_time may be at most this far ahead of ingest_time
+    clock_skew_tolerance: float  # share of events allowed beyond max_clock_skew_ms
+    duplicate_rate_max: float  # share of arrival_status = 'duplicate' in events
+    watermark_lag_max_ms: int  # watermark lag of the last non-drained micro-batch
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
@@ -107,6 +79,10 @@ class Thresholds:
             duplicate_rate_max=settings.duplicate_rate_max,
             watermark_lag_max_ms=settings.watermark_lag_max,
         )
+
+    @classmethod
+    def defaults(cls) -> Thresholds:
+        return cls.from_settings(Settings())
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -132,24 +108,6 @@ def _suite(name: str, expectations: list[Any]) -> ExpectationSuite:
         name=name,
         expectations=expectations,
         meta={"generated_by": f"expectations.suites.{name}_suite"},
-    )
-
-
-def day_bounds_ms(business_date: date, report_timezone: str = "UTC") -> tuple[int, int]:
-    """`[start, end)` of the business date in `report_timezone` as UTC epoch milliseconds
-    (the batch layer's rule: a window belongs to the date its start falls on)."""
-    zone = ZoneInfo(report_timezone)
-    start = datetime.combine(business_date, datetime.min.time(), tzinfo=zone)
-    end = datetime.combine(business_date + timedelta(days=1), datetime.min.time(), tzinfo=zone)
-    return (start - _EPOCH) // timedelta(milliseconds=1), (end - _EPOCH) // timedelta(
-        milliseconds=1
-    )
-
-
-def _in_day(column: str, bounds: tuple[int, int]) -> Column:
-    start, end = bounds
-    return (F.unix_millis(F.col(column)) >= F.lit(start)) & (
-        F.unix_millis(F.col(column)) < F.lit(end)
     )
 
 
@@ -421,11 +379,12 @@ def stream_progress_suite(*, watermark_lag_max_ms: int = 600_000) -> Expectation
     )
 
 
-def stream_progress_frame(stream_progress: DataFrame, bounds: tuple[int, int]) -> DataFrame:
+def stream_progress_frame(stream_progress: DataFrame, bounds: DayBounds) -> DataFrame:
     """The micro-batches whose watermark moved across the day `bounds` (or had none yet), with:
 
     * `wm_step_ms`: watermark_after minus the previous batch's (same app_id, by batch_id);
-      null for the first batch or while there is no watermark; -1 if a watermark disappears;
+      null for the first batch, while there is no watermark, and for the drain batch (it
+      stores none: every window is closed); -1 if a watermark disappears;
     * `last_watermark_lag_ms`: watermark_lag_ms of the app's last non-drained batch (the
       whole table decides which batch is last), on every row of that app.
     """
@@ -434,6 +393,7 @@ def stream_progress_frame(stream_progress: DataFrame, bounds: tuple[int, int]) -
     previous = F.lag("watermark_after").over(by_batch)
     step = (
         F.when(previous.isNull(), F.lit(None).cast("long"))
+        .when(F.coalesce(F.col("drained"), F.lit(False)), F.lit(None).cast("long"))
         .when(F.col("watermark_after").isNull(), F.lit(-1).cast("long"))
         .otherwise(F.unix_millis("watermark_after") - F.unix_millis(previous))
     )
@@ -488,17 +448,17 @@ def select_for_date(
     columns added) for the suite: reconciliation rows of the date, events of the date's
     `event_date` partition, stream rows of the date's windows (by window_start in
     `report_timezone`), micro-batches whose watermark crossed the day."""
-    bounds = day_bounds_ms(business_date, report_timezone)
+    bounds = business_day_bounds(business_date, report_timezone)
     if name == GAP:
         table = table.where(F.col("business_date") == F.lit(business_date))
     elif name == EVENTS:
         table = table.where(F.col("event_date") == F.lit(business_date))
     elif name == STREAM_AGGREGATES:
-        table = table.where(_in_day("window_start", bounds))
+        table = table.where(window_in_day(bounds))
     return prepare(name, table, bounds)
 
 
-def prepare(name: str, frame: DataFrame, bounds: tuple[int, int] | None = None) -> DataFrame:
+def prepare(name: str, frame: DataFrame, bounds: DayBounds | None = None) -> DataFrame:
     """Add the suite's derived columns to an already selected frame (tests feed hand-built
     frames, e.g. events with a DOUBLE amount, through this). `bounds` (the day, epoch ms)
     selects the micro-batches of stream_progress; None keeps them all."""

@@ -1,16 +1,16 @@
 """Validate a business date with Great Expectations; results to Delta and to GX Data Docs.
 
     validate_date(spark, warehouse, business_date, thresholds=None, *, now,
-                  report_timezone="UTC", gx_root=None, suites=SUITES) -> ValidationOutcome
+                  report_timezone="UTC", gx_root, suites=SUITES) -> ValidationOutcome
     validate_frame(spark, warehouse, business_date, suite, frame, thresholds=None, *, now, ...)
     run_suite(business_date, suite, frame, thresholds=None, *, now, ...) -> rows (not written)
 
 For each suite (`expectations.suites`): the source Delta table is read at its latest version
 (recorded as `source_version`), the date's rows are selected and prepared in Spark, and the
-suite is run against the DataFrame through the file-backed GX project in `<root>/gx` (root:
-`gx_root`, else $TALLY_GX_ROOT, else the repository): Spark datasource `tally` -> dataframe
-asset per table -> `whole_dataframe` batch definition -> ValidationDefinition -> Checkpoint
-with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
+suite is run against the DataFrame through the file-backed GX project in `<gx_root>/gx` (the
+setting's `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
+dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
+Checkpoint with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
 definition it holds, so dataframe-backed suites over different tables cannot share one.
 
@@ -25,51 +25,28 @@ reported in `warnings` and in the table, but do not fail the date.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from expectations.suites import (
-    CRITICAL,
-    SOURCE_TABLE,
-    SUITES,
-    Thresholds,
-    build_suite,
-    select_for_date,
-)
+from expectations.suites import SOURCE_TABLE, SUITES, Thresholds, build_suite, select_for_date
 from tally import tables as T
+from tally.dates import epoch_ms
+from tally.vocabulary import CRITICAL
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATASOURCE = "tally"
 BATCH_DEFINITION = "whole_dataframe"
 DOCS_SITE = "local_site"
 
-VALIDATION_RESULTS = T.register(
-    T.Table(
-        "validation_results",
-        "business_date DATE, suite STRING, check_name STRING, expectation STRING, "
-        "column_name STRING, kwargs STRING, success BOOLEAN, severity STRING, "
-        "observed_value STRING, unexpected_count BIGINT, element_count BIGINT, "
-        "description STRING, exception STRING, source_table STRING, source_version BIGINT, "
-        "data_docs_page STRING, run_time TIMESTAMP",
-        "One row per expectation per suite run of a business date (Great Expectations): "
-        "what was checked, success, severity, the observed value as text, the Delta version "
-        "of the table validated and the Data Docs page; a re-run replaces the date's suite.",
-        partition_by=("business_date",),
-    )
-)
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ENSURED: set[str] = set()  # validation_results tables this process created or found
 
 
@@ -112,15 +89,12 @@ class ValidationOutcome:
 _CONTEXTS: dict[str, Any] = {}
 
 
-def project_root(gx_root: str | os.PathLike[str] | None = None) -> Path:
-    """The directory holding `gx/`: `gx_root`, else $TALLY_GX_ROOT, else the repository."""
-    if gx_root is not None:
-        return Path(gx_root)
-    env = os.environ.get("TALLY_GX_ROOT")
-    return Path(env) if env else PROJECT_ROOT
+def project_root(gx_root: str | os.PathLike[str]) -> Path:
+    """The directory holding `gx/` (the caller's `Settings.gx_location`)."""
+    return Path(gx_root)
 
 
-def ensure_project(gx_root: str | os.PathLike[str] | None = None) -> Path:
+def ensure_project(gx_root: str | os.PathLike[str]) -> Path:
     """`<root>/gx` with tally's great_expectations.yml (copied from the repository's `gx/`
     when the root has none, e.g. a scratch root in tests). Returns the root."""
     root = project_root(gx_root)
@@ -137,8 +111,8 @@ def ensure_project(gx_root: str | os.PathLike[str] | None = None) -> Path:
     return root
 
 
-def gx_context(gx_root: str | os.PathLike[str] | None = None) -> Any:
-    """The file-backed GX context of `gx_root` (default: the repository), one per process."""
+def gx_context(gx_root: str | os.PathLike[str]) -> Any:
+    """The file-backed GX context of `gx_root`, one per process."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
@@ -149,7 +123,7 @@ def gx_context(gx_root: str | os.PathLike[str] | None = None) -> Any:
     return _CONTEXTS[key]
 
 
-def data_docs_index(gx_root: str | os.PathLike[str] | None = None) -> Path:
+def data_docs_index(gx_root: str | os.PathLike[str]) -> Path:
     """Where the Data Docs site's index page is (built by the checkpoints' action)."""
     root = project_root(gx_root)
     return root / "gx" / "uncommitted" / "data_docs" / DOCS_SITE / "index.html"
@@ -337,7 +311,7 @@ def _literal(value: Any, data_type: Any) -> Any:
     if value is None:
         return F.lit(None).cast(data_type)
     if isinstance(data_type, TimestampType):
-        return F.timestamp_millis(F.lit((value - _EPOCH) // timedelta(milliseconds=1)))
+        return F.timestamp_millis(F.lit(epoch_ms(value)))
     if isinstance(data_type, DateType):
         return F.lit(value.isoformat()).cast("date")
     return F.lit(value).cast(data_type)
@@ -355,11 +329,11 @@ def write_results(
     suites = [suites] if isinstance(suites, str) else list(suites)
     if not suites:
         return
-    path = T.table_path(warehouse, VALIDATION_RESULTS.name)
+    path = T.table_path(warehouse, T.VALIDATION_RESULTS.name)
     if path not in _ENSURED:
-        T.ensure_table(spark, warehouse, VALIDATION_RESULTS)
+        T.ensure_table(spark, warehouse, T.VALIDATION_RESULTS)
         _ENSURED.add(path)
-    fields = VALIDATION_RESULTS.schema().fields
+    fields = T.VALIDATION_RESULTS.schema().fields
     if rows:
         structs = [
             F.struct(*[_literal(row.get(f.name), f.dataType).alias(f.name) for f in fields])
@@ -367,7 +341,7 @@ def write_results(
         ]
         frame = spark.range(1).select(F.inline(F.array(*structs)))
     else:
-        frame = T.empty_frame(spark, VALIDATION_RESULTS)
+        frame = T.empty_frame(spark, T.VALIDATION_RESULTS)
     names = ", ".join("'" + name.replace("'", "''") + "'" for name in suites)
     (
         frame.write.format("delta")
@@ -382,13 +356,10 @@ def write_results(
 
 def read_results(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
     """The validation_results rows of the date (empty if never validated)."""
-    from delta.tables import DeltaTable
-
-    path = T.table_path(warehouse, VALIDATION_RESULTS.name)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not T.exists(spark, warehouse, T.VALIDATION_RESULTS.name):
         return []
     rows = (
-        T.read_table(spark, warehouse, VALIDATION_RESULTS.name)
+        T.read_table(spark, warehouse, T.VALIDATION_RESULTS.name)
         .where(F.col("business_date") == F.lit(business_date))
         .orderBy("suite", "check_name")
         .collect()
@@ -417,7 +388,7 @@ def run_suite(
     thresholds: Thresholds | None = None,
     *,
     now: datetime,
-    gx_root: str | os.PathLike[str] | None = None,
+    gx_root: str | os.PathLike[str],
     source_version: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run suite `suite_name` on an already prepared `frame` through its checkpoint (Data Docs
@@ -425,7 +396,7 @@ def run_suite(
     if suite_name not in SUITES:
         raise ValidationError(f"suite: unknown suite {suite_name!r} (known: {', '.join(SUITES)})")
     now = _check_now(now)
-    suite = build_suite(suite_name, thresholds or Thresholds())
+    suite = build_suite(suite_name, thresholds or Thresholds.defaults())
     context = gx_context(gx_root)
     frame = frame.persist()
     try:
@@ -446,7 +417,7 @@ def validate_frame(
     thresholds: Thresholds | None = None,
     *,
     now: datetime,
-    gx_root: str | os.PathLike[str] | None = None,
+    gx_root: str | os.PathLike[str],
     source_version: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run suite `suite_name` on an already prepared `frame` (`expectations.suites.prepare`),
@@ -473,7 +444,7 @@ def validate_date(
     *,
     now: datetime,
     report_timezone: str = "UTC",
-    gx_root: str | os.PathLike[str] | None = None,
+    gx_root: str | os.PathLike[str],
     suites: Sequence[str] = SUITES,
 ) -> ValidationOutcome:
     """Validate `business_date` with every suite in `suites` (all by default).
@@ -489,7 +460,7 @@ def validate_date(
     if unknown:
         raise ValidationError(f"suite: unknown suite(s) {', '.join(unknown)}")
     now = _check_now(now)
-    thresholds = thresholds or Thresholds()
+    thresholds = thresholds or Thresholds.defaults()
     all_rows: list[dict[str, Any]] = []
     done: list[str] = []
     try:
@@ -517,9 +488,7 @@ def validate_date(
     return outcome_of(all_rows, gx_root)
 
 
-def outcome_of(
-    rows: list[dict[str, Any]], gx_root: str | os.PathLike[str] | None = None
-) -> ValidationOutcome:
+def outcome_of(rows: list[dict[str, Any]], gx_root: str | os.PathLike[str]) -> ValidationOutcome:
     """The outcome of a set of validation_results rows."""
     failed = [r for r in rows if not r["success"]]
     critical = [r for r in failed if r["severity"] == CRITICAL]
@@ -531,61 +500,3 @@ def outcome_of(
         data_docs_path=str(data_docs_index(gx_root)),
         warnings=[_one_line(r) for r in others],
     )
-
-
-# -- command line ----------------------------------------------------------------------------------
-
-VALIDATE_SETTINGS = ("warehouse", "report_timezone", "spark_master", "max_clock_skew")
-
-
-def _cmd_validate(args: argparse.Namespace, settings: Any) -> int:
-    from batch.reconcile import parse_business_date
-    from tally.spark import build_session
-
-    try:
-        business_date = parse_business_date(args.date)
-        thresholds = Thresholds.from_settings(settings)
-    except ValueError as exc:
-        print(f"tally: bad setting: {exc}", file=sys.stderr)
-        return 2
-    spark = build_session(
-        settings.spark_master,
-        app_name="tally-validate",
-        shuffle_partitions=settings.shuffle_partitions,
-    )
-    try:
-        outcome = validate_date(
-            spark,
-            settings.warehouse,
-            business_date,
-            thresholds,
-            now=datetime.now(UTC),
-            report_timezone=settings.report_timezone,
-        )
-    except ValidationError as exc:
-        print(f"tally: validate: {exc}", file=sys.stderr)
-        return 2
-    print(outcome.describe())
-    return 0 if outcome.success else 1
-
-
-def add_commands(subparsers: Any) -> None:
-    """Add `tally validate --date YYYY-MM-DD` (exit 0 passed, 1 a critical check failed,
-    2 bad setting). Follows tally.cli's protocol: `func(args, settings)`, `setting_names`."""
-    parser = subparsers.add_parser(
-        "validate",
-        help="run the Great Expectations suites on a business date (results to "
-        "validation_results and Data Docs)",
-    )
-    parser.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
-    helps = {
-        "warehouse": "warehouse location (directory or URI) of the Delta tables",
-        "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
-        "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
-        "max_clock_skew": "largest tolerated lead of event_time over ingest_time, e.g. 5m",
-    }
-    for name in VALIDATE_SETTINGS:
-        parser.add_argument(
-            "--" + name.replace("_", "-"), dest=name, default=None, help=helps.get(name)
-        )
-    parser.set_defaults(func=_cmd_validate, setting_names=VALIDATE_SETTINGS)

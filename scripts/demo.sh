@@ -11,10 +11,10 @@ echo "== 2. speed layer: stream the backlog, drain at end of input"
 tally stream --input "$demo/events" --warehouse "$demo/warehouse" --window 60s --lateness 30s \
   --idle-timeout 10m --max-files-per-trigger 8 --available-now --drain --clock arrival
 echo "== 3. per-batch progress"
-tally show stream_progress --warehouse "$demo/warehouse" --limit 20 2>/dev/null | cut -c1-160 || true
+tally show stream_progress --warehouse "$demo/warehouse" --limit 20 | cut -c1-160
 echo "== 4. nightly reconciliation for $day: re-aggregate, diff, validate (GX), report"
 status=0
-tally reconcile --date "$day" --warehouse "$demo/warehouse" --window 60s \
+tally reconcile --date "$day" --warehouse "$demo/warehouse" \
   --out "$demo/reports" || status=$?
 if [ "$status" -eq 1 ]; then
   # The generator plants data-quality faults (clocks 30 min ahead, a heavy lateness tail):

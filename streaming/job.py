@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,20 +21,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.logic import (
-    ALLOWED_LATE,
-    DUPLICATE,
-    LATE,
-    ON_TIME,
+    WindowOut,
     WindowParams,
     classify_events,
     close_windows,
     mark_logged_duplicates,
 )
 from streaming.source import open_source
-from streaming.watermark import DRAINED_WATERMARK_MS, WatermarkState, advance_watermark
+from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
-from tally.events import parse_lines, split_parsed
+from tally.events import ParsedEvents, parse_lines, split_parsed
 from tally.settings import Settings
+from tally.spark import session_for
+from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
 
@@ -82,6 +81,80 @@ def wall_clock() -> datetime:
 
 def _ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
+
+
+# -- values passed between the phases of a micro-batch ------------------------------------
+@dataclass(frozen=True)
+class BatchInput:
+    """A micro-batch's lines, read and parsed once (`lines` stays cached for the batch)."""
+
+    lines: DataFrame
+    parsed: ParsedEvents
+    input_lines: int
+    newest_input_ms: int | None  # newest source file modification time (arrival clock)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """Who and when: the batch's id, processing time and whether it is the drain."""
+
+    batch_id: int
+    now_ms: int  # the batch's processing time, the same in any replay of it
+    drain: bool
+    started: float  # time.monotonic() when the batch started
+
+
+@dataclass(frozen=True)
+class PriorState:
+    """What the previous batch left: its watermark state and the state tables it pinned."""
+
+    watermark: WatermarkState
+    window_state: DataFrame
+    dedup_state: DataFrame
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Valid events with window and `arrival_status` (cached), and per-partition stats."""
+
+    events: DataFrame
+    stats: list[Any]  # one row per source partition, see BatchProcessor._batch_stats
+    skew_limit_ms: int  # now + max clock skew: event times beyond it are clock-skewed
+
+    def count(self, column: str) -> int:
+        """Total over partitions of a stats column (a status, `valid` or `skewed`)."""
+        return sum(int(r[column]) for r in self.stats)
+
+    @property
+    def valid(self) -> int:
+        return self.count("valid")
+
+    @property
+    def high_water_ms(self) -> dict[int, int]:
+        """Newest event time per partition, clipped to now + max skew, so an event from a
+        clock running ahead cannot drag the watermark into the future."""
+        return {int(r["partition"]): min(int(r["max_ms"]), self.skew_limit_ms) for r in self.stats}
+
+
+@dataclass(frozen=True)
+class WatermarkStep:
+    """The watermark state before and after this batch, and which partitions were idle."""
+
+    before: WatermarkState
+    after: WatermarkState  # the drain keeps the partitions' marks as they were
+    after_ms: int | None  # None: no watermark yet, or drained (end of input closed everything)
+    idle: Mapping[int, bool]
+
+
+@dataclass(frozen=True)
+class CommittedState:
+    """Versions and sizes of what a batch wrote, for its progress row and the next batch."""
+
+    events_version: int
+    window_state_version: int
+    dedup_state_version: int
+    open_windows: int
+    windows_emitted: int
 
 
 class BatchProcessor:
@@ -214,17 +287,11 @@ class BatchProcessor:
         """
         from delta.tables import DeltaTable
 
-        schema = table.schema()
         t0 = time.monotonic()
         if mode == "overwrite" or not (
             self._may_be_replay and self._already_written(table, batch_id)
         ):
-            (
-                df.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields])
-                .write.format("delta")
-                .mode(mode)
-                .save(self._path(table))
-            )
+            (T.conform(df, table).write.format("delta").mode(mode).save(self._path(table)))
         log.debug("write %s: %.2f s", table.name, time.monotonic() - t0)
         if not versioned:
             return -1, -1
@@ -243,6 +310,276 @@ class BatchProcessor:
     def __call__(self, raw_batch: DataFrame, batch_id: int) -> None:
         self.process(raw_batch, batch_id)
 
+    def process(self, raw_batch: DataFrame, batch_id: int, drain: bool = False) -> None:
+        """One micro-batch: read, classify, advance the watermark, close windows, write.
+
+        With `drain`, the end of input: every open window closes, and nothing stored holds a
+        watermark for it (`watermark_after` and the drained windows' `watermark_at_emit` are
+        NULL, `drained` is true).
+        """
+        started = time.monotonic()
+        prev = self._previous_batch(batch_id)
+        batch = self._read_batch(raw_batch, batch_id, started)
+        now_ms = self._batch_now_ms(batch_id, batch.newest_input_ms, prev)
+        ctx = BatchContext(batch_id, now_ms, drain, started)
+        prior = self._prior_state(prev)
+        classified = self._classify(ctx, batch, prior, prev)
+        step = self._advance(ctx, prior.watermark, classified)
+        out = close_windows(
+            classified.events,
+            prior.window_state,
+            prior.dedup_state,
+            step.before.watermark_ms,
+            step.after_ms,
+            now_ms,
+            self.params.window,
+            drain=drain,
+        )
+        events_version = self._write_log_and_side_outputs(ctx, batch, classified, out)
+        aggregates, emitted = self._write_aggregates(ctx, out.aggregates)
+        state = self._write_state(ctx, out, events_version, emitted)
+        progress = self._progress_values(ctx, batch, classified, step, state)
+        self._write(self._progress_row(progress), T.STREAM_PROGRESS, batch_id)
+        self._finish(ctx, step, state)
+        for frame in (
+            classified.events,
+            batch.lines,
+            prior.window_state,
+            prior.dedup_state,
+            aggregates,
+        ):
+            frame.unpersist()
+        log.info(
+            "batch %d: %d valid, %d late, %d quarantined, watermark %s",
+            batch_id,
+            classified.valid,
+            classified.count(LATE),
+            batch.input_lines - classified.valid,
+            "drained" if drain else step.after_ms,
+        )
+
+    # -- phases of a batch, in the order `process` runs them ------------------------------
+    def _previous_batch(self, batch_id: int) -> dict[str, Any] | None:
+        """The batch before `batch_id` (kept from this process or read back); refuses input
+        to a drained checkpoint."""
+        cached = self._committed
+        if cached is not None and cached["batch_id"] == batch_id - 1:
+            prev: dict[str, Any] | None = cached
+        else:
+            prev = self.previous_progress(before_batch=batch_id)
+        if prev and prev["drained"]:
+            raise StreamError(
+                f"stream: checkpoint was drained at batch {prev['batch_id']}; new input needs "
+                "a new checkpoint and warehouse"
+            )
+        return prev
+
+    @staticmethod
+    def _read_batch(raw_batch: DataFrame, batch_id: int, started: float) -> BatchInput:
+        """Each line is read and parsed once; valid events and quarantine both come from here."""
+        lines = parse_lines(raw_batch).persist()
+        raw_stats = lines.agg(
+            F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
+        ).first()
+        assert raw_stats is not None
+        log.debug("batch %d: read and parse %.2f s", batch_id, time.monotonic() - started)
+        return BatchInput(
+            lines=lines,
+            parsed=split_parsed(lines),
+            input_lines=int(raw_stats["lines"]),
+            newest_input_ms=raw_stats["newest"],
+        )
+
+    def _prior_state(self, prev: dict[str, Any] | None) -> PriorState:
+        """The watermark state and the state tables at the versions the previous batch pinned."""
+        if prev is None:
+            return PriorState(
+                WatermarkState(),
+                T.empty_frame(self.spark, T.WINDOW_STATE),
+                T.empty_frame(self.spark, T.DEDUP_STATE),
+            )
+        watermark = WatermarkState(
+            prev["watermark_ms"], dict(prev["high_water"] or {}), dict(prev["last_seen"] or {})
+        )
+        # Each is used twice (classify, close windows); read the pinned version once.
+        return PriorState(
+            watermark,
+            self._read(T.WINDOW_STATE, prev["window_state_version"]).persist(),
+            self._read(T.DEDUP_STATE, prev["dedup_state_version"]).persist(),
+        )
+
+    def _classify(
+        self,
+        ctx: BatchContext,
+        batch: BatchInput,
+        prior: PriorState,
+        prev: dict[str, Any] | None,
+    ) -> Classified:
+        """Arrival status of every valid event, against the watermark before this batch."""
+        p = self.params
+        events = classify_events(
+            batch.parsed.valid, prior.watermark.watermark_ms, p.window, prior.dedup_state
+        ).persist()
+        skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
+        classified = Classified(events, self._batch_stats(events, skew_limit_ms), skew_limit_ms)
+        log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
+        if prev and classified.count(LATE):
+            return self._recheck_late_in_log(classified, prev["events_version"])
+        return classified
+
+    def _recheck_late_in_log(self, classified: Classified, events_version: int) -> Classified:
+        """Rare path: a late event may replay an id from beyond the dedup state's horizon, so
+        late events whose id the log (at the pinned version, their dates only) holds become
+        duplicates."""
+        late_dates = [
+            r["d"]
+            for r in classified.events.where(F.col("arrival_status") == LATE)
+            .select(F.to_date("event_time").alias("d"))
+            .distinct()
+            .collect()
+        ]
+        logged = (
+            self._read(T.EVENTS, events_version)
+            .where(F.col("event_date").isin(late_dates))
+            .select("event_id")
+        )
+        checked = mark_logged_duplicates(classified.events, logged).persist()
+        classified.events.unpersist()
+        limit = classified.skew_limit_ms
+        return Classified(checked, self._batch_stats(checked, limit), limit)
+
+    def _advance(
+        self, ctx: BatchContext, before: WatermarkState, classified: Classified
+    ) -> WatermarkStep:
+        """The watermark after this batch. The drain closes every window without one: it
+        keeps the partitions' marks and stores no watermark."""
+        if ctx.drain:
+            return WatermarkStep(before, before, None, {})
+        p = self.params
+        advance = advance_watermark(
+            before,
+            classified.high_water_ms,
+            ctx.now_ms,
+            p.lateness_ms,
+            p.idle_timeout_ms,
+            p.watermark_policy,
+        )
+        return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
+
+    def _write_log_and_side_outputs(
+        self, ctx: BatchContext, batch: BatchInput, classified: Classified, out: WindowOut
+    ) -> int:
+        """Append `events`, then `quarantine` and `late_events`; the log's new version."""
+        batch_id = ctx.batch_id
+        columns = {
+            "batch_id": F.lit(batch_id).cast("long"),
+            "ingest_time": F.timestamp_millis(F.lit(ctx.now_ms)),
+            "app_id": F.lit(self.app_id),
+        }
+        events_version, _ = self._write(
+            classified.events.withColumns(
+                {
+                    "clock_skewed": F.unix_millis("event_time") > F.lit(classified.skew_limit_ms),
+                    **columns,
+                    "event_date": F.to_date("event_time"),
+                }
+            ),
+            T.EVENTS,
+            batch_id,
+            versioned=True,
+        )
+        # Empty side outputs are not written: a replay recomputes them empty again.
+        if batch.input_lines - classified.valid:
+            self._write(batch.parsed.quarantine.withColumns(columns), T.QUARANTINE, batch_id)
+        if classified.count(LATE):
+            self._write(out.late_events.withColumns(columns), T.LATE_EVENTS, batch_id)
+        return events_version
+
+    def _write_aggregates(self, ctx: BatchContext, aggregates: DataFrame) -> tuple[DataFrame, int]:
+        """Append the emitted windows; (the cached rows, how many)."""
+        # Counted, not read from the commit: an empty append makes no Delta commit.
+        cached = aggregates.persist()
+        emitted = cached.count()
+        if emitted:
+            self._write(
+                cached.withColumns(
+                    {"batch_id": F.lit(ctx.batch_id).cast("long"), "app_id": F.lit(self.app_id)}
+                ),
+                T.STREAM_AGGREGATES,
+                ctx.batch_id,
+            )
+        return cached, emitted
+
+    def _write_state(
+        self, ctx: BatchContext, out: WindowOut, events_version: int, emitted: int
+    ) -> CommittedState:
+        """Overwrite `window_state` and `dedup_state`; the versions the next batch reads."""
+        state_version, open_windows = self._write(
+            out.window_state, T.WINDOW_STATE, ctx.batch_id, mode="overwrite", versioned=True
+        )
+        dedup_version, _ = self._write(
+            out.dedup_state, T.DEDUP_STATE, ctx.batch_id, mode="overwrite", versioned=True
+        )
+        return CommittedState(events_version, state_version, dedup_version, open_windows, emitted)
+
+    def _progress_values(
+        self,
+        ctx: BatchContext,
+        batch: BatchInput,
+        classified: Classified,
+        step: WatermarkStep,
+        state: CommittedState,
+    ) -> dict[str, Any]:
+        """The batch's `stream_progress` row (times as epoch ms; see `_progress_row`)."""
+        after = step.after
+        active_hw = [hw for part, hw in after.high_water_ms.items() if not step.idle.get(part)]
+        counts = {s: classified.count(s) for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)}
+        wm_after, now_ms = step.after_ms, ctx.now_ms
+        return {
+            "batch_id": ctx.batch_id,
+            "app_id": self.app_id,
+            "processing_ms": now_ms,
+            "wm_before": step.before.watermark_ms,
+            "wm_after": wm_after,
+            "high_water": dict(after.high_water_ms),
+            "last_seen": dict(after.last_seen_ms),
+            "partition_idle": dict(step.idle),
+            "input_lines": batch.input_lines,
+            "valid_events": classified.valid,
+            "on_time_events": counts[ON_TIME],
+            "allowed_late_events": counts[ALLOWED_LATE],
+            "late_events": counts[LATE],
+            "duplicate_events": counts[DUPLICATE],
+            "quarantined_lines": batch.input_lines - classified.valid,
+            "clock_skewed_events": classified.count("skewed"),
+            "windows_emitted": state.windows_emitted,
+            "open_windows": state.open_windows,
+            "watermark_lag_ms": (
+                now_ms - wm_after if wm_after is not None and not ctx.drain else None
+            ),
+            "partition_spread_ms": max(active_hw) - min(active_hw) if active_hw else None,
+            "batch_duration_ms": int((time.monotonic() - ctx.started) * 1000),
+            "drained": ctx.drain,
+            "window_state_version": state.window_state_version,
+            "dedup_state_version": state.dedup_state_version,
+            "events_version": state.events_version,
+        }
+
+    def _finish(self, ctx: BatchContext, step: WatermarkStep, state: CommittedState) -> None:
+        """The batch is committed: remember it, so the next batch need not read it back."""
+        self._batches_seen += 1
+        self._committed = {
+            "batch_id": ctx.batch_id,
+            "drained": ctx.drain,
+            "processing_ms": ctx.now_ms,
+            "watermark_ms": step.after_ms,
+            "high_water": dict(step.after.high_water_ms),
+            "last_seen": dict(step.after.last_seen_ms),
+            "window_state_version": state.window_state_version,
+            "dedup_state_version": state.dedup_state_version,
+            "events_version": state.events_version,
+        }
+
     @staticmethod
     def _batch_stats(classified: DataFrame, skew_limit_ms: int) -> list[Any]:
         """One small row per source partition: newest event time and counts by status."""
@@ -259,206 +596,6 @@ class BatchProcessor:
                 F.count_if(F.unix_millis("event_time") > skew_limit_ms).alias("skewed"),
             )
             .collect()
-        )
-
-    def process(self, raw_batch: DataFrame, batch_id: int, drain: bool = False) -> None:
-        started = time.monotonic()
-        p = self.params
-        cached = self._committed
-        if cached is not None and cached["batch_id"] == batch_id - 1:
-            prev: dict[str, Any] | None = cached
-        else:
-            prev = self.previous_progress(before_batch=batch_id)
-        if prev and prev["drained"]:
-            raise StreamError(
-                f"stream: checkpoint was drained at batch {prev['batch_id']}; new input needs "
-                "a new checkpoint and warehouse"
-            )
-        # Each line is read and parsed once; valid events and quarantine both come from here.
-        lines = parse_lines(raw_batch).persist()
-        raw_stats = lines.agg(
-            F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
-        ).first()
-        assert raw_stats is not None
-        input_lines = int(raw_stats["lines"])
-        log.debug("batch %d: read and parse %.2f s", batch_id, time.monotonic() - started)
-        now_ms = self._batch_now_ms(batch_id, raw_stats["newest"], prev)
-        parsed = split_parsed(lines)
-        prev_wm = WatermarkState(
-            prev["watermark_ms"] if prev else None,
-            dict(prev["high_water"] or {}) if prev else {},
-            dict(prev["last_seen"] or {}) if prev else {},
-        )
-        if prev:
-            # Each is used twice below; read the pinned version once.
-            window_state = self._read(T.WINDOW_STATE, prev["window_state_version"]).persist()
-            dedup_state = self._read(T.DEDUP_STATE, prev["dedup_state_version"]).persist()
-        else:
-            window_state = T.empty_frame(self.spark, T.WINDOW_STATE)
-            dedup_state = T.empty_frame(self.spark, T.DEDUP_STATE)
-
-        classified = classify_events(parsed.valid, prev_wm.watermark_ms, p.window, dedup_state)
-        classified = classified.persist()
-        skew_limit_ms = now_ms + p.max_clock_skew_ms
-        stats = self._batch_stats(classified, skew_limit_ms)
-        log.debug("batch %d: classified %.2f s", batch_id, time.monotonic() - started)
-        if prev and any(int(r[LATE]) for r in stats):
-            # Rare path: a late event may replay an id from beyond the dedup state's horizon.
-            late_dates = [
-                r["d"]
-                for r in classified.where(F.col("arrival_status") == LATE)
-                .select(F.to_date("event_time").alias("d"))
-                .distinct()
-                .collect()
-            ]
-            logged = (
-                self._read(T.EVENTS, prev["events_version"])
-                .where(F.col("event_date").isin(late_dates))
-                .select("event_id")
-            )
-            checked = mark_logged_duplicates(classified, logged).persist()
-            classified.unpersist()
-            classified = checked
-            stats = self._batch_stats(classified, skew_limit_ms)
-
-        # Clock skew: a partition's high-water mark is clipped to now + max skew, so an event
-        # from a clock running ahead cannot drag the watermark into the future.
-        batch_high_water = {
-            int(r["partition"]): min(int(r["max_ms"]), skew_limit_ms) for r in stats
-        }
-        wm_after: int | None
-        advance = None
-        if drain:
-            wm_after = DRAINED_WATERMARK_MS
-            wm_state = prev_wm
-        else:
-            advance = advance_watermark(
-                prev_wm,
-                batch_high_water,
-                now_ms,
-                p.lateness_ms,
-                p.idle_timeout_ms,
-                p.watermark_policy,
-            )
-            wm_state = advance.state
-            wm_after = wm_state.watermark_ms
-
-        out = close_windows(
-            classified,
-            window_state,
-            dedup_state,
-            prev_wm.watermark_ms,
-            wm_after,
-            now_ms,
-            p.window,
-            drain=drain,
-        )
-        app = F.lit(self.app_id)
-        batch = F.lit(batch_id).cast("long")
-        ingest = F.timestamp_millis(F.lit(now_ms))
-
-        events_version, _ = self._write(
-            classified.withColumns(
-                {
-                    "clock_skewed": F.unix_millis("event_time") > F.lit(skew_limit_ms),
-                    "batch_id": batch,
-                    "ingest_time": ingest,
-                    "app_id": app,
-                    "event_date": F.to_date("event_time"),
-                }
-            ),
-            T.EVENTS,
-            batch_id,
-            versioned=True,
-        )
-        counts = {
-            s: sum(int(r[s]) for r in stats) for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
-        }
-        valid = sum(int(r["valid"]) for r in stats)
-        quarantined = input_lines - valid
-        # Empty side outputs are not written: a replay recomputes them empty again.
-        if quarantined:
-            self._write(
-                parsed.quarantine.withColumns(
-                    {"batch_id": batch, "ingest_time": ingest, "app_id": app}
-                ),
-                T.QUARANTINE,
-                batch_id,
-            )
-        if counts[LATE]:
-            self._write(
-                out.late_events.withColumns(
-                    {"batch_id": batch, "ingest_time": ingest, "app_id": app}
-                ),
-                T.LATE_EVENTS,
-                batch_id,
-            )
-        # Counted, not read from the commit: an empty append makes no Delta commit.
-        aggregates = out.aggregates.persist()
-        emitted = aggregates.count()
-        if emitted:
-            self._write(
-                aggregates.withColumns({"batch_id": batch, "app_id": app}),
-                T.STREAM_AGGREGATES,
-                batch_id,
-            )
-        state_version, open_windows = self._write(
-            out.window_state, T.WINDOW_STATE, batch_id, mode="overwrite", versioned=True
-        )
-        dedup_version, _ = self._write(
-            out.dedup_state, T.DEDUP_STATE, batch_id, mode="overwrite", versioned=True
-        )
-        idle = advance.idle if advance else {}
-        active_hw = [hw for part, hw in wm_state.high_water_ms.items() if not idle.get(part, False)]
-        progress = {
-            "batch_id": batch_id,
-            "app_id": self.app_id,
-            "processing_ms": now_ms,
-            "wm_before": prev_wm.watermark_ms,
-            "wm_after": wm_after,
-            "high_water": dict(wm_state.high_water_ms),
-            "last_seen": dict(wm_state.last_seen_ms),
-            "partition_idle": idle,
-            "input_lines": input_lines,
-            "valid_events": valid,
-            "on_time_events": counts[ON_TIME],
-            "allowed_late_events": counts[ALLOWED_LATE],
-            "late_events": counts[LATE],
-            "duplicate_events": counts[DUPLICATE],
-            "quarantined_lines": quarantined,
-            "clock_skewed_events": sum(int(r["skewed"]) for r in stats),
-            "windows_emitted": emitted,
-            "open_windows": open_windows,
-            "watermark_lag_ms": now_ms - wm_after if wm_after is not None and not drain else None,
-            "partition_spread_ms": max(active_hw) - min(active_hw) if active_hw else None,
-            "batch_duration_ms": int((time.monotonic() - started) * 1000),
-            "drained": drain,
-            "window_state_version": state_version,
-            "dedup_state_version": dedup_version,
-            "events_version": events_version,
-        }
-        self._write(self._progress_row(progress), T.STREAM_PROGRESS, batch_id)
-        self._batches_seen += 1
-        self._committed = {
-            "batch_id": batch_id,
-            "drained": drain,
-            "processing_ms": now_ms,
-            "watermark_ms": wm_after,
-            "high_water": dict(wm_state.high_water_ms),
-            "last_seen": dict(wm_state.last_seen_ms),
-            "window_state_version": state_version,
-            "dedup_state_version": dedup_version,
-            "events_version": events_version,
-        }
-        for frame in (classified, lines, window_state, dedup_state, aggregates):
-            frame.unpersist()
-        log.info(
-            "batch %d: %d valid, %d late, %d quarantined, watermark %s",
-            batch_id,
-            valid,
-            counts[LATE],
-            quarantined,
-            wm_after,
         )
 
     def _progress_row(self, p: dict[str, Any]) -> DataFrame:
@@ -481,7 +618,8 @@ class BatchProcessor:
         return T.literal_row(self.spark, {**{k: F.lit(v) for k, v in p.items()}, **special})
 
     def drain(self) -> bool:
-        """Close every open window (watermark +infinity), as one more idempotent batch."""
+        """Close every open window (end of input), as one more idempotent batch; its progress
+        row has `drained` true and no watermark."""
         prev = self.previous_progress()
         if prev is None:
             return False
@@ -507,13 +645,7 @@ def run_stream(
     wall: Clock = wall_clock,
 ) -> str:
     """Run the speed layer; returns a one-line summary of the last batch."""
-    from tally.spark import build_session
-
-    spark = spark or build_session(
-        settings.spark_master,
-        app_name="tally-stream",
-        shuffle_partitions=settings.shuffle_partitions,
-    )
+    spark = spark or session_for(settings, "tally-stream")
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     processor = BatchProcessor(spark, params, clock=wall)
     source = open_source(
@@ -544,11 +676,8 @@ def run_stream(
     last = processor.previous_progress()
     if last is None:
         return "no input processed"
-    return (
-        f"batch {last['batch_id']}: watermark "
-        f"{_fmt_ms(last['watermark_ms'])}{' (drained)' if last['drained'] else ''}; "
-        f"tables in {settings.warehouse}"
-    )
+    watermark = "end of input (drained)" if last["drained"] else _fmt_ms(last["watermark_ms"])
+    return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
 
 
 def _fmt_ms(ms: int | None) -> str:

@@ -17,11 +17,8 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import WINDOW_KEY, aggregate_windows, with_window
-
-ON_TIME, ALLOWED_LATE, LATE, DUPLICATE = "on_time", "allowed_late", "late", "duplicate"
-COUNTED = (ON_TIME, ALLOWED_LATE)
-ARRIVAL_ORDER = ("source_mtime", "source_file", "source_line")
 
 
 @dataclass(frozen=True)
@@ -45,9 +42,9 @@ def classify_events(
     Duplicates: a later copy of an event_id in this batch (arrival order: file time, file,
     line), or an id already in `seen_ids` (ids of windows that can still change).
     """
-    first_copy = F.row_number().over(
-        Window.partitionBy("event_id").orderBy(*ARRIVAL_ORDER)
-    ) == F.lit(1)
+    first_copy = F.row_number().over(Window.partitionBy("event_id").orderBy(*LINE_ORDER)) == F.lit(
+        1
+    )
     seen = seen_ids.select("event_id", F.lit(True).alias("_seen")).distinct()
     windowed = events.transform(lambda df: with_window(df, params.window_ms))
     status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
@@ -101,7 +98,11 @@ def close_windows(
     params: WindowParams,
     drain: bool = False,
 ) -> WindowOut:
-    """Fold counted events into state, emit closable windows, evict what can no longer change."""
+    """Fold counted events into state, emit closable windows, evict what can no longer change.
+
+    `drain`: the end of input closes every window, with no watermark (`watermark_at_emit` is
+    NULL on the rows it emits; `watermark_after_ms` is ignored).
+    """
     counted = classified.where(F.col("arrival_status").isin(*COUNTED))
     batch = aggregate_windows(counted).select(
         *WINDOW_KEY,
@@ -128,6 +129,7 @@ def close_windows(
         still_open = F.unix_millis(F.col("window_end")) + F.lit(params.allowed_lateness_ms) > F.lit(
             watermark_after_ms
         )
+    emit_watermark = None if drain else watermark_after_ms
     emit = closable & (F.col("_changed") | (F.col("emitted_revision") == 0))
     merged = merged.withColumn("_emit", emit)
     aggregates = merged.where("_emit").select(
@@ -136,7 +138,7 @@ def close_windows(
         "amount_sum",
         (F.col("emitted_revision") + 1).cast("int").alias("revision"),
         ts(now_ms).alias("emit_time"),
-        (ts(watermark_after_ms) if watermark_after_ms is not None else F.lit(None))
+        (ts(emit_watermark) if emit_watermark is not None else F.lit(None))
         .cast("timestamp")
         .alias("watermark_at_emit"),
     )

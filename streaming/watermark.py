@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-# The watermark after a drain: every window is closed.
-DRAINED_WATERMARK_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
-
 
 @dataclass(frozen=True)
 class WatermarkState:

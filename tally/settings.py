@@ -18,6 +18,8 @@ _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 WATERMARK_POLICIES = ("partition-min", "global-max")
 SOURCE_KINDS = ("files",)
+SPARK_RUNNERS = ("local", "submit")
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class SettingsError(ValueError):
@@ -39,6 +41,14 @@ def parse_duration(text: str | int, name: str = "duration") -> int:
     if unit is None and number != "0":
         raise SettingsError(f"{name}: {text!r} has no unit; write e.g. {number}s or {number}ms")
     return int(number) * _UNIT_MS[unit or "ms"]
+
+
+def parse_duration_list(text: str, name: str = "durations") -> list[int]:
+    """`0s,2s,5s` -> [0, 2000, 5000]; SettingsError naming the setting otherwise."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise SettingsError(f"{name}: expected a list like 0s,2s,5s, got {text!r}")
+    return [parse_duration(p, name) for p in parts]
 
 
 def format_duration(ms: int) -> str:
@@ -75,12 +85,36 @@ class Settings:
     late_rate_fail: float = 0.01
     unexplained_tolerance: int = 0
     completeness_target: float = 99.9
+    # the lateness bounds the curve and the weekly tuning try (the configured one is added)
+    lateness_candidates: str = "0s,1s,2s,5s,10s,30s,1m,5m"
     # data-quality bounds of the validation suites (expectations.suites.Thresholds)
     amount_min: int = -1_000_000_000  # minor units: -10,000,000.00
     amount_max: int = 1_000_000_000
     clock_skew_tolerance: float = 0.0  # share of events allowed beyond max_clock_skew
     duplicate_rate_max: float = 0.01
     watermark_lag_max: int = _duration_field("10m")
+    # where the nightly writes outside the warehouse ("" = beside a local warehouse, else the
+    # working directory): reports/ and the Great Expectations project gx/ with its Data Docs
+    report_dir: str = ""
+    gx_root: str = ""
+    # streaming health check (the tally_streaming_health DAG)
+    health_lag_factor: float = 3.0  # lag alert above factor x median lag of recent batches
+    health_min_lag: int = _duration_field("1m")  # ... and above this floor
+    health_history: int = 20  # recent batches read (steady state, late rate)
+    health_spread_batches: int = 5  # spread rising in each of the last k batches
+    health_idle_max: int = _duration_field("10m")  # a partition silent longer than this
+    # orchestration (Airflow): runner, schedules (cron, in report_timezone), retries, sensor
+    spark_runner: str = "local"  # local: in the task's process; submit: spark-submit
+    nightly_schedule: str = "30 0 * * *"
+    nightly_start: str = "2026-11-20"  # first business date the nightly DAG reconciles
+    health_schedule: str = "*/5 * * * *"
+    tuning_schedule: str = "0 3 * * 1"
+    retries: int = 2
+    retry_delay: int = _duration_field("5m")
+    max_retry_delay: int = _duration_field("1h")
+    sensor_poke: int = _duration_field("5m")
+    sensor_timeout: int = _duration_field("6h")
+    alert_email: str = ""  # recipients of the SMTP alerts, comma-separated
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -123,6 +157,8 @@ class Settings:
                 f"completeness_target: must be a percentage in (0, 100], got "
                 f"{self.completeness_target}"
             )
+        parse_duration_list(self.lateness_candidates, "lateness_candidates")
+        self._check_orchestration()
         try:
             from zoneinfo import ZoneInfo
 
@@ -132,9 +168,49 @@ class Settings:
                 f"report_timezone: unknown time zone {self.report_timezone!r}"
             ) from None
 
+    def _check_orchestration(self) -> None:
+        if self.spark_runner not in SPARK_RUNNERS:
+            raise SettingsError(
+                f"spark_runner: expected one of {', '.join(SPARK_RUNNERS)}, "
+                f"got {self.spark_runner!r}"
+            )
+        if not _ISO_DATE.match(self.nightly_start):
+            raise SettingsError(f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}")
+        for name in ("retries", "health_history", "health_spread_batches"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name}: must not be negative, got {getattr(self, name)}")
+        if self.health_lag_factor <= 0:
+            raise SettingsError(
+                f"health_lag_factor: must be positive, got {self.health_lag_factor}"
+            )
+        for name in ("nightly_schedule", "health_schedule", "tuning_schedule"):
+            if len(getattr(self, name).split()) != 5:
+                raise SettingsError(
+                    f"{name}: expected a cron expression of 5 fields, got {getattr(self, name)!r}"
+                )
+
     @property
     def checkpoint_location(self) -> str:
         return self.checkpoint or f"{self.warehouse.rstrip('/')}/_checkpoints/stream"
+
+    @property
+    def output_root(self) -> str:
+        """The local directory beside a local warehouse; the working directory for a URI
+        warehouse (reports and Data Docs are local files people open in a browser)."""
+        if "://" in self.warehouse and not self.warehouse.startswith("file:"):
+            return os.getcwd()
+        local = self.warehouse.removeprefix("file://").removeprefix("file:")
+        return os.path.dirname(os.path.abspath(local.rstrip("/")))
+
+    @property
+    def report_location(self) -> str:
+        """Where the nightly writes `report-DATE.html`, its CSV and `index.html`."""
+        return self.report_dir or os.path.join(self.output_root, "reports")
+
+    @property
+    def gx_location(self) -> str:
+        """The directory holding the Great Expectations project `gx/` (and its Data Docs)."""
+        return self.gx_root or self.output_root
 
     def describe(self) -> dict[str, Any]:
         """Settings as people write them (durations formatted), for provenance."""
@@ -170,13 +246,13 @@ def _coerce(name: str, raw: Any) -> Any:
     return raw
 
 
-def load_settings(
+def given_values(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Defaults, then the TOML config file (`[tally]` table or top level), then TALLY_* env,
-    then overrides (CLI flags; None values are ignored)."""
+) -> dict[str, Any]:
+    """The settings given explicitly (config file, then TALLY_* env, then overrides; None
+    values are ignored), typed; defaults are not included."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     path = config_file or env.get("TALLY_CONFIG")
@@ -202,4 +278,14 @@ def load_settings(
         if raw is not None:
             name = key.replace("-", "_")
             values[name] = _coerce(name, raw)
-    return Settings(**values)
+    return values
+
+
+def load_settings(
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults, then the TOML config file (`[tally]` table or top level), then TALLY_* env,
+    then overrides (CLI flags; None values are ignored)."""
+    return Settings(**given_values(config_file, env, overrides))

@@ -2,20 +2,67 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tally.settings import Settings
+
 DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.3.1"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+_jvm_log = {"path": ""}
+
+
+def quiet_logs(verbose: bool = False) -> Path | None:
+    """Decide, at an entry point, where logs go. Quiet (the command line's default): the JVM
+    that a session starts afterwards writes its stderr (Spark's log4j output, the JVM's own
+    warnings, Python workers' stderr) to `<tmp>/tally-logs/tally.log` and py4j's connection
+    messages are silenced, so a command prints its result and its one-line errors only;
+    returns the log file. Verbose: everything on stderr, tally's INFO lines included."""
+    logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.ERROR)
+    if verbose:
+        _jvm_log["path"] = ""
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        return None
+    path = Path(tempfile.gettempdir()) / "tally-logs" / "tally.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _jvm_log["path"] = str(path)
+    return path
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """Point file descriptor 2 at `path` while a child process (the JVM) is started: the child
+    keeps it, this process gets its own stderr back."""
+    if not path:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log_fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
+
+
 def jars_dir() -> Path:
-    return Path(os.environ.get("TALLY_JARS_DIR", PROJECT_ROOT / ".cache" / "jars"))
+    return PROJECT_ROOT / ".cache" / "jars"
 
 
 def delta_jars() -> list[str]:
@@ -69,6 +116,15 @@ def build_session(
         )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _stderr_to(_jvm_log["path"]):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def session_for(settings: Settings, app_name: str) -> SparkSession:
+    """The session an entry point runs with: the settings' master and shuffle partitions
+    (getOrCreate: inside a process that already runs Spark, that session)."""
+    return build_session(
+        settings.spark_master, app_name=app_name, shuffle_partitions=settings.shuffle_partitions
+    )

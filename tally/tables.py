@@ -22,6 +22,8 @@ class Table:
     description: str
     partition_by: tuple[str, ...] = ()
     internal: bool = False
+    # The natural key, in the order people read the table (`tally show` sorts by it).
+    order_by: tuple[str, ...] = ()
 
     def schema(self) -> StructType:
         schema = StructType.fromDDL(self.ddl)
@@ -44,11 +46,13 @@ EVENTS = Table(
     "Every valid event (on time, late or duplicate): the event-sourced log the nightly job "
     "re-aggregates. arrival_status is on_time, allowed_late, late or duplicate.",
     partition_by=("event_date",),
+    order_by=("event_date", "event_time", "event_id", "batch_id"),
 )
 QUARANTINE = Table(
     "quarantine",
     f"raw_line STRING, reason STRING, {_SOURCE}",
     "Input lines that are not valid events, with the raw line and the reason.",
+    order_by=("batch_id", "source_file", "source_line"),
 )
 LATE_EVENTS = Table(
     "late_events",
@@ -56,6 +60,7 @@ LATE_EVENTS = Table(
     f"lateness_ms BIGINT, arrival_delay_ms BIGINT, reason STRING, {_SOURCE}",
     "The late side output: events whose window had closed (beyond allowed lateness) when "
     "they arrived, with the watermark at arrival and how late they were.",
+    order_by=("window_start", "key", "event_time", "event_id"),
 )
 STREAM_AGGREGATES = Table(
     "stream_aggregates",
@@ -64,6 +69,7 @@ STREAM_AGGREGATES = Table(
     "batch_id BIGINT, app_id STRING",
     "Provisional window totals, emitted when the watermark passes the window end; "
     "allowed-lateness updates append a higher revision.",
+    order_by=("window_start", "key", "revision"),
 )
 STREAM_PROGRESS = Table(
     "stream_progress",
@@ -78,6 +84,7 @@ STREAM_PROGRESS = Table(
     "events_version BIGINT",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
     "idle flags, counts, lag, spread, duration, and the state versions it pinned.",
+    order_by=("processing_time", "app_id", "batch_id"),
 )
 WINDOW_STATE = Table(
     "window_state",
@@ -85,18 +92,106 @@ WINDOW_STATE = Table(
     "amount_sum BIGINT, emitted_revision INT",
     "Internal: open windows (bounded by the watermark plus allowed lateness).",
     internal=True,
+    order_by=("window_start", "key"),
 )
 DEDUP_STATE = Table(
     "dedup_state",
     "event_id STRING, window_end TIMESTAMP",
     "Internal: ids seen in windows that can still change (bounded like window_state).",
     internal=True,
+    order_by=("window_end", "event_id"),
 )
 BATCH_CLOCK = Table(
     "batch_clock",
     "app_id STRING, batch_id BIGINT, processing_time TIMESTAMP",
     "Internal: the processing time each micro-batch first ran with, so a replay reuses it.",
     internal=True,
+    order_by=("app_id", "batch_id"),
+)
+
+# -- the nightly layer's tables (batch/, expectations/, the DAGs) ------------------------------
+
+BATCH_AGGREGATES = Table(
+    "batch_aggregates",
+    "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+    "event_count BIGINT, amount_sum BIGINT",
+    "The nightly re-aggregation of the event log (deduplicated by event_id, first "
+    "arrival wins): the true window totals of a business date.",
+    partition_by=("business_date",),
+    order_by=("business_date", "window_start", "key"),
+)
+RECONCILIATION = Table(
+    "reconciliation",
+    "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+    "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
+    "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
+    "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING",
+    "Per window and key of a business date: stream answer vs batch truth vs late side "
+    "output; diff = batch - stream, residual = diff - late; status MATCH, "
+    "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED.",
+    partition_by=("business_date",),
+    order_by=("business_date", "window_start", "key"),
+)
+RECONCILIATION_SUMMARY = Table(
+    "reconciliation_summary",
+    "business_date DATE, windows BIGINT, stream_count BIGINT, stream_amount BIGINT, "
+    "batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, gap_amount BIGINT, "
+    "explained_count BIGINT, explained_amount BIGINT, unexplained_windows BIGINT, "
+    "unexplained_count BIGINT, unexplained_amount BIGINT, unexplained_abs_amount BIGINT, "
+    "late_events BIGINT, late_amount BIGINT, late_event_rate DOUBLE, "
+    "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
+    "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT",
+    "One row per business date: totals, gap = batch - stream, explained = late side "
+    "output totals, unexplained = sum of residuals (gap = explained + unexplained), "
+    "late rate, worst keys and status counts.",
+    partition_by=("business_date",),
+    order_by=("business_date",),
+)
+RECONCILIATION_RUNS = Table(
+    "reconciliation_runs",
+    "business_date DATE, run_time TIMESTAMP, events_version BIGINT, "
+    "stream_aggregates_version BIGINT, late_events_version BIGINT, window_ms BIGINT, "
+    "report_timezone STRING, settings STRING, windows BIGINT, stream_count BIGINT, "
+    "stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, "
+    "gap_amount BIGINT, late_events BIGINT, unexplained_windows BIGINT, "
+    "unexplained_amount BIGINT, balanced BOOLEAN",
+    "The last reconciliation run of each business date: the Delta versions it read, its "
+    "settings (JSON) and headline numbers; re-running at these versions reproduces it.",
+    partition_by=("business_date",),
+    order_by=("business_date",),
+)
+VALIDATION_RESULTS = Table(
+    "validation_results",
+    "business_date DATE, suite STRING, check_name STRING, expectation STRING, "
+    "column_name STRING, kwargs STRING, success BOOLEAN, severity STRING, "
+    "observed_value STRING, unexpected_count BIGINT, element_count BIGINT, "
+    "description STRING, exception STRING, source_table STRING, source_version BIGINT, "
+    "data_docs_page STRING, run_time TIMESTAMP",
+    "One row per expectation per suite run of a business date (Great Expectations): "
+    "what was checked, success, severity, the observed value as text, the Delta version "
+    "of the table validated and the Data Docs page; a re-run replaces the date's suite.",
+    partition_by=("business_date",),
+    order_by=("business_date", "suite", "check_name"),
+)
+ALERTS = Table(
+    "alerts",
+    "alert_time TIMESTAMP, dag_id STRING, task_id STRING, run_id STRING, business_date DATE, "
+    "severity STRING, what STRING, observed STRING, threshold STRING, report_link STRING, "
+    "log_link STRING",
+    "One row per alert: when, which DAG/task/run and business date, severity, what failed, "
+    "the observed value and the threshold, links to the report and the task log.",
+    order_by=("alert_time", "dag_id", "task_id"),
+)
+LATENESS_RECOMMENDATIONS = Table(
+    "lateness_recommendations",
+    "period_start DATE, period_end DATE, run_time TIMESTAMP, window_ms BIGINT, "
+    "events BIGINT, events_version BIGINT, target_pct DOUBLE, configured_lateness_ms BIGINT, "
+    "configured_completeness_pct DOUBLE, configured_meets_target BOOLEAN, "
+    "recommended_lateness_ms BIGINT, recommended_completeness_pct DOUBLE, curve STRING",
+    "One row per tuning period: the lateness curve over its days' events, the smallest "
+    "lateness bound reaching the completeness target, and how the configured bound does.",
+    partition_by=("period_start",),
+    order_by=("period_start",),
 )
 
 STREAMING_TABLES = (
@@ -109,12 +204,16 @@ STREAMING_TABLES = (
     DEDUP_STATE,
     BATCH_CLOCK,
 )
-CATALOG: dict[str, Table] = {t.name: t for t in STREAMING_TABLES}
-
-
-def register(table: Table) -> Table:
-    CATALOG[table.name] = table
-    return table
+RECONCILE_TABLES = (BATCH_AGGREGATES, RECONCILIATION, RECONCILIATION_SUMMARY, RECONCILIATION_RUNS)
+ALL_TABLES = (
+    *STREAMING_TABLES,
+    *RECONCILE_TABLES,
+    VALIDATION_RESULTS,
+    ALERTS,
+    LATENESS_RECOMMENDATIONS,
+)
+# Every table tally writes, by name: declared here, never registered at run time.
+CATALOG: dict[str, Table] = {t.name: t for t in ALL_TABLES}
 
 
 def table_path(warehouse: str, name: str) -> str:
@@ -134,6 +233,33 @@ def ensure_table(spark: SparkSession, warehouse: str, table: Table) -> None:
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     builder.execute()
+
+
+def exists(spark: SparkSession, warehouse: str, name: str) -> bool:
+    """Whether the warehouse holds the Delta table `name` (a file-system check)."""
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, table_path(warehouse, name)))
+
+
+def conform(df: DataFrame, table: Table) -> DataFrame:
+    """`df`'s columns in the table's order, cast to its types (the one place writes conform)."""
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.schema().fields])
+
+
+def write_table(
+    df: DataFrame, warehouse: str, table: Table, *, replace_where: str | None = None
+) -> None:
+    """Append `df` to the table, or with `replace_where` atomically replace exactly the rows
+    matching that predicate (Delta `replaceWhere`): re-running a date replaces that date."""
+    writer = conform(df, table).write.format("delta")
+    if table.partition_by:  # a first write creates the table partitioned as declared
+        writer = writer.partitionBy(*table.partition_by)
+    if replace_where is None:
+        writer = writer.mode("append")
+    else:
+        writer = writer.mode("overwrite").option("replaceWhere", replace_where)
+    writer.save(table_path(warehouse, table.name))
 
 
 def ensure_tables(spark: SparkSession, warehouse: str, tables: tuple[Table, ...]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -37,3 +37,22 @@ def spark() -> Iterator[object]:
 @pytest.fixture
 def warehouse(tmp_path) -> str:
     return str(tmp_path / "warehouse")
+
+
+@pytest.fixture
+def tally_cli(monkeypatch) -> Callable[..., int]:
+    """Run `tally ARGV` as a user does (tally_app.cli.main, in this process, on the session's
+    Spark): only the TALLY_* settings given as keywords are in the environment."""
+    import os
+
+    from tally_app.cli import main
+
+    def run(argv: list[str], **env: str) -> int:
+        for key in [k for k in os.environ if k.startswith("TALLY_")]:
+            monkeypatch.delenv(key)
+        settings = {"TALLY_SPARK_MASTER": "local[2]", "TALLY_SHUFFLE_PARTITIONS": "2", **env}
+        for key, value in settings.items():
+            monkeypatch.setenv(key, value)
+        return main(argv)
+
+    return run

@@ -51,10 +51,6 @@ REASONS = (
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The spec: a drained watermark is +infinity, stored as 9999-12-31T23:59:59.999Z.
-DRAINED_WATERMARK_MS = (
-    datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - EPOCH
-) // timedelta(milliseconds=1)
 
 INT64 = (-(2**63), 2**63 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -134,7 +130,7 @@ class AggregateRow(NamedTuple):
     amount_sum: int
     revision: int
     emit_time_ms: int
-    watermark_at_emit_ms: int
+    watermark_at_emit_ms: int | None  # None: emitted by the drain (end of input)
     batch_id: int
 
 
@@ -142,7 +138,7 @@ class ProgressRow(NamedTuple):
     batch_id: int
     now_ms: int
     watermark_before_ms: int | None
-    watermark_after_ms: int | None
+    watermark_after_ms: int | None  # None: no watermark yet, or the drain batch
     high_water: tuple[tuple[int, int], ...]  # sorted (partition, ms)
     last_seen: tuple[tuple[int, int], ...]
     idle: tuple[tuple[int, bool], ...]
@@ -452,14 +448,18 @@ class ReferenceModel:
         now: int,
         batch: int,
         changed: set[tuple[int, int, str]],
+        drain: bool = False,
     ) -> int:
-        if wm_after is None:  # no watermark: nothing closes
+        """Emit closed windows, evict those that can no longer change. The drain closes and
+        evicts every window and emits with no watermark (`watermark_at_emit_ms` None)."""
+        if wm_after is None and not drain:  # no watermark: nothing closes
             return 0
         emitted = 0
         for ident in sorted(self.windows):
             start, end, key = ident
             win = self.windows[ident]
-            if end <= wm_after and (win.emitted_revision == 0 or ident in changed):
+            closed = drain or (wm_after is not None and end <= wm_after)
+            if closed and (win.emitted_revision == 0 or ident in changed):
                 win.emitted_revision += 1
                 emitted += 1
                 self.aggregates.append(
@@ -471,18 +471,21 @@ class ReferenceModel:
                         win.total,
                         win.emitted_revision,
                         now,
-                        wm_after,
+                        None if drain else wm_after,
                         batch,
                     )
                 )
+        g = self.params.allowed_lateness_ms
         for ident in [
-            i for i in self.windows if i[1] + self.params.allowed_lateness_ms <= wm_after
+            i for i in self.windows if drain or (wm_after is not None and i[1] + g <= wm_after)
         ]:
             del self.windows[ident]
         return emitted
 
     def drain(self) -> ProgressRow | None:
-        """End of input: one more batch with watermark +infinity. None if nothing ran."""
+        """End of input: one more batch that closes every window (as if the watermark were
+        +infinity) and stores no watermark: `watermark_after_ms` None, `drained` True. None if
+        nothing ran."""
         if self.drained:
             return None
         if self.batch_id == 0:
@@ -490,15 +493,15 @@ class ReferenceModel:
         batch = self.batch_id
         now = self.now_ms if self.now_ms is not None else 0
         wm_before = self.watermark_ms
-        emitted = self._emit_and_evict(DRAINED_WATERMARK_MS, now, batch, set())
+        emitted = self._emit_and_evict(None, now, batch, set(), drain=True)
         assert not self.windows
-        self.watermark_ms = DRAINED_WATERMARK_MS
+        self.watermark_ms = None  # no watermark after the end of input; it refuses input
         self.drained = True
         row = ProgressRow(
             batch_id=batch,
             now_ms=now,
             watermark_before_ms=wm_before,
-            watermark_after_ms=DRAINED_WATERMARK_MS,
+            watermark_after_ms=None,
             high_water=tuple(sorted(self.high_water.items())),
             last_seen=tuple(sorted(self.last_seen.items())),
             idle=(),

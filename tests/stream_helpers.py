@@ -52,7 +52,7 @@ def write_file(directory: Path, f: InputFile) -> str:
 
 def read_raw(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Raw lines of `paths` as the file source produces them."""
-    from streaming.source import split_lines
+    from tally.events import split_lines
 
     files = (
         spark.read.format("text")

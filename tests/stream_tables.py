@@ -32,7 +32,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 T0_MS = (T0 - EPOCH) // timedelta(milliseconds=1)
-DRAINED_MS = 253402300799999
 
 # --- the contract, independently of tally/events.py -----------------------------------------
 
@@ -213,7 +212,7 @@ def stream_command(input_dir: str, warehouse: str, drain: bool = False) -> list[
     cmd = [
         sys.executable,
         "-m",
-        "tally.cli",
+        "tally_app.cli",
         "stream",
         "--input",
         input_dir,

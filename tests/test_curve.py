@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import os
 from datetime import date
@@ -17,16 +15,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch.curve import (
-    add_commands,
     events_from_jsonl,
     events_from_log,
     lateness_curve,
     meets_target,
-    parse_lateness_list,
     recommend,
 )
 from tally import tables as T
-from tally.settings import Settings, SettingsError
+from tally.settings import SettingsError, parse_duration_list
 from tally.windows import window_range_ms
 
 pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
@@ -257,15 +253,15 @@ def test_curve_from_events_log(spark, warehouse):
     assert (curve[0]["events"], curve[0]["dropped"], curve[0]["dropped_amount"]) == (3, 2, 30)
 
 
-def test_parse_lateness_list():
-    assert parse_lateness_list("0s, 2s,5s,1m") == [0, 2_000, 5_000, 60_000]
+def test_parse_duration_list():
+    assert parse_duration_list("0s, 2s,5s,1m", "lateness") == [0, 2_000, 5_000, 60_000]
     with pytest.raises(SettingsError, match="lateness"):
-        parse_lateness_list("2s,fast")
+        parse_duration_list("2s,fast", "lateness")
     with pytest.raises(SettingsError, match="lateness"):
-        parse_lateness_list(",")
+        parse_duration_list(",", "lateness")
 
 
-def test_cli_json(spark, tmp_path, capsys):
+def test_cli_json(spark, tmp_path, capsys, tally_cli):
     path = tmp_path / "in.jsonl"
     stream = [(1_000, 10), (12_000, 20), (5_000, 30), (25_000, 40)]
     path.write_text(
@@ -274,15 +270,8 @@ def test_cli_json(spark, tmp_path, capsys):
             for i, (t, a) in enumerate(stream)
         )
     )
-    parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
-        ["lateness-curve", "--input", str(path), "--lateness", "0s,5s,10s", "--json"]
-    )
-    settings = Settings(
-        window=10_000, completeness_target=75.0, shuffle_partitions=2, spark_master="local[2]"
-    )
-    assert args.func(args, settings) == 0
+    curve = ["lateness-curve", "--input", os.fspath(path), "--window", "10s"]
+    assert tally_cli([*curve, "--lateness", "0s,5s,10s", "--json", "--target", "75"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["source"] == {"kind": "jsonl", "path": str(path)}
     assert (report["window_ms"], report["target_pct"]) == (10_000, 75.0)
@@ -303,9 +292,8 @@ def test_cli_json(spark, tmp_path, capsys):
     }
     assert report["curve"][0]["completeness_pct"] == 75.0
 
-    bad = parser.parse_args(["lateness-curve", "--input", str(path), "--lateness", "5 parsecs"])
-    assert bad.func(bad, settings) == 2
-    assert capsys.readouterr().err.startswith("tally: bad setting: lateness:")
-    text = parser.parse_args(["lateness-curve", "--input", os.fspath(path), "--lateness", "0s"])
-    assert text.func(text, dataclasses.replace(settings, completeness_target=100.0)) == 1
+    assert tally_cli([*curve, "--lateness", "5 parsecs"]) == 2
+    assert capsys.readouterr().err.startswith("tally: bad setting: lateness_candidates:")
+    # no bound in the list reaches the target: the curve is printed and the exit code is 1
+    assert tally_cli([*curve, "--lateness", "0s"], TALLY_COMPLETENESS_TARGET="100") == 1
     assert "no lateness in the list reaches it" in capsys.readouterr().out

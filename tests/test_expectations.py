@@ -19,10 +19,8 @@ from pyspark.sql.types import DateType, StructType, TimestampType
 
 from expectations import suites as S
 from expectations.validate import (
-    VALIDATION_RESULTS,
     ValidationError,
     ValidationOutcome,
-    add_commands,
     data_docs_index,
     outcome_of,
     read_results,
@@ -225,7 +223,6 @@ def progress(
 def clean_tables() -> dict[str, list[dict[str, Any]]]:
     """A clean day: one window explained by one late event (late rate 1/3001), the rest
     matching; a clean event log; revisions once each; a monotonic watermark."""
-    drained_wm = "23:59:59.999"  # stands in for the drained +infinity
     return {
         "reconciliation": [
             recon("10:00", "k1", stream=(1500, 150_000), batch=(1501, 150_070), late=(1, 70)),
@@ -250,7 +247,7 @@ def clean_tables() -> dict[str, list[dict[str, Any]]]:
             progress(1, None, "10:00:30", 30_000),
             progress(2, "10:00:30", "10:01:30", 30_000),
             progress(3, "10:01:30", "10:02:30", 40_000),
-            progress(4, "10:02:30", drained_wm, None, drained=True),
+            progress(4, "10:02:30", None, None, drained=True),  # the drain stores no watermark
         ],
     }
 
@@ -384,7 +381,7 @@ def test_suites_and_config_stay_in_the_scratch_project(clean, gx_root) -> None:
 
 def test_running_twice_does_not_duplicate_rows(spark, clean, gx_root) -> None:
     warehouse, first = clean
-    before = T.read_table(spark, warehouse, VALIDATION_RESULTS.name).count()
+    before = T.read_table(spark, warehouse, T.VALIDATION_RESULTS.name).count()
     later = NOW + timedelta(hours=1)
     # Re-run one suite (each suite costs a GX run): its rows are replaced, the others kept.
     again = validate_date(spark, warehouse, DAY, now=later, gx_root=gx_root, suites=[S.GAP])
@@ -517,10 +514,12 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     assert by_check["no_unexplained_windows"].max_value == 3
     assert by_check["late_rate_warn"].severity == "warning"
     assert by_check["late_rate_fail"].max_value == 0.05
+    # the bounds are checked once, where the settings are read
     with pytest.raises(ValueError, match="late_rate_warn"):
-        S.Thresholds(late_rate_warn=0.2, late_rate_fail=0.1)
+        S.Thresholds.from_settings(Settings(late_rate_warn=0.2, late_rate_fail=0.1))
+    assert S.Thresholds.defaults() == S.Thresholds.from_settings(Settings())
     with pytest.raises(ValidationError, match="now: needs a time zone"):
-        validate_date(None, "wh", DAY, now=datetime(2026, 1, 1))  # type: ignore[arg-type]  # noqa: DTZ001
+        validate_date(None, "wh", DAY, now=datetime(2026, 1, 1), gx_root="gx")  # type: ignore[arg-type]  # noqa: DTZ001
 
 
 def test_gap_frame_derives_exact_columns(spark) -> None:
@@ -537,25 +536,16 @@ def test_gap_frame_derives_exact_columns(spark) -> None:
     assert {r["late_event_rate"] for r in got} == {2 / 12}
 
 
-def test_validate_command_rejects_a_bad_date(capsys) -> None:
-    import argparse
-
-    from tally.cli import _overrides
-    from tally.settings import load_settings
-
-    parser = argparse.ArgumentParser(prog="tally")
-    add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["validate", "--date", "2026-13-01"])
-    settings = load_settings(env={}, overrides=_overrides(args, args.setting_names))
-    assert args.func(args, settings) == 2
+def test_validate_command_rejects_a_bad_date(capsys, tally_cli) -> None:
+    assert tally_cli(["validate", "--date", "2026-13-01"]) == 2
     assert capsys.readouterr().err.strip() == (
         "tally: bad setting: date: expected YYYY-MM-DD, got '2026-13-01'"
     )
 
 
 def test_results_table_schema() -> None:
-    fields = {f.name: f.dataType.simpleString() for f in VALIDATION_RESULTS.schema().fields}
+    fields = {f.name: f.dataType.simpleString() for f in T.VALIDATION_RESULTS.schema().fields}
     assert fields["business_date"] == "date" and fields["run_time"] == "timestamp"
     assert fields["success"] == "boolean" and fields["observed_value"] == "string"
-    assert VALIDATION_RESULTS.partition_by == ("business_date",)
+    assert T.VALIDATION_RESULTS.partition_by == ("business_date",)
     assert json.loads(json.dumps(sorted(fields)))  # plain names, no reserved words

@@ -6,7 +6,6 @@ change tables build their own small warehouse.
 
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -24,26 +23,22 @@ from batch_fixtures import (
 )
 
 from batch.reconcile import (
-    BATCH_AGGREGATES,
-    EXPLAINED_BY_LATE,
-    MATCH,
-    MISSING_IN_STREAM,
-    RECONCILIATION,
-    RECONCILIATION_RUNS,
-    RECONCILIATION_SUMMARY,
-    UNEXPLAINED,
     ReconcileError,
     ReconcileResult,
-    add_commands,
     batch_aggregates,
-    business_day_bounds,
-    parse_business_date,
     reconcile,
     recorded_run,
     reproduce,
 )
 from tally import tables as T
-from tally.settings import Settings
+from tally.dates import business_day_bounds, parse_business_date
+from tally.tables import (
+    BATCH_AGGREGATES,
+    RECONCILIATION,
+    RECONCILIATION_RUNS,
+    RECONCILIATION_SUMMARY,
+)
+from tally.vocabulary import EXPLAINED_BY_LATE, MATCH, MISSING_IN_STREAM, UNEXPLAINED
 from tally.windows import window_start_ms
 
 pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
@@ -428,28 +423,39 @@ def test_report_timezone_moves_windows_between_dates(reconciled, spark):
     assert {"k-before", "k-match", "k-daylate"} <= keys
 
 
-def test_cli(reconciled, spark, capsys):
+def test_cli(reconciled, spark, capsys, tally_cli):
     """`tally reconcile --reproduce` on the scenario: unexplained windows, so exit code 1."""
     warehouse, result, _ = reconciled
-    parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["reconcile", "--date", "2026-11-20", "--window", "7m"])
-    assert args.setting_names == ("window", "warehouse", "report_timezone", "spark_master")
-    assert (args.window, args.reproduce) == ("7m", False)
-    settings = Settings(
-        window=W, warehouse=warehouse, spark_master="local[2]", shuffle_partitions=2
-    )
-    again = parser.parse_args(["reconcile", "--date", "2026-11-20", "--reproduce"])
-    assert again.func(again, settings) == 1
+    again = ["reconcile", "--date", "2026-11-20", "--reproduce", "--warehouse", warehouse]
+    assert tally_cli(again) == 1
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "UNEXPLAINED DIFFERENCES" in out
     assert f"events v{result.events_version}," in out and "3 windows" in out
     assert "late rate 16.6667%" in out
 
-    bad = parser.parse_args(["reconcile", "--date", "20-11-2026"])
-    assert bad.func(bad, settings) == 2
+    assert tally_cli(["reconcile", "--date", "20-11-2026", "--warehouse", warehouse]) == 2
     assert capsys.readouterr().err == (
         "tally: bad setting: date: expected YYYY-MM-DD, got '20-11-2026'\n"
     )
     with pytest.raises(ValueError):
         parse_business_date("20261120")
+
+
+def test_reconcile_uses_the_window_the_stream_recorded(
+    reconciled, spark, tmp_path, capsys, tally_cli
+):
+    """No --window: the stream's 7-minute windows, not the 60 s default; a different explicit
+    window is refused before anything is written."""
+    warehouse, _, _ = reconciled
+    run = ["reconcile", "--date", "2026-11-20", "--warehouse", warehouse]
+    out = {"TALLY_GX_ROOT": str(tmp_path), "TALLY_REPORT_DIR": str(tmp_path / "reports")}
+    assert tally_cli([*run, "--window", "60s"], **out) == 2
+    assert capsys.readouterr().err == (
+        "tally: bad setting: window: the stream recorded 420000 ms windows, but the window is "
+        "60000 ms (omit --window to use the stream's)\n"
+    )
+    assert not (tmp_path / "reports").exists()
+    assert tally_cli(run, **out) == 1  # the scenario has UNEXPLAINED windows
+    assert "420000 ms windows" in capsys.readouterr().out
+    assert recorded_run(spark, warehouse, DAY)["window_ms"] == W
+    assert (tmp_path / "reports" / "report-2026-11-20.html").exists()

@@ -113,8 +113,10 @@ def test_worked_example_identity_and_drain() -> None:
     assert [(a.window_start_ms, a.event_count, a.amount_sum, a.revision) for a in drained] == [
         (t(180), 1, 4, 1)
     ]
-    assert drained[0].watermark_at_emit_ms == M.DRAINED_WATERMARK_MS
+    assert drained[0].watermark_at_emit_ms is None  # closed by the drain: no watermark
     assert model.progress[-1].drained
+    assert model.progress[-1].watermark_after_ms is None
+    assert model.progress[-1].watermark_before_ms == t(180)
     assert model.progress[-1].now_ms == t(200)  # no input: the previous processing time
     with pytest.raises(M.DrainedError):
         model.process(batch(5, 300, ev("h", 0, 290, 1)))
@@ -191,8 +193,9 @@ def window_totals(rows: Iterable[tuple[tuple[int, int, str], int]]) -> dict[Any,
     return totals
 
 
-def check_identity(model: M.ReferenceModel, closed_before: int) -> None:
-    """events (not duplicates) = latest revision + late, for windows ending <= closed_before."""
+def check_identity(model: M.ReferenceModel, closed_before: int | None) -> None:
+    """events (not duplicates) = latest revision + late, for windows ending <= closed_before
+    (every window when None: after a drain)."""
     w = model.params.window_ms
     logged = window_totals(
         ((*M.window_of(e.event_time_ms, w), e.key), e.amount)
@@ -204,7 +207,7 @@ def check_identity(model: M.ReferenceModel, closed_before: int) -> None:
     )
     answer = model.answer()
     for ident, (count, total) in logged.items():
-        if ident[1] > closed_before:
+        if closed_before is not None and ident[1] > closed_before:
             continue
         latest = answer.get(ident)
         stream = (latest.event_count, latest.amount_sum) if latest else (0, 0)
@@ -216,10 +219,13 @@ def check_identity(model: M.ReferenceModel, closed_before: int) -> None:
 @given(stream=random_streams)
 def test_accounting_identity_after_drain(stream: H.Stream) -> None:
     model = M.run_model(stream.model_batches(), stream.params, drain=True)
-    check_identity(model, M.DRAINED_WATERMARK_MS)
+    check_identity(model, None)
     assert not model.windows
-    assert model.progress[-1].drained
-    assert model.progress[-1].watermark_after_ms == M.DRAINED_WATERMARK_MS
+    last = model.progress[-1]
+    assert last.watermark_after_ms is None and last.drained
+    assert not any(p.drained for p in model.progress[:-1])
+    for a in model.aggregates:  # only the drain emits without a watermark
+        assert (a.watermark_at_emit_ms is None) == (a.batch_id == last.batch_id)
 
 
 @MODEL_SETTINGS
@@ -258,7 +264,9 @@ def test_watermark_and_processing_time_are_monotone(stream: H.Stream) -> None:
         if previous is not None:
             assert row.watermark_before_ms == previous.watermark_after_ms
             assert row.now_ms >= previous.now_ms
-        if row.watermark_before_ms is not None:
+        if row.drained:  # the end of input stores no watermark
+            assert row.watermark_after_ms is None
+        elif row.watermark_before_ms is not None:
             assert row.watermark_after_ms is not None
             assert row.watermark_after_ms >= row.watermark_before_ms
         if row.regression_ms is not None:
@@ -321,7 +329,11 @@ def test_emitted_revisions_are_consecutive_and_closed(stream: H.Stream) -> None:
     wm_after = {p.batch_id: p.watermark_after_ms for p in model.progress}
     for row in model.aggregates:
         by_window[(row.window_start_ms, row.window_end_ms, row.key)].append(row)
-        assert row.window_end_ms <= row.watermark_at_emit_ms == wm_after[row.batch_id]
+        assert row.watermark_at_emit_ms == wm_after[row.batch_id]
+        if row.watermark_at_emit_ms is None:  # closed by the drain, the last batch
+            assert row.batch_id == model.progress[-1].batch_id and model.progress[-1].drained
+        else:
+            assert row.window_end_ms <= row.watermark_at_emit_ms
     for rows in by_window.values():
         assert [r.revision for r in rows] == list(range(1, len(rows) + 1))
         assert len({r.batch_id for r in rows}) == len(rows)

@@ -16,14 +16,9 @@ import pytest
 from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
 from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
 
-from expectations.report import (
-    ReportData,
-    ReportError,
-    add_commands,
-    build_report,
-    format_minor,
-    render_html,
-)
+from expectations.report import build_report
+from expectations.report_data import ReportData, ReportError, ReportOptions, format_minor
+from expectations.report_html import render_html
 from expectations.validate import write_results
 
 # -- exact money ---------------------------------------------------------------------------------
@@ -244,7 +239,9 @@ def report(spark, tmp_path_factory) -> tuple[Path, Path]:
     page = site / "validations" / "gap.html"
     page.write_text("<html><body>gap suite</body></html>")
     write_results(spark, warehouse, DAY, ["gap"], validation_rows(page.as_uri()))
-    path = build_report(spark, warehouse, DAY, root / "out", NOW, gx_root=str(gx_root))
+    path = build_report(
+        spark, warehouse, DAY, root / "out", NOW, ReportOptions(gx_root=str(gx_root))
+    )
     return path, gx_root
 
 
@@ -323,26 +320,13 @@ def test_report_in_headless_chromium(report) -> None:
 # -- command line ------------------------------------------------------------------------------
 
 
-def _run(argv: list[str]) -> int:
-    import argparse
-
-    from tally.cli import _overrides
-    from tally.settings import load_settings
-
-    parser = argparse.ArgumentParser(prog="tally")
-    add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    settings = load_settings(env={}, overrides=_overrides(args, args.setting_names))
-    return int(args.func(args, settings))
-
-
-def test_report_command_errors_are_one_line(spark, tmp_path, capsys) -> None:
-    assert _run(["report", "--date", "20-11-2026"]) == 2
+def test_report_command_errors_are_one_line(spark, tmp_path, capsys, tally_cli) -> None:
+    assert tally_cli(["report", "--date", "20-11-2026"]) == 2
     assert capsys.readouterr().err == (
         "tally: bad setting: date: expected YYYY-MM-DD, got '20-11-2026'\n"
     )
     warehouse = str(tmp_path / "empty")
-    code = _run(["report", "--date", "2026-11-20", "--warehouse", warehouse])
+    code = tally_cli(["report", "--date", "2026-11-20", "--warehouse", warehouse])
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tally.cli import main
 from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
+from tally_app.cli import main
 
 
 @pytest.mark.parametrize(

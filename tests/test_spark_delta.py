@@ -49,7 +49,7 @@ def test_catalog_tables_are_created_empty_and_idempotently(spark, warehouse) -> 
 
 
 def test_show_knows_every_table_the_pipeline_writes(spark, warehouse, capsys) -> None:
-    from tally.cli import main
+    from tally_app.cli import main
 
     # registered by the Airflow layer, shown by the CLI: known, just not written yet
     assert main(["show", "alerts", "--warehouse", warehouse]) == 2

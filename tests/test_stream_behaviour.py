@@ -26,7 +26,6 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from stream_tables import (
-    DRAINED_MS,
     T0_MS,
     collect,
     collect_table,
@@ -34,8 +33,8 @@ from stream_tables import (
 )
 
 from streaming.job import BatchProcessor, StreamParams
-from streaming.source import split_lines
 from tally import tables as T
+from tally.events import split_lines
 
 S = 1000  # ms per second
 W = 60 * S
@@ -356,8 +355,10 @@ def test_watermark_per_batch(main_run: Run) -> None:
         (180, 180),  # p1 idle, p0 still at 100
         (180, 510),  # p1 clipped to now + skew = 520
     ]
-    assert main_run.progress[7]["watermark_after"] == DRAINED_MS
-    assert main_run.progress[7]["drained"] is True
+    drain = main_run.progress[7]
+    assert drain["watermark_after"] is None and drain["drained"] is True
+    assert drain["watermark_before"] == at(510)
+    assert drain["watermark_lag_ms"] is None
     assert all(not main_run.progress[b]["drained"] for b in range(7))
 
 
@@ -408,7 +409,8 @@ def test_emissions_revisions_and_eviction(main_run: Run) -> None:
     assert rows[(2, 0, "k")]["emit_time"] == at(100)
     assert rows[(2, 0, "k")]["watermark_at_emit"] == at(80)
     assert rows[(2, 0, "k")]["window_end"] == at(60)
-    assert rows[(7, 1020, "k")]["watermark_at_emit"] == DRAINED_MS
+    assert rows[(7, 1020, "k")]["watermark_at_emit"] is None  # closed by the drain
+    assert all(r["watermark_at_emit"] is not None for r in main_run.aggregates if r["batch_id"] < 7)
     # [0,60) stays revisable until end + G = 90 <= WM (batch 3), [60,120) until 150 <= 180.
     assert main_run.open_windows[2] == [
         (0, "k", 3, 1150, 2),

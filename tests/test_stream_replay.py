@@ -12,7 +12,7 @@ docs/semantics.md (the reference model is checked against the same numbers).
 | 2     | 100 | e: p0 30 k 1000 (late) · f: p1 110 k 3 · c again  | min(90, 110) - 10 = 80   |
 | 3     | 200 | g: p1 190 k 4 (p0 idle: 200 - 100 >= 60)          | 190 - 10 = 180           |
 | 4     | 210 | h: p0 85 m 20 (late) · i: p1 195 k 6              | 80 < 180: stays 180      |
-| 5     | 210 | drain                                             | +inf                     |
+| 5     | 210 | drain                                             | none (drained: NULL)     |
 
 h arrives 5 s behind its own partition's high-water mark (90 s), well within L, yet its
 window [60, 120) closed when p0 was idle and p1 alone moved the watermark to 180 s: late.
@@ -28,7 +28,7 @@ import stream_helpers as H
 
 S = 1_000
 T0 = H.T0_MS
-DRAINED = M.DRAINED_WATERMARK_MS
+DRAINED = None  # the drain stores no watermark: NULL, with drained = true
 
 
 def t(seconds: int) -> int:
@@ -147,10 +147,12 @@ def test_one_batch_per_file_and_the_watermark_per_batch(replay: dict[str, Any]) 
     assert [p.watermark_before_ms for p in progress] == WATERMARK_BEFORE
     assert [p.watermark_after_ms for p in progress] == WATERMARK_AFTER
     assert [p.drained for p in progress] == [False] * 5 + [True]
+    assert progress[5].watermark_after_ms is None and progress[5].drained
     assert [dict(p.idle) for p in progress[:5]] == IDLE
     assert dict(progress[4].high_water) == {0: t(90), 1: t(195)}
     assert [p.input_lines for p in progress] == [3, 3, 3, 1, 2, 0]
     assert "(drained)" in replay["summary"]
+    assert "9999" not in replay["summary"]
 
 
 def test_progress_counters_per_batch(replay: dict[str, Any]) -> None:

@@ -25,8 +25,8 @@ def _aware(text: str) -> datetime:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from dags.alerting import AlertRaised, emit
     from dags.stages import STAGES, run_stage
-    from tally.alerts import AlertRaised, emit
 
     parser = argparse.ArgumentParser(prog="tally_task", description=__doc__)
     parser.add_argument("stage", choices=STAGES)

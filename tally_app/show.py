@@ -1,14 +1,17 @@
-"""`tally show TABLE`: print any tally table for people (a grid) or scripts (JSON lines)."""
+"""`tally show TABLE`: print any tally table for people (a grid) or scripts (JSON lines),
+ordered by the table's natural key (`Table.order_by`)."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import TextIO
 
 from pyspark.sql import functions as F
 
 from tally import tables as T
 from tally.settings import Settings
+from tally.spark import build_session
 
 
 def show_table(
@@ -19,33 +22,20 @@ def show_table(
     limit: int = 20,
     out: TextIO | None = None,
 ) -> int:
-    import sys
-
-    from tally.spark import build_session
-
     out = out or sys.stdout
-    # The nightly layer registers its tables in the catalog when imported.
-    import batch.reconcile  # noqa: F401
-    import expectations.validate  # noqa: F401
-    from tally.alerts import register_tables
-
-    register_tables()  # alerts, lateness_recommendations
-
-    if name not in T.CATALOG:
+    table = T.CATALOG.get(name)
+    if table is None:
         known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))
         print(f"tally: unknown table {name!r} (tables: {known})", file=sys.stderr)
         return 2
     spark = build_session(settings.spark_master, app_name="tally-show", ui=False)
-    path = T.table_path(settings.warehouse, name)
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not T.exists(spark, settings.warehouse, name):
         print(f"tally: no table {name!r} in {settings.warehouse} yet", file=sys.stderr)
         return 2
     df = T.read_table(spark, settings.warehouse, name)
     if where:
         df = df.where(where)
-    df = df.limit(limit)
+    df = df.orderBy(*table.order_by).limit(limit)
     if as_json:
         # to_json in the JVM keeps BIGINT amounts exact and timestamps in ISO-8601 UTC.
         rows = df.select(

@@ -2,18 +2,27 @@
 
 Each stage takes Settings (read by the caller, the entry point), the business date and `now`
 (passed in, never read here), builds its own Spark session and returns small plain values.
+This module composes the layers (batch: re-aggregate + diff; expectations: validate, report);
+the layers never call each other.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
+from batch.reconcile import ReconcileResult, reconcile, stream_window_ms
+from expectations.report import build_report
+from expectations.report_data import ReportOptions
+from expectations.suites import Thresholds
+from expectations.validate import ValidationOutcome, validate_date
+from tally import tables as T
+from tally.dates import business_day_end, epoch_ms, iso_ms
 from tally.settings import Settings
+from tally.spark import session_for
 
 
 @dataclass(frozen=True)
@@ -22,88 +31,90 @@ class WaitResult:
     detail: str
 
 
-def business_day_end(business_date: date, timezone: str) -> datetime:
-    """End of the business day (exclusive) as a UTC datetime."""
-    local_end = datetime.combine(business_date + timedelta(days=1), time(0), ZoneInfo(timezone))
-    return local_end.astimezone(UTC)
+@dataclass(frozen=True)
+class StreamPosition:
+    """How far the stream got: its newest watermark, or drained (every window closed)."""
+
+    watermark_ms: int | None
+    drained: bool
 
 
-def _session(settings: Settings, app: str) -> Any:
-    from tally.spark import build_session
-
-    return build_session(
-        settings.spark_master, app_name=app, shuffle_partitions=settings.shuffle_partitions
-    )
-
-
-def stream_watermark_ms(spark: Any, warehouse: str) -> int | None:
-    """The newest watermark the stream has committed (None if it has not run)."""
-    from delta.tables import DeltaTable
+def stream_position(spark: Any, warehouse: str) -> StreamPosition | None:
+    """The newest watermark the stream committed (None if it has not run)."""
     from pyspark.sql import functions as F
 
-    from tally import tables as T
-
-    path = T.table_path(warehouse, T.STREAM_PROGRESS.name)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
         return None
     row = (
         T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
-        .select(F.max(F.unix_millis("watermark_after")).alias("wm"))
+        .agg(
+            F.max(F.unix_millis("watermark_after")).alias("wm"),
+            F.max(F.col("drained").cast("int")).alias("drained"),
+            F.count(F.lit(1)).alias("batches"),
+        )
         .first()
     )
-    return None if row is None or row["wm"] is None else int(row["wm"])
+    if row is None or not row["batches"]:
+        return None
+    return StreamPosition(None if row["wm"] is None else int(row["wm"]), bool(row["drained"]))
 
 
 def wait_condition(settings: Settings, business_date: date, spark: Any = None) -> WaitResult:
     """Ready once the stream's watermark passed the end of the day's last window plus allowed
-    lateness: after that no on-time or allowed-late event can still change one of the day's
-    windows. A window belongs to the date its start falls on, so the last one ends up to one
-    window length after midnight."""
-    spark = spark or _session(settings, "tally-wait")
+    lateness (or the stream was drained): after that no on-time or allowed-late event can
+    still change one of the day's windows. A window belongs to the date its start falls on,
+    so the last one ends up to one window length after midnight."""
+    spark = spark or session_for(settings, "tally-wait")
     needed = business_day_end(business_date, settings.report_timezone) + timedelta(
         milliseconds=settings.window + settings.allowed_lateness
     )
-    watermark = stream_watermark_ms(spark, settings.warehouse)
-    if watermark is None:
+    position = stream_position(spark, settings.warehouse)
+    if position is None:
         return WaitResult(False, "stream has not committed any batch yet")
-    needed_ms = int(needed.timestamp() * 1000)
-    have = datetime.fromtimestamp(watermark // 1000, UTC).isoformat()
-    if watermark >= needed_ms:
+    if position.drained:
+        return WaitResult(True, "stream drained: every window is closed")
+    if position.watermark_ms is None:
+        return WaitResult(False, "stream has no watermark yet")
+    have = iso_ms(position.watermark_ms)
+    if position.watermark_ms >= epoch_ms(needed):
         return WaitResult(True, f"watermark {have} passed {needed.isoformat()}")
     return WaitResult(False, f"watermark {have} has not reached {needed.isoformat()}")
 
 
-# -- stages (added by the Airflow engineer while the lead's version was pending; same shape) --
-
-
-def output_root(settings: Settings) -> Path:
-    """Local directory next to a local warehouse for the reports and the GX project
-    (`TALLY_REPORT_DIR` / `TALLY_GX_ROOT` override; a URI warehouse uses the working
-    directory)."""
-    if "://" in settings.warehouse and not settings.warehouse.startswith("file:"):
-        return Path.cwd()
-    local = settings.warehouse.removeprefix("file://")
-    return Path(local).resolve().parent
-
-
-def report_dir(settings: Settings) -> Path:
-    return Path(os.environ.get("TALLY_REPORT_DIR") or output_root(settings) / "reports")
-
-
-def gx_root(settings: Settings) -> Path:
-    return Path(os.environ.get("TALLY_GX_ROOT") or output_root(settings))
+# -- the stages ---------------------------------------------------------------------------------
 
 
 def report_path(settings: Settings, business_date: date) -> Path:
     """Where `stage_report` writes the date's report."""
-    return report_dir(settings) / f"report-{business_date.isoformat()}.html"
+    return Path(settings.report_location) / f"report-{business_date.isoformat()}.html"
 
 
-def reaggregate(settings: Settings, business_date: date, now: datetime, spark: Any) -> Any:
-    """Re-aggregate the date from the pinned event log, diff it against the stream; the
-    ReconcileResult."""
-    from batch.reconcile import reconcile
+class WindowMismatch(ValueError):
+    """The window setting disagrees with the one the stream recorded (one-line message)."""
 
+
+def with_stream_window(
+    settings: Settings, spark: Any, explicit: bool, business_date: date | None = None
+) -> Settings:
+    """The settings with the window the stream recorded in `stream_aggregates`, unless the
+    window was given `explicit`ly (flag, env or config), which must then agree with it."""
+    if not T.exists(spark, settings.warehouse, T.STREAM_AGGREGATES.name):
+        return settings
+    recorded = stream_window_ms(spark, settings.warehouse, business_date, settings.report_timezone)
+    if recorded is None or recorded == settings.window:
+        return settings
+    if explicit:
+        raise WindowMismatch(
+            f"window: the stream recorded {recorded} ms windows, but the window is "
+            f"{settings.window} ms (omit --window to use the stream's)"
+        )
+    return dataclasses.replace(settings, window=recorded)
+
+
+def reaggregate(
+    settings: Settings, business_date: date, now: datetime, spark: Any
+) -> ReconcileResult:
+    """Re-aggregate the date from the pinned event log, diff it against the stream."""
     return reconcile(
         spark,
         settings.warehouse,
@@ -119,7 +130,7 @@ def stage_reaggregate(
     settings: Settings, business_date: date, now: datetime, spark: Any = None
 ) -> dict[str, Any]:
     """Re-aggregate the date from the pinned event log and diff it against the stream."""
-    spark = spark or _session(settings, "tally-nightly")
+    spark = spark or session_for(settings, "tally-nightly")
     result = reaggregate(settings, business_date, now, spark)
     s = result.summary
     return {
@@ -137,13 +148,10 @@ def stage_reaggregate(
 
 def stage_validate(
     settings: Settings, business_date: date, now: datetime, spark: Any = None
-) -> Any:
+) -> ValidationOutcome:
     """Great Expectations on the date's tables; returns the ValidationOutcome (the caller
     decides what a failure does)."""
-    from expectations.suites import Thresholds
-    from expectations.validate import validate_date
-
-    spark = spark or _session(settings, "tally-nightly")
+    spark = spark or session_for(settings, "tally-nightly")
     return validate_date(
         spark,
         settings.warehouse,
@@ -151,7 +159,7 @@ def stage_validate(
         Thresholds.from_settings(settings),
         now=now,
         report_timezone=settings.report_timezone,
-        gx_root=str(gx_root(settings)),
+        gx_root=settings.gx_location,
     )
 
 
@@ -159,16 +167,13 @@ def _tuning_curve(spark: Any, settings: Settings, business_date: date) -> dict[s
     """The latest lateness curve recorded by the weekly tuning for a period up to the date."""
     import json
 
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from tally import tables as T
-
-    path = T.table_path(settings.warehouse, "lateness_recommendations")
-    if not DeltaTable.isDeltaTable(spark, path):
+    table = T.LATENESS_RECOMMENDATIONS.name
+    if not T.exists(spark, settings.warehouse, table):
         return {}
     row = (
-        T.read_table(spark, settings.warehouse, "lateness_recommendations")
+        T.read_table(spark, settings.warehouse, table)
         .where(F.col("period_start") <= F.lit(business_date))
         .orderBy(F.col("period_start").desc())
         .select("curve", "recommended_lateness_ms")
@@ -189,22 +194,18 @@ def stage_report(
     spark: Any = None,
     out_dir: Path | None = None,
 ) -> Path:
-    """The date's HTML report (and CSV) in `out_dir` (default `report_dir`); the HTML path."""
-    from expectations.report import build_report
-
-    spark = spark or _session(settings, "tally-nightly")
-    return build_report(
-        spark,
-        settings.warehouse,
-        business_date,
-        out_dir or report_dir(settings),
-        now,
+    """The date's HTML report (and CSV) in `out_dir` (default the report location); the HTML
+    path."""
+    spark = spark or session_for(settings, "tally-nightly")
+    options = ReportOptions(
         current_bound_ms=settings.lateness,
         completeness_target=settings.completeness_target,
         report_timezone=settings.report_timezone,
-        gx_root=str(gx_root(settings)),
+        gx_root=settings.gx_location,
         **_tuning_curve(spark, settings, business_date),
     )
+    out = out_dir or Path(settings.report_location)
+    return build_report(spark, settings.warehouse, business_date, out, now, options)
 
 
 def stage_publish(
@@ -242,8 +243,8 @@ def stage_publish(
 class NightlyOutcome:
     """What `tally reconcile` did for a date: every stage ran and wrote its output."""
 
-    reconciliation: Any  # batch.reconcile.ReconcileResult
-    validation: Any  # expectations.validate.ValidationOutcome
+    reconciliation: ReconcileResult
+    validation: ValidationOutcome
     report: Path
 
     @property

@@ -1,0 +1,546 @@
+"""The report's data: the business date's tables read and reduced to what the report shows
+(small, local Python values in `ReportData`), and the exact formatting of its figures.
+
+The completeness curve comes from the caller (`ReportOptions.curve`: dicts with at least
+`lateness_ms` and `completeness_pct`, e.g. `tally lateness-curve --json`'s "curve"). Without
+one, it is estimated from the late side output: shifting the watermark down by D admits
+exactly the late events with `lateness_ms < G + D` (G = allowed lateness), so completeness at
+bound L + D is `1 - late events with lateness_ms >= G + D / batch events`. Without late
+events and a known current bound the chart says "not computed".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tally import tables as T
+from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
+from tally.settings import SettingsError, format_duration, parse_duration
+from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
+
+# Candidate shifts of the lateness bound for the estimated curve.
+CURVE_SHIFTS_MS = (
+    0,
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    120_000,
+    300_000,
+    600_000,
+    1_800_000,
+    3_600_000,
+)
+LATENESS_BINS_MS = (0, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000)
+WORST_KEYS = 10
+
+
+class ReportError(RuntimeError):
+    """The report cannot be built (missing table, bad argument): a one-line message."""
+
+
+# -- exact money ---------------------------------------------------------------------------------
+
+
+def format_minor(amount: int, currency: str = "") -> str:
+    """Integer minor units -> currency units with 2 decimals and thousands separators,
+    exactly (divmod on integers, never floats): 123456 -> "1,234.56", -5 -> "-0.05"."""
+    if not isinstance(amount, int) or isinstance(amount, bool):
+        raise TypeError(f"amount: expected integer minor units, got {amount!r}")
+    sign = "-" if amount < 0 else ""
+    units, cents = divmod(abs(amount), 100)
+    return f"{sign}{currency}{units:,}.{cents:02d}"
+
+
+def format_count(count: int) -> str:
+    return f"{count:,}"
+
+
+def format_rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate * 100:.3f} %"
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What the caller fixes. None: what the reconciliation run recorded (its settings), else
+    a default (`fallback_bound_ms` for the current bound, UTC for the zone)."""
+
+    curve: Sequence[dict[str, Any]] | None = None
+    current_bound_ms: int | None = None
+    recommended_bound_ms: int | None = None
+    completeness_target: float | None = None
+    report_timezone: str | None = None
+    gx_root: str | None = None
+    fallback_bound_ms: int | None = None
+
+
+@dataclass
+class ReportData:
+    """Everything the HTML shows, already small and local (collected from Spark)."""
+
+    business_date: date
+    now: datetime
+    report_timezone: str
+    headline: dict[str, int]
+    late_event_rate: float | None
+    max_lateness_ms: int | None
+    # (window_start ms, stream amount, batch amount, late amount, residual amount), all keys
+    per_window: list[tuple[int, int, int, int, int]]
+    lateness_hist: list[tuple[str, int]]  # (bin label, late events)
+    curve: list[dict[str, Any]] | None
+    curve_source: str
+    current_bound_ms: int | None
+    recommended_bound_ms: int | None
+    completeness_target: float | None
+    worst_keys: list[dict[str, Any]]
+    partitions: list[dict[str, Any]]  # partition, events, late, rate
+    validation: list[dict[str, Any]]
+    data_docs_index: str | None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    window_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class _Reconciliation:
+    """The date's reconciliation as recorded: the table version read, its run and summary
+    rows (None when not written), the settings the run recorded, the zone and day bounds."""
+
+    version: int
+    run: dict[str, Any] | None
+    summary: dict[str, Any] | None
+    settings: dict[str, Any]
+    zone: str
+    bounds: DayBounds
+
+
+# -- reading the tables --------------------------------------------------------------------------
+
+
+def _exists(spark: SparkSession, warehouse: str, name: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, T.table_path(warehouse, name)))
+
+
+def _of_date(
+    spark: SparkSession,
+    warehouse: str,
+    name: str,
+    business_date: date,
+    version: int | None = None,
+) -> DataFrame:
+    return T.read_table(spark, warehouse, name, version).where(
+        F.col("business_date") == F.lit(business_date)
+    )
+
+
+def _first_of_date(
+    spark: SparkSession, warehouse: str, name: str, business_date: date
+) -> dict[str, Any] | None:
+    """The table's first row of the date, None without the table or such a row."""
+    if not _exists(spark, warehouse, name):
+        return None
+    first = _of_date(spark, warehouse, name, business_date).first()
+    return first.asDict() if first is not None else None
+
+
+def _run_settings(run: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings the reconciliation run recorded (a JSON object)."""
+    if not run or not run.get("settings"):
+        return {}
+    try:
+        return dict(json.loads(run["settings"]))
+    except (TypeError, ValueError):
+        return {"settings": str(run["settings"])}
+
+
+def _read_reconciliation(
+    spark: SparkSession, warehouse: str, business_date: date, report_timezone: str | None
+) -> _Reconciliation:
+    if not _exists(spark, warehouse, "reconciliation"):
+        raise ReportError(
+            f"reconciliation: no Delta table at {T.table_path(warehouse, 'reconciliation')} "
+            "(run tally reconcile first)"
+        )
+    version = T.latest_version(spark, warehouse, "reconciliation")
+    run = _first_of_date(spark, warehouse, "reconciliation_runs", business_date)
+    summary = _first_of_date(spark, warehouse, "reconciliation_summary", business_date)
+    settings = _run_settings(run)
+    zone = (
+        report_timezone
+        or (run or {}).get("report_timezone")
+        or settings.get("report_timezone", "UTC")
+    )
+    return _Reconciliation(
+        version, run, summary, settings, zone, business_day_bounds(business_date, zone)
+    )
+
+
+def _pinned(
+    spark: SparkSession, warehouse: str, run: dict[str, Any] | None, name: str, key: str
+) -> DataFrame | None:
+    """A speed-layer table at the version the reconciliation pinned (latest otherwise)."""
+    if not _exists(spark, warehouse, name):
+        return None
+    version = (run or {}).get(key)
+    return T.read_table(spark, warehouse, name, None if version is None else int(version))
+
+
+def _late_in_day(spark: SparkSession, warehouse: str, rec: _Reconciliation) -> DataFrame | None:
+    """The pinned late events whose window starts on the date (lateness and partition)."""
+    late_all = _pinned(spark, warehouse, rec.run, "late_events", "late_events_version")
+    if late_all is None:
+        return None
+    return late_all.where(window_in_day(rec.bounds)).select("lateness_ms", "partition")
+
+
+def _ms(column: str) -> Any:
+    return F.unix_millis(F.col(column))
+
+
+# -- the reconciliation rows ---------------------------------------------------------------------
+
+
+def _headline(recon: DataFrame, summary: dict[str, Any] | None) -> dict[str, int]:
+    """Counts and amounts (exact BIGINT sums): the summary's when the batch layer wrote one,
+    else summed from the reconciliation rows."""
+    names = {
+        "stream_count": "stream_count",
+        "stream_amount": "stream_amount",
+        "batch_count": "batch_count",
+        "batch_amount": "batch_amount",
+        "gap_count": "diff_count",
+        "gap_amount": "diff_amount",
+        "explained_count": "late_count",
+        "explained_amount": "late_amount",
+        "unexplained_count": "residual_count",
+        "unexplained_amount": "residual_amount",
+    }
+    row = recon.agg(
+        *[F.coalesce(F.sum(col), F.lit(0)).cast("long").alias(k) for k, col in names.items()],
+        F.count_if(F.col("status") == UNEXPLAINED).cast("long").alias("unexplained_windows"),
+        F.count(F.lit(1)).cast("long").alias("windows"),
+    ).first()
+    assert row is not None
+    totals = {k: int(v) for k, v in row.asDict().items()}
+    if summary:
+        for key in (*names, "unexplained_windows", "windows"):
+            if summary.get(key) is not None:
+                totals[key] = int(summary[key])
+    return totals
+
+
+def _per_window(recon: DataFrame) -> list[tuple[int, int, int, int, int]]:
+    """(window_start ms, stream, batch, late, residual amount) per window, all keys summed."""
+    amounts = (
+        ("stream_amount", "s"),
+        ("batch_amount", "b"),
+        ("late_amount", "l"),
+        ("residual_amount", "r"),
+    )
+    return [
+        (int(r["w"]), int(r["s"]), int(r["b"]), int(r["l"]), int(r["r"]))
+        for r in recon.groupBy(_ms("window_start").alias("w"))
+        .agg(*[F.coalesce(F.sum(col), F.lit(0)).cast("long").alias(a) for col, a in amounts])
+        .orderBy("w")
+        .collect()
+    ]
+
+
+def _worst_keys(recon: DataFrame) -> list[dict[str, Any]]:
+    """Up to WORST_KEYS keys with a gap, by |unexplained| desc, then |gap| desc, then key."""
+    return [
+        r.asDict()
+        for r in recon.groupBy("key")
+        .agg(
+            F.sum("diff_amount").cast("long").alias("gap_amount"),
+            F.sum("late_amount").cast("long").alias("explained_amount"),
+            F.sum("residual_amount").cast("long").alias("unexplained_amount"),
+            F.sum(F.abs("residual_amount")).cast("long").alias("abs_unexplained"),
+            F.sum(F.abs("diff_amount")).cast("long").alias("abs_gap"),
+            F.count_if(F.col("status") == UNEXPLAINED).alias("unexplained_windows"),
+        )
+        .where((F.col("abs_gap") != 0) | (F.col("abs_unexplained") != 0))
+        .orderBy(F.col("abs_unexplained").desc(), F.col("abs_gap").desc(), "key")
+        .limit(WORST_KEYS)
+        .collect()
+    ]
+
+
+def _reconciliation_figures(
+    recon: DataFrame, summary: dict[str, Any] | None, business_date: date
+) -> tuple[dict[str, int], list[tuple[int, int, int, int, int]], list[dict[str, Any]]]:
+    """The headline, the amounts per window and the worst keys (one cached read)."""
+    recon = recon.persist()
+    try:
+        headline = _headline(recon, summary)
+        if headline["windows"] == 0:
+            raise ReportError(
+                f"date: {business_date.isoformat()} has no reconciliation rows "
+                "(run tally reconcile first)"
+            )
+        return headline, _per_window(recon), _worst_keys(recon)
+    finally:
+        recon.unpersist()
+
+
+# -- late events and the lateness bound ----------------------------------------------------------
+
+
+def _lateness_hist(late: DataFrame) -> list[tuple[str, int]]:
+    edges = list(LATENESS_BINS_MS)
+    labels = [
+        f"{format_duration(lo)}–{format_duration(hi)}" for lo, hi in itertools.pairwise(edges)
+    ] + [f"≥ {format_duration(edges[-1])}"]
+    bucket = F.lit(len(edges) - 1)
+    for i in range(len(edges) - 2, -1, -1):
+        bucket = F.when(F.col("lateness_ms") < F.lit(edges[i + 1]), F.lit(i)).otherwise(bucket)
+    counts = {
+        int(r["b"]): int(r["n"])
+        for r in late.groupBy(bucket.alias("b")).agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    return [(label, counts.get(i, 0)) for i, label in enumerate(labels)]
+
+
+def _current_bound(options: ReportOptions, settings: dict[str, Any]) -> int | None:
+    """The caller's bound, else the run's recorded `lateness`, else the fallback."""
+    if options.current_bound_ms is not None:
+        return options.current_bound_ms
+    if settings.get("lateness") is not None:
+        try:
+            return parse_duration(settings["lateness"], "lateness")
+        except SettingsError:
+            pass
+    return options.fallback_bound_ms
+
+
+def _completeness_target(options: ReportOptions, settings: dict[str, Any]) -> float | None:
+    if options.completeness_target is None and settings.get("completeness_target") is not None:
+        return float(settings["completeness_target"])
+    return options.completeness_target
+
+
+def _estimated_curve(
+    late: DataFrame, batch_events: int, current_ms: int, allowed_ms: int
+) -> list[dict[str, Any]]:
+    """Completeness at bound current + D for each candidate shift D (see module docstring)."""
+    row = late.agg(
+        *[
+            F.count_if(F.col("lateness_ms") >= F.lit(allowed_ms + d)).alias(f"d{i}")
+            for i, d in enumerate(CURVE_SHIFTS_MS)
+        ]
+    ).first()
+    assert row is not None
+    curve = []
+    for i, shift in enumerate(CURVE_SHIFTS_MS):
+        dropped = int(row[f"d{i}"] or 0)
+        admitted = batch_events - dropped
+        curve.append(
+            {
+                "lateness_ms": current_ms + shift,
+                "lateness": format_duration(current_ms + shift),
+                "events": batch_events,
+                "admitted": admitted,
+                "dropped": dropped,
+                "completeness_pct": 100.0 * admitted / batch_events if batch_events else 100.0,
+            }
+        )
+    return curve
+
+
+def _curve(
+    given: Sequence[dict[str, Any]] | None,
+    late: DataFrame | None,
+    batch_events: int,
+    current_bound_ms: int | None,
+    settings: dict[str, Any],
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """The curve to draw and where it comes from: the caller's, else estimated."""
+    if given:
+        return [dict(c) for c in given], "given"
+    if late is None or current_bound_ms is None:
+        return None, "not computed"
+    try:
+        allowed_ms = parse_duration(settings.get("allowed_lateness", 0), "allowed_lateness")
+    except SettingsError:
+        allowed_ms = 0
+    curve = _estimated_curve(late, batch_events, current_bound_ms, allowed_ms)
+    return curve, "estimated from the late side output"
+
+
+def _recommend(curve: list[dict[str, Any]], target: float | None) -> int | None:
+    if target is None:
+        return None
+    for entry in sorted(curve, key=lambda e: e["lateness_ms"]):
+        admitted, events = entry.get("admitted"), entry.get("events")
+        if admitted is not None and events is not None:
+            # exact: 100 * admitted / events >= target
+            from fractions import Fraction
+
+            if events == 0 or Fraction(100 * int(admitted), int(events)) >= Fraction(
+                repr(float(target))
+            ):
+                return int(entry["lateness_ms"])
+        elif float(entry["completeness_pct"]) >= target:
+            return int(entry["lateness_ms"])
+    return None
+
+
+def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -> float | None:
+    rate = summary.get("late_event_rate") if summary else None
+    if rate is None and headline["batch_count"]:
+        rate = headline["explained_count"] / headline["batch_count"]
+    return None if rate is None else float(rate)
+
+
+# -- source partitions, validation, provenance ---------------------------------------------------
+
+
+def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[dict[str, Any]]:
+    """Events and late events per source partition (duplicates left out)."""
+    if events_all is None:
+        return []
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    events = events_all.where(
+        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        & in_day(bounds, "event_time")
+        & (F.col("arrival_status") != DUPLICATE)
+    )
+    partitions = []
+    for r in (
+        events.groupBy("partition")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.count_if(F.col("arrival_status") == LATE).alias("late"),
+        )
+        .orderBy("partition")
+        .collect()
+    ):
+        total, late_n = int(r["events"]), int(r["late"])
+        partitions.append(
+            {
+                "partition": r["partition"],
+                "events": total,
+                "late": late_n,
+                "rate": late_n / total if total else 0.0,
+            }
+        )
+    return partitions
+
+
+def _data_docs_uri(gx_root: str | None) -> str | None:
+    from expectations.validate import data_docs_index
+
+    if gx_root is None:
+        return None
+    index = data_docs_index(gx_root)
+    return index.resolve().as_uri() if index.is_file() else None
+
+
+def _fmt_ts(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        # Spark returns session-time (UTC) naive datetimes.
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value)
+
+
+def _provenance(
+    now: datetime, rec: _Reconciliation, window_ms: Any, validation: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The Delta versions the reconciliation pinned, the run times, the window and zone."""
+    provenance: dict[str, Any] = {
+        "report generated": now.astimezone(UTC).isoformat(),
+        "reconciliation read": f"v{rec.version}",
+    }
+    if rec.run:
+        provenance.update(
+            {
+                "reconciliation run": _fmt_ts(rec.run.get("run_time")),
+                "events version (pinned)": rec.run.get("events_version"),
+                "stream_aggregates version (pinned)": rec.run.get("stream_aggregates_version"),
+                "late_events version (pinned)": rec.run.get("late_events_version"),
+                "window": format_duration(int(window_ms)) if window_ms else None,
+                "report time zone": rec.zone,
+            }
+        )
+    else:
+        provenance["reconciliation run"] = "not recorded (no reconciliation_runs row)"
+    if validation:
+        provenance["validation run"] = _fmt_ts(max(r["run_time"] for r in validation))
+    return provenance
+
+
+# -- all of it -----------------------------------------------------------------------------------
+
+
+def collect_report_data(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    now: datetime,
+    options: ReportOptions | None = None,
+) -> tuple[ReportData, DataFrame]:
+    """Read the date's tables and reduce them to what the report shows; also returns the
+    reconciliation rows of the date (for the CSV)."""
+    from expectations.validate import read_results
+
+    options = options or ReportOptions()
+    rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone)
+    headline, per_window, worst = _reconciliation_figures(
+        _of_date(spark, warehouse, "reconciliation", business_date, rec.version),
+        rec.summary,
+        business_date,
+    )
+    late = _late_in_day(spark, warehouse, rec)
+    current_bound_ms = _current_bound(options, rec.settings)
+    target = _completeness_target(options, rec.settings)
+    curve, curve_source = _curve(
+        options.curve, late, headline["batch_count"], current_bound_ms, rec.settings
+    )
+    recommended_bound_ms = options.recommended_bound_ms
+    if recommended_bound_ms is None and curve:
+        recommended_bound_ms = _recommend(curve, target)
+    window_ms = (rec.run or {}).get("window_ms") or rec.settings.get("window_ms")
+    events_all = _pinned(spark, warehouse, rec.run, "events", "events_version")
+    validation = read_results(spark, warehouse, business_date)
+    data = ReportData(
+        business_date=business_date,
+        now=now,
+        report_timezone=rec.zone,
+        headline=headline,
+        late_event_rate=_late_event_rate(rec.summary, headline),
+        max_lateness_ms=(rec.summary or {}).get("max_lateness_ms"),
+        per_window=per_window,
+        lateness_hist=_lateness_hist(late) if late is not None else [],
+        curve=curve,
+        curve_source=curve_source,
+        current_bound_ms=current_bound_ms,
+        recommended_bound_ms=recommended_bound_ms,
+        completeness_target=target,
+        worst_keys=worst,
+        partitions=_partition_rates(events_all, rec.bounds),
+        validation=validation,
+        data_docs_index=_data_docs_uri(options.gx_root),
+        provenance=_provenance(now, rec, window_ms, validation),
+        settings=rec.settings,
+        window_ms=int(window_ms) if window_ms else None,
+    )
+    return data, _of_date(spark, warehouse, "reconciliation", business_date, rec.version)

@@ -1,0 +1,245 @@
+"""The report's HTML: one self-contained page (inline CSS, charts as base64 PNGs, no script)
+rendered from `ReportData`."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from expectations.report_charts import (
+    chart_curve,
+    chart_lateness,
+    chart_partitions,
+    chart_per_window,
+    chart_worst_keys,
+)
+from expectations.report_data import ReportData, format_count, format_minor, format_rate
+from tally.settings import format_duration
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
+max-width:1100px;color:#222;padding:0 1rem}
+h1{margin-bottom:.2rem}h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
+table{border-collapse:collapse;margin:.6rem 0}td,th{border:1px solid #ddd;padding:.3rem .6rem}
+th{background:#f5f5f5;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#2a7d2a;font-weight:600}.bad{color:#b22222;font-weight:600}
+.warn{color:#b8860b;font-weight:600}.muted{color:#666}img{max-width:100%;height:auto}
+.badge{display:inline-block;padding:.2rem .6rem;border-radius:.3rem;color:#fff}
+.badge.ok{background:#2a7d2a}.badge.bad{background:#b22222}.badge.warn{background:#b8860b}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _img(alt: str, png: str, ident: str) -> str:
+    return f'<img id="{ident}" alt="{_e(alt)}" src="data:image/png;base64,{png}">'
+
+
+def _dur(ms: int | None) -> str:
+    return "not known" if ms is None else format_duration(int(ms))
+
+
+def _table(ident: str, header: Sequence[str], rows: Iterable[str]) -> str:
+    """A table of pre-rendered `<tr>` rows under one header row (none if `header` is empty)."""
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
+    return f'<table id="{ident}">{head}{"".join(rows)}</table>'
+
+
+def _key_value_table(ident: str, items: Iterable[tuple[Any, Any]]) -> str:
+    return _table(ident, (), (f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items))
+
+
+# -- headline ------------------------------------------------------------------------------------
+
+
+def _headline_row(h: dict[str, int], label: str, key: str) -> str:
+    """One headline line; `key` names the figures and the cells' ids."""
+    return (
+        f'<tr><th>{_e(label)}</th><td class="num" id="{key}-count">'
+        f"{format_count(h[f'{key}_count'])}</td>"
+        f'<td class="num" id="{key}-amount">{format_minor(h[f"{key}_amount"])}</td></tr>'
+    )
+
+
+def _balance_badge(data: ReportData) -> str:
+    h = data.headline
+    if h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0:
+        return '<span class="badge ok" id="balance">BALANCED</span>'
+    return '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
+
+
+def _headline_html(data: ReportData) -> str:
+    """Streaming vs batch totals, the gap split into explained and unexplained, the window
+    counts and the late-event rate."""
+    h = data.headline
+    lines = (
+        ("Streaming total (provisional)", "stream"),
+        ("Batch total (audited)", "batch"),
+        ("Gap (batch − streaming)", "gap"),
+        ("Explained by late events", "explained"),
+        ("Unexplained", "unexplained"),
+    )
+    return (
+        _table("headline", ("", "events", "amount"), (_headline_row(h, *line) for line in lines))
+        + f'<p>Windows: <span id="windows">{format_count(h["windows"])}</span>; unexplained '
+        f'windows: <span id="unexplained-windows">{format_count(h["unexplained_windows"])}'
+        f'</span>; late-event rate: <span id="late-rate">{format_rate(data.late_event_rate)}'
+        "</span>"
+        + (
+            f"; max lateness {format_duration(int(data.max_lateness_ms))}"
+            if data.max_lateness_ms is not None
+            else ""
+        )
+        + "</p>"
+    )
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def _validation_row(r: dict[str, Any]) -> str:
+    cls = "ok" if r["success"] else ("bad" if r["severity"] == "critical" else "warn")
+    word = "pass" if r["success"] else "FAIL"
+    page = r.get("data_docs_page")
+    docs = f'<a href="{_e(page)}">Data Docs</a>' if page else ""
+    return (
+        f"<tr><td>{_e(r['suite'])}</td><td>{_e(r['check_name'])}</td>"
+        f'<td>{_e(r["severity"])}</td><td class="{cls}">{word}</td>'
+        f"<td>{_e(r['observed_value'])}</td><td>{_e(r.get('description'))}</td>"
+        f"<td>{docs}</td></tr>"
+    )
+
+
+def _validation_html(data: ReportData) -> str:
+    """The verdict (a failed critical expectation fails it), the Data Docs link and one row
+    per expectation; a note when the date was not validated."""
+    day = data.business_date.isoformat()
+    if not data.validation:
+        return (
+            '<p class="muted" id="validation-verdict">Not validated: no validation_results '
+            f"rows for {day} (run tally validate --date {day}).</p>"
+        )
+    failed = [r for r in data.validation if not r["success"]]
+    crit_failed = [r for r in failed if r["severity"] == "critical"]
+    warn_failed = [r for r in failed if r["severity"] != "critical"]
+    if crit_failed:
+        verdict = '<span class="badge bad" id="validation-verdict">FAILED</span>'
+    elif warn_failed:
+        verdict = '<span class="badge warn" id="validation-verdict">PASSED WITH WARNINGS</span>'
+    else:
+        verdict = '<span class="badge ok" id="validation-verdict">PASSED</span>'
+    index_link = (
+        f'<p>GX Data Docs: <a id="data-docs" href="{_e(data.data_docs_index)}">'
+        f"{_e(data.data_docs_index)}</a></p>"
+        if data.data_docs_index
+        else '<p class="muted">GX Data Docs site not built on this machine.</p>'
+    )
+    return (
+        f"<p>{verdict} {len(data.validation)} expectations, {len(crit_failed)} failed, "
+        f"{len(warn_failed)} warning(s).</p>"
+        + index_link
+        + _table(
+            "validation",
+            ("suite", "check", "severity", "result", "observed", "expectation", ""),
+            (_validation_row(r) for r in data.validation),
+        )
+    )
+
+
+# -- tables and notes ----------------------------------------------------------------------------
+
+
+def _worst_keys_html(data: ReportData) -> str:
+    if not data.worst_keys:
+        return '<p class="muted">No key has a gap.</p>'
+    return _table(
+        "worst-keys",
+        ("key", "gap", "explained", "unexplained", "unexplained windows"),
+        (
+            f'<tr><td>{_e(k["key"])}</td><td class="num">{format_minor(int(k["gap_amount"]))}'
+            f'</td><td class="num">{format_minor(int(k["explained_amount"]))}</td>'
+            f'<td class="num">{format_minor(int(k["unexplained_amount"]))}</td>'
+            f'<td class="num">{format_count(int(k["unexplained_windows"]))}</td></tr>'
+            for k in data.worst_keys
+        ),
+    )
+
+
+def _partitions_html(data: ReportData) -> str:
+    if not data.partitions:
+        return ""
+    return _table(
+        "partitions",
+        ("partition", "events", "late", "late rate"),
+        (
+            f'<tr><td>{_e(p["partition"])}</td><td class="num">{format_count(p["events"])}'
+            f'</td><td class="num">{format_count(p["late"])}</td>'
+            f'<td class="num">{format_rate(p["rate"])}</td></tr>'
+            for p in data.partitions
+        ),
+    )
+
+
+def _curve_note(data: ReportData) -> str:
+    return (
+        f"Curve: {_e(data.curve_source)}. Current bound: "
+        f'<span id="current-bound">{_e(_dur(data.current_bound_ms))}</span>; recommended: '
+        f'<span id="recommended-bound">{_e(_dur(data.recommended_bound_ms))}</span>'
+        + (
+            f" (smallest bound reaching {data.completeness_target:g} % completeness)"
+            if data.completeness_target is not None
+            else ""
+        )
+        + "."
+    )
+
+
+def _settings_html(data: ReportData) -> str:
+    if not data.settings:
+        return '<p class="muted">No settings recorded.</p>'
+    return _key_value_table("settings", sorted(data.settings.items()))
+
+
+# -- the page ------------------------------------------------------------------------------------
+
+
+def render_html(data: ReportData, csv_name: str) -> str:
+    day = data.business_date.isoformat()
+    provenance = _key_value_table(
+        "provenance", ((k, v) for k, v in data.provenance.items() if v is not None)
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>tally reconciliation report {day}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>Reconciliation report: <span id="business-date">{day}</span></h1>
+<p class="muted">Business date in {_e(data.report_timezone)}; amounts in currency units
+(integer minor units / 100). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
+<h2>Headline</h2>
+<p>{_balance_badge(data)}</p>
+{_headline_html(data)}
+<h2>Streaming vs batch per window</h2>
+{_img("streaming vs batch per window", chart_per_window(data), "chart-windows")}
+<h2>Late events by lateness</h2>
+{_img("late events by lateness", chart_lateness(data), "chart-lateness")}
+<h2>Latency / completeness</h2>
+{_img("latency/completeness curve", chart_curve(data), "chart-curve")}
+<p>{_curve_note(data)}</p>
+<h2>Worst keys by gap</h2>
+{_img("worst keys by gap", chart_worst_keys(data), "chart-worst-keys")}
+{_worst_keys_html(data)}
+<h2>Late-event rate per source partition</h2>
+{_img("late-event rate per source partition", chart_partitions(data), "chart-partitions")}
+{_partitions_html(data)}
+<h2>Validation</h2>
+{_validation_html(data)}
+<h2>Provenance</h2>
+{provenance}
+<h3>Settings in force</h3>
+{_settings_html(data)}
+</body></html>
+"""

@@ -1,0 +1,112 @@
+"""Time on the ground floor: epoch milliseconds and business dates, one definition each.
+
+A business date is a calendar date in `report_timezone`; its bounds are the two local midnights
+as UTC epoch milliseconds (a day can last 23 or 25 hours). A window belongs to the business date
+on which its *start* falls, so a window that straddles midnight belongs to the earlier date.
+Pure stdlib, cheap to import (Airflow DAG files import it at parse time); the one Column helper
+imports pyspark when it is called.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+DayBounds = tuple[int, int]  # [start, end) of a business date, UTC epoch ms
+
+
+def epoch_ms(value: datetime) -> int:
+    """A zone-aware datetime as epoch milliseconds (exact, floor for sub-ms parts)."""
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    return (value - EPOCH) // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    """Epoch milliseconds as a UTC datetime (exact, also before 1970)."""
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def iso_ms(ms: int | None) -> str:
+    """`2026-11-20T10:00:00.000Z`, or `none`."""
+    if ms is None:
+        return "none"
+    return from_epoch_ms(ms).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def parse_business_date(text: str) -> date:
+    """`YYYY-MM-DD` -> date; ValueError with a one-line message otherwise."""
+    try:
+        if not _ISO_DATE.match(text):
+            raise ValueError
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"date: expected YYYY-MM-DD, got {text!r}") from None
+
+
+def business_day_start(business_date: date, report_timezone: str = "UTC") -> datetime:
+    """Local midnight starting the date, as a UTC datetime."""
+    local = datetime.combine(business_date, time(0), ZoneInfo(report_timezone))
+    return local.astimezone(UTC)
+
+
+def business_day_end(business_date: date, report_timezone: str = "UTC") -> datetime:
+    """Local midnight ending the date (exclusive), as a UTC datetime."""
+    return business_day_start(business_date + timedelta(days=1), report_timezone)
+
+
+def business_day_bounds(business_date: date, report_timezone: str = "UTC") -> DayBounds:
+    """`[start, end)` of the date in `report_timezone`, as UTC epoch milliseconds."""
+    return (
+        epoch_ms(business_day_start(business_date, report_timezone)),
+        epoch_ms(business_day_end(business_date, report_timezone)),
+    )
+
+
+def business_date_of(moment: datetime, report_timezone: str = "UTC") -> date:
+    """The business date a zone-aware moment falls on (e.g. a DAG run's interval start)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment!r} has no time zone")
+    return moment.astimezone(ZoneInfo(report_timezone)).date()
+
+
+def plain_utc(value: datetime) -> datetime:
+    """A stdlib UTC datetime: Airflow hands out pendulum ones, which do not mix with stdlib
+    timedelta arithmetic everywhere."""
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    utc = value.astimezone(UTC)
+    return datetime(
+        utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, UTC
+    )
+
+
+def utc_dates_touching(bounds: DayBounds, window_ms: int) -> tuple[date, date]:
+    """The UTC calendar dates (`event_date` partitions) that can hold events of the day's
+    windows, with a day of slack either side so pruning never depends on a time zone."""
+    first = from_epoch_ms(bounds[0]).date() - timedelta(days=1)
+    last = from_epoch_ms(bounds[1] + window_ms).date() + timedelta(days=1)
+    return first, last
+
+
+def in_day(bounds: DayBounds, column: str) -> Column:
+    """A timestamp column falls within the business date: `start <= column < end`."""
+    from pyspark.sql import functions as F
+
+    start, end = bounds
+    return (F.col(column) >= F.timestamp_millis(F.lit(start))) & (
+        F.col(column) < F.timestamp_millis(F.lit(end))
+    )
+
+
+def window_in_day(bounds: DayBounds, column: str = "window_start") -> Column:
+    """The rule "this window belongs to this business date": its start falls within it."""
+    return in_day(bounds, column)

@@ -1,0 +1,34 @@
+"""The words both layers and the reports share: arrival statuses, reconciliation statuses,
+arrival order, severities. Defined once here; everything else imports them."""
+
+from __future__ import annotations
+
+# -- how an event arrived (events.arrival_status) ---------------------------------------------
+ON_TIME = "on_time"  # its window was open
+ALLOWED_LATE = "allowed_late"  # its window had closed, within allowed lateness: a revision
+LATE = "late"  # beyond allowed lateness: the late side output
+DUPLICATE = "duplicate"  # an event_id already counted
+ARRIVAL_STATUSES = (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
+COUNTED = (ON_TIME, ALLOWED_LATE)  # the statuses the stream's window totals include
+
+# -- what the nightly diff says of a window (reconciliation.status) ----------------------------
+MATCH = "MATCH"
+EXPLAINED_BY_LATE = "EXPLAINED_BY_LATE"
+MISSING_IN_STREAM = "MISSING_IN_STREAM"
+UNEXPLAINED = "UNEXPLAINED"
+EXPLAINED_STATUSES = (MATCH, EXPLAINED_BY_LATE, MISSING_IN_STREAM)
+STATUSES = (*EXPLAINED_STATUSES, UNEXPLAINED)
+
+# -- arrival order ------------------------------------------------------------------------------
+# The order lines arrive in within one input: file modification time, file, line.
+LINE_ORDER = ("source_mtime", "source_file", "source_line")
+# The order of the whole event log: micro-batch by micro-batch, then line order. `batch_id`
+# breaks ties of `ingest_time` (two batches with one processing time run in batch_id order).
+ARRIVAL_ORDER = ("ingest_time", "batch_id", *LINE_ORDER)
+# late_events has no source_mtime column; within a batch its rows keep file, line order.
+LATE_ARRIVAL_ORDER = tuple(c for c in ARRIVAL_ORDER if c != "source_mtime")
+
+# -- alerts and expectations ---------------------------------------------------------------------
+SEVERITIES = ("info", "warning", "error", "critical")
+CRITICAL = "critical"
+WARNING = "warning"

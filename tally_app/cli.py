@@ -1,0 +1,187 @@
+"""`tally` command line: each subcommand reads settings (file < env < flags) and runs.
+
+Exit codes of every command: 0 done (and, for the nightly commands, clean), 1 the command ran
+and found a problem it names in one line on stderr, 2 a bad setting or missing input (nothing
+was written). Spark's and py4j's logs stay out of the output unless `--verbose` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from tally.settings import Settings, SettingsError, given_values, load_settings, parse_duration
+
+# The help of every setting that is also a flag: one place, every command uses it.
+SETTING_HELP = {
+    "window": "window size, e.g. 60s",
+    "lateness": "lateness bound L (watermark = high-water mark - L), e.g. 30s",
+    "allowed_lateness": "allowed lateness G: revise closed windows for this long",
+    "idle_timeout": "exclude a partition silent this long (processing time)",
+    "max_clock_skew": "event times further ahead of processing time are clipped, e.g. 5m",
+    "watermark_policy": "partition-min (default) or global-max",
+    "warehouse": "warehouse location (directory or URI) of the Delta tables",
+    "checkpoint": "checkpoint location (default <warehouse>/_checkpoints/stream)",
+    "input": "input directory of JSONL files",
+    "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
+    "max_files_per_trigger": "files per micro-batch",
+    "trigger": "processing-time trigger interval, e.g. 5s",
+    "shuffle_partitions": "spark.sql.shuffle.partitions for the job",
+    "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
+}
+
+STREAM_SETTINGS = (
+    "window",
+    "lateness",
+    "allowed_lateness",
+    "idle_timeout",
+    "max_clock_skew",
+    "watermark_policy",
+    "warehouse",
+    "checkpoint",
+    "input",
+    "spark_master",
+    "max_files_per_trigger",
+    "trigger",
+    "shuffle_partitions",
+)
+SHOW_SETTINGS = ("warehouse", "spark_master")
+RECONCILE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master")
+CURVE_SETTINGS = (
+    "window",
+    "warehouse",
+    "report_timezone",
+    "spark_master",
+    "completeness_target",
+    "lateness_candidates",
+)
+VALIDATE_SETTINGS = ("warehouse", "report_timezone", "spark_master", "max_clock_skew")
+REPORT_SETTINGS = ("warehouse", "spark_master", "report_timezone", "lateness")
+
+# Commands contributed by packages above this one (e.g. `tally bench` from bench/), found
+# through this entry-point group so the command line never imports them.
+EXTENSION_GROUP = "tally.commands"
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """Flags that override settings; they default to None so file/env values survive."""
+    for name in names:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=None, help=SETTING_HELP.get(name))
+
+
+def _command(
+    sub: Any,
+    name: str,
+    func: Command,
+    settings: Sequence[str],
+    flags: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A subcommand reading `settings`; `flags` (default: all of them) get a generic flag."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    setting_flags(parser, settings if flags is None else flags)
+    # also accepted after the command; SUPPRESS keeps a --verbose given before it
+    parser.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    parser.set_defaults(func=func, setting_names=tuple(settings))
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tally_app import commands as c
+
+    parser = argparse.ArgumentParser(
+        prog="tally",
+        description="Fast numbers now, audited numbers tonight, every late event accounted for.",
+        epilog="Exit codes: 0 done and clean, 1 a problem found (one line on stderr), "
+        "2 bad setting or missing input. Spark's own logs go to <tmp>/tally-logs/tally.log "
+        "unless --verbose is given.",
+    )
+    parser.add_argument("--config", help="TOML settings file (also TALLY_CONFIG)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Spark's and tally's logs on stderr"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = _command(sub, "generate", c.generate, (), help="write a synthetic stream as JSONL")
+    c.generate_flags(gen)
+    stream = _command(
+        sub, "stream", c.stream, STREAM_SETTINGS, help="run the speed layer over the input"
+    )
+    c.stream_flags(stream)
+    show = _command(sub, "show", c.show, SHOW_SETTINGS, help="print a tally table")
+    c.show_flags(show)
+    reconcile = _command(
+        sub,
+        "reconcile",
+        c.reconcile,
+        RECONCILE_SETTINGS,
+        help="the nightly sequence for a business date: re-aggregate, diff, validate, report",
+    )
+    c.reconcile_flags(reconcile)
+    curve = _command(
+        sub,
+        "lateness-curve",
+        c.lateness_curve,
+        CURVE_SETTINGS,
+        flags=RECONCILE_SETTINGS,  # --lateness and --target are the curve's own flags
+        help="completeness and emit latency per lateness bound, replaying arrivals",
+        epilog="Exit codes: 0 some bound reaches the target, 1 none in the list does "
+        "(the curve is still printed), 2 bad setting or missing input.",
+    )
+    c.curve_flags(curve)
+    validate = _command(
+        sub,
+        "validate",
+        c.validate,
+        VALIDATE_SETTINGS,
+        help="run the Great Expectations suites on a business date",
+        epilog="Exit codes: 0 passed, 1 a critical check failed, 2 bad setting.",
+    )
+    validate.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
+    report = _command(
+        sub,
+        "report",
+        c.report,
+        REPORT_SETTINGS,
+        help="write the finance/audit report of a business date (one HTML file + a CSV)",
+        epilog="Exit codes: 0 written, 2 bad setting or nothing to report on.",
+    )
+    c.report_flags(report)
+    for extension in entry_points(group=EXTENSION_GROUP):
+        try:
+            add_commands = extension.load()
+        except ModuleNotFoundError:  # a deployment without that package: no such command
+            continue
+        add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from tally.spark import quiet_logs
+
+    quiet_logs(verbose=args.verbose)
+    try:
+        if getattr(args, "duration", None) is not None and args.command == "generate":
+            args.duration = parse_duration(args.duration, "duration")
+        overrides = {name: getattr(args, name, None) for name in args.setting_names}
+        settings = load_settings(args.config, overrides=overrides)
+        args.given_settings = frozenset(given_values(args.config, overrides=overrides))
+    except SettingsError as exc:
+        print(f"tally: bad setting: {exc}", file=sys.stderr)
+        return 2
+    result: int = args.func(args, settings)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

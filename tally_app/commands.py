@@ -1,0 +1,318 @@
+"""What each `tally` subcommand does: read its flags, build the session, call the layers, print
+the result, return the exit code (see `tally_app.cli`). The layers' heavy modules are imported
+inside the commands, so `tally --help` and `tally generate` start without Spark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from tally.dates import parse_business_date
+from tally.settings import Settings, SettingsError, parse_duration_list
+from tally.spark import session_for
+
+
+def _fail(command: str, message: Any, code: int) -> int:
+    print(f"tally: {command}: {message}", file=sys.stderr)
+    return code
+
+
+def _bad_setting(message: Any) -> int:
+    print(f"tally: bad setting: {message}", file=sys.stderr)
+    return 2
+
+
+def _date_flag(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--date", required=required, help="business date, YYYY-MM-DD")
+
+
+# -- generate -------------------------------------------------------------------------------------
+
+
+def _utc_datetime(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone; write e.g. {text}Z")
+    return value.astimezone(UTC)
+
+
+def generate_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--events", type=int, default=100_000, help="number of events")
+    parser.add_argument("--partitions", type=int, default=8, help="source partitions")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--start",
+        type=_utc_datetime,
+        default=datetime(2026, 11, 20, tzinfo=UTC),
+        help="event time of the first event (ISO-8601 with zone)",
+    )
+    parser.add_argument("--duration", default="1d", help="event-time span, e.g. 1d or 2h")
+    parser.add_argument("--files", type=int, default=None, help="arrival slices (default: auto)")
+    parser.add_argument("--keys", type=int, default=1000, help="distinct keys")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def generate(args: argparse.Namespace, settings: Settings) -> int:
+    from tally.generate import generate as write_stream
+
+    manifest = write_stream(
+        out=args.out,
+        events=args.events,
+        partitions=args.partitions,
+        seed=args.seed,
+        start=args.start,
+        duration_ms=args.duration,
+        files=args.files,
+        keys=args.keys,
+        progress=not args.quiet,
+    )
+    print(
+        f"wrote {manifest['lines']} lines in {manifest['files']} files to {args.out} "
+        f"({manifest['valid_events']} valid events, {manifest['duplicates']} duplicates, "
+        f"{manifest['malformed_lines']} malformed)"
+    )
+    return 0
+
+
+# -- stream and show ------------------------------------------------------------------------------
+
+
+def stream_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--available-now", action="store_true", help="process the backlog, stop")
+    parser.add_argument(
+        "--drain", action="store_true", help="at end of input, emit every open window"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "arrival"),
+        default="wall",
+        help="processing time: the wall clock, or the newest input file's modification time "
+        "(replays of recorded arrivals)",
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+
+
+def stream(args: argparse.Namespace, settings: Settings) -> int:
+    from streaming.job import StreamError, run_stream
+
+    try:
+        progress = run_stream(
+            settings,
+            available_now=args.available_now,
+            drain=args.drain,
+            clock=args.clock,
+            timeout_s=args.timeout,
+        )
+    except StreamError as exc:
+        print(f"tally: {exc}", file=sys.stderr)
+        return 2
+    print(progress)
+    return 0
+
+
+def show_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--where", help="SQL filter, e.g. \"key = 'merchant-1'\"")
+    parser.add_argument("--limit", type=int, default=20)
+
+
+def show(args: argparse.Namespace, settings: Settings) -> int:
+    from tally_app.show import show_table
+
+    return show_table(settings, args.table, as_json=args.json, where=args.where, limit=args.limit)
+
+
+# -- the nightly commands -------------------------------------------------------------------------
+
+
+def reconcile_flags(parser: argparse.ArgumentParser) -> None:
+    _date_flag(parser)
+    parser.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="re-run at the versions, window and zone the date's last run recorded "
+        "(re-aggregation and diff only)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="report directory (default: TALLY_REPORT_DIR, else reports/ beside the warehouse)",
+    )
+
+
+def reconcile(args: argparse.Namespace, settings: Settings) -> int:
+    """The nightly sequence (re-aggregate + diff, validate, report, publish); every output is
+    written before the exit code is decided: 0 balanced and every critical expectation passed,
+    1 UNEXPLAINED windows or a failed expectation (one line says which), 2 bad input. Without
+    an explicit window it uses the window the stream recorded."""
+    from batch.reconcile import ReconcileError, reproduce
+    from expectations.report_data import ReportError
+    from expectations.validate import ValidationError
+    from tally_app import nightly
+
+    try:
+        business_date = parse_business_date(args.date)
+    except ValueError as exc:
+        return _bad_setting(exc)
+    spark = session_for(settings, "tally-reconcile")
+    now = datetime.now(UTC)
+    try:
+        if args.reproduce:
+            result = reproduce(spark, settings.warehouse, business_date, now=now)
+            print(result.describe())
+            return 0 if result.balanced else 1
+        explicit = "window" in getattr(args, "given_settings", ())
+        settings = nightly.with_stream_window(settings, spark, explicit, business_date)
+        report_to = Path(args.out) if args.out else Path(settings.report_location)
+        outcome = nightly.run_nightly(settings, business_date, now, spark, report_to)
+    except nightly.WindowMismatch as exc:
+        return _bad_setting(exc)
+    except (ReconcileError, ReportError, ValidationError) as exc:
+        return _fail("reconcile", exc, 2)
+    print(outcome.reconciliation.describe())
+    print(outcome.validation.describe())
+    print(f"report: {outcome.report}")
+    if outcome.failure:
+        print(f"tally: {outcome.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def validate(args: argparse.Namespace, settings: Settings) -> int:
+    from expectations.validate import ValidationError
+    from tally_app import nightly
+
+    try:
+        business_date = parse_business_date(args.date)
+    except ValueError as exc:
+        return _bad_setting(exc)
+    try:
+        outcome = nightly.stage_validate(settings, business_date, datetime.now(UTC))
+    except ValidationError as exc:
+        return _fail("validate", exc, 2)
+    print(outcome.describe())
+    return 0 if outcome.success else 1
+
+
+def curve_flags(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--date", help="business date (YYYY-MM-DD) from the events log")
+    source.add_argument("--input", help="a JSONL file (or directory of them), in line order")
+    parser.add_argument(
+        "--lateness",
+        dest="lateness_candidates",
+        default=None,
+        help="comma-separated lateness bounds (default: setting lateness_candidates, "
+        f"{Settings.lateness_candidates})",
+    )
+    parser.add_argument(
+        "--target",
+        dest="completeness_target",
+        default=None,
+        help="completeness target in percent (default: setting completeness_target, 99.9)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit 0 when some bound reaches the target, 1 when none in the list does (the curve is
+    printed either way), 2 bad setting or missing input."""
+    from batch.curve import curve_report, events_from_jsonl, events_from_log, format_curve
+    from batch.reconcile import ReconcileError
+
+    try:
+        values = parse_duration_list(settings.lateness_candidates, "lateness")
+        business_date = parse_business_date(args.date) if args.date else None
+    except (SettingsError, ValueError) as exc:
+        return _bad_setting(exc)
+    spark = session_for(settings, "tally-lateness-curve")
+    source: dict[str, Any]
+    try:
+        if business_date is not None:
+            events, version = events_from_log(
+                spark, settings.warehouse, business_date, settings.window, settings.report_timezone
+            )
+            source = {
+                "kind": "events",
+                "warehouse": settings.warehouse,
+                "date": business_date.isoformat(),
+                "report_timezone": settings.report_timezone,
+                "events_version": version,
+            }
+        else:
+            events = events_from_jsonl(spark, args.input)
+            source = {"kind": "jsonl", "path": args.input}
+    except ReconcileError as exc:
+        return _fail("lateness-curve", exc, 2)
+    report = curve_report(events, settings.window, values, settings.completeness_target, source)
+    print(json.dumps(report, indent=2) if args.json else format_curve(report))
+    return 0 if report["recommended"] is not None else 1
+
+
+def report_flags(parser: argparse.ArgumentParser) -> None:
+    _date_flag(parser)
+    parser.add_argument("--out", default="reports", help="output directory (default: reports)")
+    parser.add_argument(
+        "--curve",
+        default=None,
+        help="JSON from `tally lateness-curve --json` to draw (default: estimate from the "
+        "late side output)",
+    )
+
+
+def load_curve(path: str) -> tuple[list[dict[str, Any]], int | None]:
+    """A curve file: `tally lateness-curve --json` output ({"curve": [...], "recommended":
+    {...}}) or a bare list of points. ValueError with one line otherwise."""
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"curve: file not found: {path}") from None
+    except ValueError as exc:
+        raise ValueError(f"curve: {path} is not valid JSON: {exc}") from None
+    points = doc.get("curve") if isinstance(doc, dict) else doc
+    if not isinstance(points, list) or not all(
+        isinstance(p, dict) and "lateness_ms" in p and "completeness_pct" in p for p in points
+    ):
+        raise ValueError(f"curve: {path} holds no list of {{lateness_ms, completeness_pct}}")
+    best = doc.get("recommended") if isinstance(doc, dict) else None
+    return points, (int(best["lateness_ms"]) if isinstance(best, dict) else None)
+
+
+def report(args: argparse.Namespace, settings: Settings) -> int:
+    from expectations.report import build_report
+    from expectations.report_data import ReportError, ReportOptions
+
+    try:
+        business_date: date = parse_business_date(args.date)
+        curve, recommended = load_curve(args.curve) if args.curve else (None, None)
+    except ValueError as exc:
+        return _bad_setting(exc)
+    try:
+        path = build_report(
+            session_for(settings, "tally-report"),
+            settings.warehouse,
+            business_date,
+            args.out,
+            datetime.now(UTC),
+            ReportOptions(
+                curve=curve,
+                # flags win; otherwise the bound and zone the reconciliation run recorded
+                current_bound_ms=settings.lateness if args.lateness is not None else None,
+                recommended_bound_ms=recommended,
+                completeness_target=settings.completeness_target,
+                report_timezone=settings.report_timezone if args.report_timezone else None,
+                fallback_bound_ms=settings.lateness,
+                gx_root=settings.gx_location,
+            ),
+        )
+    except ReportError as exc:
+        return _fail("report", exc, 2)
+    print(f"wrote {path} and {path.parent / f'reconciliation-{business_date.isoformat()}.csv'}")
+    return 0
