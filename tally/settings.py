@@ -11,6 +11,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
@@ -174,8 +175,14 @@ class Settings:
                 f"spark_runner: expected one of {', '.join(SPARK_RUNNERS)}, "
                 f"got {self.spark_runner!r}"
             )
-        if not _ISO_DATE.match(self.nightly_start):
-            raise SettingsError(f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}")
+        try:
+            if not _ISO_DATE.match(self.nightly_start):
+                raise ValueError
+            date.fromisoformat(self.nightly_start)
+        except ValueError:
+            raise SettingsError(
+                f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}"
+            ) from None
         for name in ("retries", "health_history", "health_spread_batches"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must not be negative, got {getattr(self, name)}")

@@ -83,3 +83,33 @@ def test_cli_bad_flag_stops_before_anything_starts(tmp_path, capsys) -> None:
         "tally: bad setting: lateness: expected a duration like 500ms, 10s, 1m or 1h, got 'soon'"
     ]
     assert not warehouse.exists()  # nothing started, nothing written
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TALLY_SPARK_RUNNER": "yarn"}, "spark_runner: expected one of local, submit"),
+        ({"TALLY_NIGHTLY_START": "2026-13-45"}, "nightly_start: expected YYYY-MM-DD"),
+        ({"TALLY_NIGHTLY_SCHEDULE": "daily"}, "nightly_schedule: expected a cron expression"),
+        ({"TALLY_RETRIES": "-1"}, "retries: must not be negative"),
+        ({"TALLY_HEALTH_LAG_FACTOR": "0"}, "health_lag_factor: must be positive"),
+        ({"TALLY_HEALTH_IDLE_MAX": "ten"}, "health_idle_max: expected a duration"),
+        ({"TALLY_LATENESS_CANDIDATES": "1s,soon"}, "lateness_candidates: expected a duration"),
+    ],
+)
+def test_orchestration_and_health_settings_are_checked_at_load(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"^{message}"):
+        load_settings(env=env)
+
+
+def test_output_locations_beside_a_local_warehouse(tmp_path) -> None:
+    local = Settings(warehouse=str(tmp_path / "wh"))
+    assert local.report_location == str(tmp_path / "reports")
+    assert local.gx_location == str(tmp_path)
+    chosen = load_settings(
+        env={"TALLY_REPORT_DIR": "/srv/reports", "TALLY_GX_ROOT": "/srv/gx"},
+        overrides={"warehouse": "s3a://bucket/wh"},
+    )
+    assert (chosen.report_location, chosen.gx_location) == ("/srv/reports", "/srv/gx")
