@@ -182,13 +182,12 @@ def tune_lateness(
     misses the completeness target."""
     from batch.tuning import TuningParams
     from batch.tuning import tune_lateness as tune
-    from tally.settings import parse_duration_list
 
     params = TuningParams(
         warehouse=settings.warehouse,
         window_ms=settings.window,
         configured_lateness_ms=settings.lateness,
-        candidates_ms=parse_duration_list(settings.lateness_candidates, "lateness_candidates"),
+        candidates_ms=settings.lateness_candidates_ms,
         target_pct=settings.completeness_target,
         report_timezone=settings.report_timezone,
     )

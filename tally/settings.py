@@ -11,8 +11,9 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
+
+from tally.dates import parse_business_date
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -20,7 +21,6 @@ _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 WATERMARK_POLICIES = ("partition-min", "global-max")
 SOURCE_KINDS = ("files",)
 SPARK_RUNNERS = ("local", "submit")
-_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class SettingsError(ValueError):
@@ -176,9 +176,7 @@ class Settings:
                 f"got {self.spark_runner!r}"
             )
         try:
-            if not _ISO_DATE.match(self.nightly_start):
-                raise ValueError
-            date.fromisoformat(self.nightly_start)
+            parse_business_date(self.nightly_start)
         except ValueError:
             raise SettingsError(
                 f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}"
@@ -199,6 +197,11 @@ class Settings:
     @property
     def checkpoint_location(self) -> str:
         return self.checkpoint or f"{self.warehouse.rstrip('/')}/_checkpoints/stream"
+
+    @property
+    def lateness_candidates_ms(self) -> list[int]:
+        """The lateness bounds the curve and the tuning try, in milliseconds."""
+        return parse_duration_list(self.lateness_candidates, "lateness_candidates")
 
     @property
     def output_root(self) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from tally.settings import Settings, SettingsError, given_values, load_settings, parse_duration
+from tally.settings import Settings, SettingsError, given_values, parse_duration
 
 # The help of every setting that is also a flag: one place, every command uses it.
 SETTING_HELP = {
@@ -177,8 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "duration", None) is not None and args.command == "generate":
             args.duration = parse_duration(args.duration, "duration")
         overrides = {name: getattr(args, name, None) for name in args.setting_names}
-        settings = load_settings(args.config, overrides=overrides)
-        args.given_settings = frozenset(given_values(args.config, overrides=overrides))
+        given = given_values(args.config, overrides=overrides)
+        settings = Settings(**given)
+        args.given_settings = frozenset(given)
     except SettingsError as exc:
         print(f"tally: bad setting: {exc}", file=sys.stderr)
         return 2

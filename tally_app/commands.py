@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tally.dates import parse_business_date
-from tally.settings import Settings, SettingsError, parse_duration_list
+from tally.settings import Settings, SettingsError
 from tally.spark import session_for
 
 
@@ -227,7 +227,7 @@ def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
     from batch.reconcile import ReconcileError
 
     try:
-        values = parse_duration_list(settings.lateness_candidates, "lateness")
+        values = settings.lateness_candidates_ms
         business_date = parse_business_date(args.date) if args.date else None
     except (SettingsError, ValueError) as exc:
         return _bad_setting(exc)
