@@ -46,8 +46,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from batch.reconcile import ReconcileError, day_events, first_arrivals
+from batch.reconcile import ReconcileError, day_events
 from tally import tables as T
+from tally.arrivals import first_arrivals
 from tally.events import parse_events, read_jsonl_lines
 from tally.settings import format_duration
 from tally.vocabulary import ARRIVAL_ORDER, LINE_ORDER

@@ -10,8 +10,13 @@
    `tally.windows` code, and written to `batch_aggregates` for the date.
 2. **Diff.** Per `(window_start, window_end, key)` of the date: the batch totals, the stream's
    answer (highest `revision` in `stream_aggregates`, pinned version) and the late side output
-   totals (`late_events`, pinned version, deduplicated by `event_id`) are full-outer-joined
-   into `reconciliation`, with a status; `reconciliation_summary` holds the day's totals.
+   totals (`late_events`, pinned version) are full-outer-joined into `reconciliation`, with a
+   status; `reconciliation_summary` holds the day's totals. A late row counts only if it is
+   the first arrival of its `event_id` in the pinned `events` log (the rule of step 1), each
+   `event_id` once: a repeat the stream no longer recognized (beyond its dedup horizon) lands
+   in `late_events`, but the batch does not count it, so neither do the late totals. The
+   number of such repeats is `ReconcileResult.late_repeats` (logged and described; no table
+   column).
 3. **Provenance.** `reconciliation_runs` records the versions read and the settings, so a run
    can be reproduced exactly (`reproduce`), whatever was appended since.
 
@@ -38,6 +43,7 @@ Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -47,6 +53,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from tally import tables as T
+from tally.arrivals import FIRST_ARRIVAL, explaining_late, first_arrivals, with_first_arrival
 from tally.dates import (
     DayBounds,
     business_day_bounds,
@@ -57,12 +64,13 @@ from tally.dates import (
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     EXPLAINED_BY_LATE,
-    LATE_ARRIVAL_ORDER,
     MATCH,
     MISSING_IN_STREAM,
     UNEXPLAINED,
 )
 from tally.windows import WINDOW_KEY, aggregate_windows, with_window
+
+log = logging.getLogger("tally.reconcile")
 
 WORST_KEYS = 5
 BATCH_TABLES = T.RECONCILE_TABLES
@@ -74,12 +82,6 @@ class ReconcileError(RuntimeError):
 
 
 # -- pure DataFrame logic --------------------------------------------------------------------
-
-
-def first_arrivals(events: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
-    """One row per `event_id`: its first arrival in `order` (a window function, in the JVM)."""
-    rank = F.row_number().over(Window.partitionBy("event_id").orderBy(*order))
-    return events.withColumn("_arrival_rank", rank).where("_arrival_rank = 1").drop("_arrival_rank")
 
 
 def day_events(
@@ -138,18 +140,26 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
     )
 
 
-def late_totals(late_events: DataFrame, bounds: DayBounds) -> DataFrame:
-    """Late side output totals per window and key of the day, with the largest lateness.
+def late_arrivals(late_events: DataFrame, events: DataFrame, bounds: DayBounds) -> DataFrame:
+    """The late side-output rows of the day's windows, each with `first_arrival`: whether it is
+    the first arrival of its event_id in the (pinned) event log. A row that is not is a repeat
+    the stream no longer recognized (beyond its dedup horizon): the batch does not count it."""
+    return with_first_arrival(late_events.where(window_in_day(bounds)), events)
 
-    Rows are never duplicates by construction; each `event_id` is still counted once (its
-    first arrival), so a repeated write could not inflate the explanation. The count and
-    sum are `aggregate_windows`' expressions; the windows are the ones the stream recorded.
-    """
-    deduped = first_arrivals(late_events.where(window_in_day(bounds)), LATE_ARRIVAL_ORDER)
-    return deduped.groupBy(*WINDOW_KEY).agg(
-        F.count(F.lit(1)).alias("event_count"),
-        F.sum("amount").cast("long").alias("amount_sum"),
-        F.max("lateness_ms").cast("long").alias("max_lateness"),
+
+def late_totals(late: DataFrame) -> DataFrame:
+    """Late side output totals per window and key, with the largest lateness, from
+    `late_arrivals`: only rows that are first arrivals explain a gap, each event_id once (so
+    a repeated write could not inflate the explanation either). The count and sum are
+    `aggregate_windows`' expressions; the windows are the ones the stream recorded."""
+    return (
+        explaining_late(late)
+        .groupBy(*WINDOW_KEY)
+        .agg(
+            F.count(F.lit(1)).alias("event_count"),
+            F.sum("amount").cast("long").alias("amount_sum"),
+            F.max("lateness_ms").cast("long").alias("max_lateness"),
+        )
     )
 
 
@@ -305,6 +315,9 @@ class ReconcileResult:
     window_ms: int
     report_timezone: str
     summary: dict[str, Any] = field(default_factory=dict)
+    # Late side-output rows of the date's windows that are not the first arrival of their
+    # event_id (repeats beyond the stream's dedup horizon): left out of the late totals.
+    late_repeats: int = 0
 
     @property
     def unexplained_windows(self) -> int:
@@ -347,6 +360,11 @@ class ReconcileResult:
                 else "."
             ),
         ]
+        if self.late_repeats:
+            lines.append(
+                f"{self.late_repeats:,} late rows repeat an earlier event (beyond the dedup "
+                "horizon): not counted."
+            )
         if s["worst_keys"]:
             lines.append(f"Worst keys: {', '.join(s['worst_keys'])}.")
         lines.append("BALANCED." if self.balanced else "UNEXPLAINED DIFFERENCES.")
@@ -531,11 +549,27 @@ def reconcile(
     )
     batch = _read_date(spark, warehouse, T.BATCH_AGGREGATES, business_date)
 
-    # 2. The diff and its summary.
-    late = late_totals(T.read_table(spark, warehouse, "late_events", lv), bounds)
-    _replace_date(
-        diff_windows(batch, stream, late, business_date), warehouse, T.RECONCILIATION, business_date
-    )
+    # 2. The diff and its summary. The day's late rows are few: cached, so counting the
+    # repeats among them does not read the event log again.
+    late = late_arrivals(T.read_table(spark, warehouse, "late_events", lv), events, bounds)
+    late = late.persist()
+    try:
+        _replace_date(
+            diff_windows(batch, stream, late_totals(late), business_date),
+            warehouse,
+            T.RECONCILIATION,
+            business_date,
+        )
+        repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
+    finally:
+        late.unpersist()
+    if repeats:
+        log.info(
+            "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "
+            "the stream's dedup horizon); counted neither in the truth nor as late",
+            business_date.isoformat(),
+            repeats,
+        )
     recon = _read_date(spark, warehouse, T.RECONCILIATION, business_date)
     _replace_date(
         summarize(recon, business_date), warehouse, T.RECONCILIATION_SUMMARY, business_date
@@ -547,7 +581,9 @@ def reconcile(
     # 3. Provenance: what was read, with which settings.
     run = _provenance(summary_df, (ev, sv, lv), window_ms, report_timezone, now, settings)
     _replace_date(run, warehouse, T.RECONCILIATION_RUNS, business_date)
-    return ReconcileResult(business_date, ev, sv, lv, window_ms, report_timezone, row.asDict())
+    return ReconcileResult(
+        business_date, ev, sv, lv, window_ms, report_timezone, row.asDict(), repeats
+    )
 
 
 def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:

@@ -7,6 +7,10 @@ one, it is estimated from the late side output: shifting the watermark down by D
 exactly the late events with `lateness_ms < G + D` (G = allowed lateness), so completeness at
 bound L + D is `1 - late events with lateness_ms >= G + D / batch events`. Without late
 events and a known current bound the chart says "not computed".
+
+Late events, wherever the report counts them (histogram, estimated curve, partitions), are
+the ones the reconciliation counts: first arrivals of their event_id (`tally.arrivals`), not
+repeats the stream classified as late after its dedup horizon.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
+from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
 from tally.settings import SettingsError, format_duration, parse_duration
 from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
@@ -200,12 +205,20 @@ def _pinned(
     return T.read_table(spark, warehouse, name, None if version is None else int(version))
 
 
-def _late_in_day(spark: SparkSession, warehouse: str, rec: _Reconciliation) -> DataFrame | None:
-    """The pinned late events whose window starts on the date (lateness and partition)."""
+def _late_in_day(
+    spark: SparkSession, warehouse: str, rec: _Reconciliation, events_all: DataFrame | None
+) -> DataFrame | None:
+    """The pinned late events whose window starts on the date (lateness and partition), as
+    the reconciliation counts them: first arrivals of their event_id in the pinned log, each
+    once (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they
+    are not late events here either. Without an event log, every row."""
     late_all = _pinned(spark, warehouse, rec.run, "late_events", "late_events_version")
     if late_all is None:
         return None
-    return late_all.where(window_in_day(rec.bounds)).select("lateness_ms", "partition")
+    late = late_all.where(window_in_day(rec.bounds))
+    if events_all is not None:
+        late = explaining_late(with_first_arrival(late, events_all))
+    return late.select("lateness_ms", "partition")
 
 
 def _ms(column: str) -> Any:
@@ -411,7 +424,9 @@ def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -
 
 
 def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[dict[str, Any]]:
-    """Events and late events per source partition (duplicates left out)."""
+    """Events and late events per source partition, duplicates left out: rows marked
+    `duplicate`, and `late` rows that repeat an event_id which arrived earlier (beyond the
+    stream's dedup horizon; `tally.arrivals`), as the reconciliation leaves them out."""
     if events_all is None:
         return []
     first_day = from_epoch_ms(bounds[0]).date()
@@ -421,6 +436,12 @@ def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[di
         & in_day(bounds, "event_time")
         & (F.col("arrival_status") != DUPLICATE)
     )
+    repeats = (
+        with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
+        .where(~F.col(FIRST_ARRIVAL))
+        .groupBy("partition")
+        .agg(F.count(F.lit(1)).alias("repeats"))
+    )
     partitions = []
     for r in (
         events.groupBy("partition")
@@ -428,10 +449,14 @@ def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[di
             F.count(F.lit(1)).alias("events"),
             F.count_if(F.col("arrival_status") == LATE).alias("late"),
         )
+        .join(repeats, "partition", "left")
         .orderBy("partition")
         .collect()
     ):
-        total, late_n = int(r["events"]), int(r["late"])
+        repeated = int(r["repeats"] or 0)
+        total, late_n = int(r["events"]) - repeated, int(r["late"]) - repeated
+        if total == 0:  # only repeats: nothing of the day arrived on it
+            continue
         partitions.append(
             {
                 "partition": r["partition"],
@@ -509,7 +534,8 @@ def collect_report_data(
         rec.summary,
         business_date,
     )
-    late = _late_in_day(spark, warehouse, rec)
+    events_all = _pinned(spark, warehouse, rec.run, "events", "events_version")
+    late = _late_in_day(spark, warehouse, rec, events_all)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     curve, curve_source = _curve(
@@ -519,7 +545,6 @@ def collect_report_data(
     if recommended_bound_ms is None and curve:
         recommended_bound_ms = _recommend(curve, target)
     window_ms = (rec.run or {}).get("window_ms") or rec.settings.get("window_ms")
-    events_all = _pinned(spark, warehouse, rec.run, "events", "events_version")
     validation = read_results(spark, warehouse, business_date)
     data = ReportData(
         business_date=business_date,

@@ -1,10 +1,16 @@
 """`tally stream`: the speed layer's entry point. Builds the session, reads, writes.
 
-Exactly once: Spark's checkpoint replays a failed micro-batch with the same input files; every
-Delta write of batch N carries `txnAppId` (the query id, stable per checkpoint) and
-`txnVersion=N`, so a replayed write that already committed is skipped; and the replay
-recomputes the same result because it reads state at the versions batch N-1 recorded in
-`stream_progress` and the processing time batch N recorded first in `batch_clock`.
+A micro-batch makes few commits: `events`, the side outputs and `stream_aggregates` when they
+have rows (written side by side, in parallel), then its `stream_progress` row, which makes
+the batch visible. Window and dedup state are not tables: the running stream keeps them in
+memory for the next batch and saves them as files in the checkpoint (streaming.state).
+
+Exactly once: Spark's checkpoint replays an interrupted micro-batch with the same input
+lines; only the first batch a process runs can be such a replay, so only it checks, table by
+table, whether an earlier attempt already appended the batch's rows (by app_id and batch_id)
+and skips those appends; the replay recomputes the same result because it reads the state
+files of batch N-1 (named in `stream_progress`) and the processing time batch N recorded
+first in the checkpoint.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,18 +27,20 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.logic import (
-    WindowOut,
-    WindowParams,
-    classify_events,
-    close_windows,
-    mark_logged_duplicates,
-)
+from streaming.logic import WindowOut, WindowParams, classify_events, close_windows
 from streaming.source import open_source
+from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore, empty
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
-from tally.events import ParsedEvents, parse_lines, split_parsed
-from tally.settings import Settings
+from tally.events import (
+    SPLIT_START,
+    ParsedEvents,
+    number_lines,
+    parse_lines,
+    split_parsed,
+    with_row_ids,
+)
+from tally.settings import Settings, default_checkpoint
 from tally.spark import session_for
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -56,10 +65,16 @@ class StreamParams:
     max_clock_skew_ms: int
     watermark_policy: str = "partition-min"
     arrival_clock: bool = False  # processing time = newest input file's modification time
+    dedup_horizon_ms: int = 0
+    checkpoint: str = ""  # "": the warehouse's default checkpoint
 
     @property
     def window(self) -> WindowParams:
-        return WindowParams(self.window_ms, self.allowed_lateness_ms)
+        return WindowParams(self.window_ms, self.allowed_lateness_ms, self.dedup_horizon_ms)
+
+    @property
+    def checkpoint_location(self) -> str:
+        return self.checkpoint or default_checkpoint(self.warehouse)
 
     @classmethod
     def from_settings(cls, settings: Settings, arrival_clock: bool = False) -> StreamParams:
@@ -72,6 +87,8 @@ class StreamParams:
             max_clock_skew_ms=settings.max_clock_skew,
             watermark_policy=settings.watermark_policy,
             arrival_clock=arrival_clock,
+            dedup_horizon_ms=settings.dedup_horizon,
+            checkpoint=settings.checkpoint_location,
         )
 
 
@@ -148,13 +165,37 @@ class WatermarkStep:
 
 @dataclass(frozen=True)
 class CommittedState:
-    """Versions and sizes of what a batch wrote, for its progress row and the next batch."""
+    """What a batch wrote, for its progress row and the next batch."""
 
     events_version: int
-    window_state_version: int
-    dedup_state_version: int
+    state_batch: int  # the batch id whose state files hold the state after this batch
     open_windows: int
     windows_emitted: int
+
+
+@dataclass(frozen=True)
+class KeptState:
+    """State this process computed for the batch `batch_id`, reused by the next batch."""
+
+    batch_id: int
+    windows: DataFrame
+    dedup: DataFrame
+
+
+class PhaseTimer:
+    """Wall seconds of each phase of a micro-batch, for the log and the benchmark."""
+
+    def __init__(self, started: float):
+        self._last = started
+        self.seconds: dict[str, float] = {}
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = now - self._last
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items())
 
 
 class BatchProcessor:
@@ -164,12 +205,18 @@ class BatchProcessor:
         self.spark = spark
         self.params = params
         self.clock = clock
+        self.store = StateStore(spark, params.checkpoint_location)
         self._app_id: str | None = None
         self._app_id_ready = threading.Event()
         # The last batch this process committed, so the next batch need not read it back.
         # A replay after a crash runs in a new process and reads stream_progress instead.
         self._committed: dict[str, Any] | None = None
+        self._kept: KeptState | None = None
         self._batches_seen = 0
+        self.last_phases: dict[str, float] = {}
+        # Writes of one batch to different tables go side by side: each is mostly waiting on
+        # Delta's commit protocol, not computing.
+        self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
         T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
 
     # -- identity -------------------------------------------------------------------------
@@ -210,8 +257,7 @@ class BatchProcessor:
                 F.transform_values("partition_last_seen", lambda _k, v: F.unix_millis(v)).alias(
                     "last_seen"
                 ),
-                "window_state_version",
-                "dedup_state_version",
+                F.col("window_state_version").alias("state_batch"),
                 "events_version",
             )
             .limit(1)
@@ -225,7 +271,7 @@ class BatchProcessor:
         """Processing time of this batch, the same in any replay of it.
 
         The arrival clock is a function of the batch's files, so a replay recomputes it. The
-        wall clock is recorded in `batch_clock` before the batch writes anything else; only
+        wall clock is recorded in the checkpoint before the batch writes anything else; only
         the first batch a process runs can be a replay (Spark replays the interrupted batch
         first), so only it looks for a record.
         """
@@ -234,26 +280,13 @@ class BatchProcessor:
             now_ms = newest_input_ms if newest_input_ms is not None else (prev_ms or 0)
             return max(now_ms, prev_ms) if prev_ms is not None else now_ms
         if self._may_be_replay:
-            recorded = (
-                self._read(T.BATCH_CLOCK)
-                .where((F.col("app_id") == self.app_id) & (F.col("batch_id") == batch_id))
-                .select(F.unix_millis("processing_time").alias("ms"))
-                .collect()
-            )
-            if recorded:
-                return int(recorded[0]["ms"])
+            recorded = self.store.recorded_clock(batch_id)
+            if recorded is not None:
+                return recorded
         now_ms = _ms(self.clock())
         if prev_ms is not None:
             now_ms = max(now_ms, prev_ms)  # processing time never runs backwards
-        clock_row = T.literal_row(
-            self.spark,
-            {
-                "app_id": F.lit(self.app_id),
-                "batch_id": F.lit(batch_id).cast("long"),
-                "processing_time": F.timestamp_millis(F.lit(now_ms)),
-            },
-        )
-        self._write(clock_row, T.BATCH_CLOCK, batch_id)
+        self.store.record_clock(batch_id, now_ms)
         return now_ms
 
     # -- writes ---------------------------------------------------------------------------
@@ -271,34 +304,23 @@ class BatchProcessor:
         )
         return found > 0
 
-    def _write(
-        self,
-        df: DataFrame,
-        table: T.Table,
-        batch_id: int,
-        mode: str = "append",
-        versioned: bool = False,
-    ) -> tuple[int, int]:
-        """Write once; if `versioned`, return (table version, rows of that commit).
-
-        Appends are skipped when a previous attempt of the batch committed them, which can
-        only be the case for the first batch a process runs (see `_may_be_replay`). Overwrites
-        of state are deterministic for a batch, so repeating one is harmless.
-        """
-        from delta.tables import DeltaTable
-
+    def _append(self, df: DataFrame, table: T.Table, batch_id: int) -> None:
+        """Append once: skipped when a previous attempt of the batch committed it, which can
+        only be the case for the first batch a process runs (see `_may_be_replay`)."""
         t0 = time.monotonic()
-        if mode == "overwrite" or not (
-            self._may_be_replay and self._already_written(table, batch_id)
-        ):
-            (T.conform(df, table).write.format("delta").mode(mode).save(self._path(table)))
-        log.debug("write %s: %.2f s", table.name, time.monotonic() - t0)
-        if not versioned:
-            return -1, -1
-        commit = DeltaTable.forPath(self.spark, self._path(table)).history(1).first()
-        assert commit is not None
-        metrics = commit["operationMetrics"] or {}
-        return int(commit["version"]), int(metrics.get("numOutputRows", 0))
+        if not (self._may_be_replay and self._already_written(table, batch_id)):
+            T.conform(df, table).write.format("delta").mode("append").save(self._path(table))
+        log.debug("append %s: %.2f s", table.name, time.monotonic() - t0)
+
+    def _table_version(self, table: T.Table) -> int:
+        """The table's current version as this process's Delta log knows it (after its own
+        commit, no read of the log: the commit updated it)."""
+        jvm = self.spark._jvm
+        assert jvm is not None
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, self._path(table)
+        )
+        return int(delta_log.unsafeVolatileSnapshot().version())
 
     @property
     def _may_be_replay(self) -> bool:
@@ -318,13 +340,17 @@ class BatchProcessor:
         NULL, `drained` is true).
         """
         started = time.monotonic()
+        phases = PhaseTimer(started)
         prev = self._previous_batch(batch_id)
         batch = self._read_batch(raw_batch, batch_id, started)
+        phases.done("read_parse")
         now_ms = self._batch_now_ms(batch_id, batch.newest_input_ms, prev)
         ctx = BatchContext(batch_id, now_ms, drain, started)
         prior = self._prior_state(prev)
-        classified = self._classify(ctx, batch, prior, prev)
+        phases.done("clock_state")
+        classified = self._classify(ctx, batch, prior)
         step = self._advance(ctx, prior.watermark, classified)
+        phases.done("classify")
         out = close_windows(
             classified.events,
             prior.window_state,
@@ -334,28 +360,28 @@ class BatchProcessor:
             now_ms,
             self.params.window,
             drain=drain,
+            materialize=lambda df: df.localCheckpoint(eager=True),
         )
-        events_version = self._write_log_and_side_outputs(ctx, batch, classified, out)
-        aggregates, emitted = self._write_aggregates(ctx, out.aggregates)
-        state = self._write_state(ctx, out, events_version, emitted)
+        phases.done("windows")
+        state, kept = self._write_batch(ctx, batch, classified, out)
+        phases.done("write")
         progress = self._progress_values(ctx, batch, classified, step, state)
-        self._write(self._progress_row(progress), T.STREAM_PROGRESS, batch_id)
-        self._finish(ctx, step, state)
-        for frame in (
-            classified.events,
-            batch.lines,
-            prior.window_state,
-            prior.dedup_state,
-            aggregates,
-        ):
+        self._append(self._progress_row(progress), T.STREAM_PROGRESS, batch_id)
+        phases.done("progress")
+        self._finish(ctx, step, state, kept)
+        self.store.forget_before(batch_id)
+        for frame in (classified.events, batch.lines):
             frame.unpersist()
+        self.last_phases = phases.seconds
+        log.debug("batch %d phases: %s", batch_id, phases)
         log.info(
-            "batch %d: %d valid, %d late, %d quarantined, watermark %s",
+            "batch %d: %d valid, %d late, %d quarantined, watermark %s, %.2f s",
             batch_id,
             classified.valid,
             classified.count(LATE),
             batch.input_lines - classified.valid,
             "drained" if drain else step.after_ms,
+            time.monotonic() - started,
         )
 
     # -- phases of a batch, in the order `process` runs them ------------------------------
@@ -376,11 +402,15 @@ class BatchProcessor:
 
     @staticmethod
     def _read_batch(raw_batch: DataFrame, batch_id: int, started: float) -> BatchInput:
-        """Each line is read and parsed once; valid events and quarantine both come from here."""
-        lines = parse_lines(raw_batch).persist()
+        """Each line is read and parsed once, then numbered; valid events and quarantine both
+        come from here."""
+        parsed = parse_lines(with_row_ids(raw_batch)).persist()
+        # Numbering reads the parsed lines twice (split sizes, then each line): from memory.
+        lines = number_lines(parsed).persist()
         raw_stats = lines.agg(
             F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
         ).first()
+        parsed.unpersist()
         assert raw_stats is not None
         log.debug("batch %d: read and parse %.2f s", batch_id, time.monotonic() - started)
         return BatchInput(
@@ -391,30 +421,25 @@ class BatchProcessor:
         )
 
     def _prior_state(self, prev: dict[str, Any] | None) -> PriorState:
-        """The watermark state and the state tables at the versions the previous batch pinned."""
+        """The watermark state and the open windows and remembered ids after the previous
+        batch: kept in memory by this process, else read from the checkpoint's state files."""
         if prev is None:
             return PriorState(
-                WatermarkState(),
-                T.empty_frame(self.spark, T.WINDOW_STATE),
-                T.empty_frame(self.spark, T.DEDUP_STATE),
+                WatermarkState(), empty(self.spark, WINDOWS_DDL), empty(self.spark, DEDUP_DDL)
             )
         watermark = WatermarkState(
             prev["watermark_ms"], dict(prev["high_water"] or {}), dict(prev["last_seen"] or {})
         )
-        # Each is used twice (classify, close windows); read the pinned version once.
-        return PriorState(
-            watermark,
-            self._read(T.WINDOW_STATE, prev["window_state_version"]).persist(),
-            self._read(T.DEDUP_STATE, prev["dedup_state_version"]).persist(),
-        )
+        kept = self._kept
+        if kept is not None and kept.batch_id == prev["batch_id"]:
+            return PriorState(watermark, kept.windows, kept.dedup)
+        try:
+            windows, dedup = self.store.read(int(prev["state_batch"]))
+        except FileNotFoundError as exc:
+            raise StreamError(f"stream: {exc}") from None
+        return PriorState(watermark, windows, dedup)
 
-    def _classify(
-        self,
-        ctx: BatchContext,
-        batch: BatchInput,
-        prior: PriorState,
-        prev: dict[str, Any] | None,
-    ) -> Classified:
+    def _classify(self, ctx: BatchContext, batch: BatchInput, prior: PriorState) -> Classified:
         """Arrival status of every valid event, against the watermark before this batch."""
         p = self.params
         events = classify_events(
@@ -423,30 +448,7 @@ class BatchProcessor:
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
         classified = Classified(events, self._batch_stats(events, skew_limit_ms), skew_limit_ms)
         log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
-        if prev and classified.count(LATE):
-            return self._recheck_late_in_log(classified, prev["events_version"])
         return classified
-
-    def _recheck_late_in_log(self, classified: Classified, events_version: int) -> Classified:
-        """Rare path: a late event may replay an id from beyond the dedup state's horizon, so
-        late events whose id the log (at the pinned version, their dates only) holds become
-        duplicates."""
-        late_dates = [
-            r["d"]
-            for r in classified.events.where(F.col("arrival_status") == LATE)
-            .select(F.to_date("event_time").alias("d"))
-            .distinct()
-            .collect()
-        ]
-        logged = (
-            self._read(T.EVENTS, events_version)
-            .where(F.col("event_date").isin(late_dates))
-            .select("event_id")
-        )
-        checked = mark_logged_duplicates(classified.events, logged).persist()
-        classified.events.unpersist()
-        limit = classified.skew_limit_ms
-        return Classified(checked, self._batch_stats(checked, limit), limit)
 
     def _advance(
         self, ctx: BatchContext, before: WatermarkState, classified: Classified
@@ -466,61 +468,48 @@ class BatchProcessor:
         )
         return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
 
-    def _write_log_and_side_outputs(
+    def _write_batch(
         self, ctx: BatchContext, batch: BatchInput, classified: Classified, out: WindowOut
-    ) -> int:
-        """Append `events`, then `quarantine` and `late_events`; the log's new version."""
+    ) -> tuple[CommittedState, KeptState]:
+        """Everything but the progress row, side by side: `events`, the side outputs and
+        `stream_aggregates` when they have rows, and the state files. Empty outputs are not
+        written: a replay recomputes them empty again."""
         batch_id = ctx.batch_id
         columns = {
             "batch_id": F.lit(batch_id).cast("long"),
             "ingest_time": F.timestamp_millis(F.lit(ctx.now_ms)),
             "app_id": F.lit(self.app_id),
         }
-        events_version, _ = self._write(
-            classified.events.withColumns(
-                {
-                    "clock_skewed": F.unix_millis("event_time") > F.lit(classified.skew_limit_ms),
-                    **columns,
-                    "event_date": F.to_date("event_time"),
-                }
-            ),
-            T.EVENTS,
-            batch_id,
-            versioned=True,
+        dedup = out.dedup_state.localCheckpoint(eager=True)
+        # Both come from the checkpointed fold: counting them reads memory, not the batch.
+        open_windows, emitted = window_counts(out)
+        events = classified.events.withColumns(
+            {
+                "clock_skewed": F.unix_millis("event_time") > F.lit(classified.skew_limit_ms),
+                **columns,
+                "event_date": F.to_date("event_time"),
+            }
         )
-        # Empty side outputs are not written: a replay recomputes them empty again.
+        tasks: list[Callable[[], None]] = [
+            lambda: self._append(events, T.EVENTS, batch_id),
+            lambda: self.store.write_windows(batch_id, out.window_state),
+            lambda: self.store.write_dedup(batch_id, dedup),
+        ]
         if batch.input_lines - classified.valid:
-            self._write(batch.parsed.quarantine.withColumns(columns), T.QUARANTINE, batch_id)
+            quarantine = batch.parsed.quarantine.withColumns(columns)
+            tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
         if classified.count(LATE):
-            self._write(out.late_events.withColumns(columns), T.LATE_EVENTS, batch_id)
-        return events_version
-
-    def _write_aggregates(self, ctx: BatchContext, aggregates: DataFrame) -> tuple[DataFrame, int]:
-        """Append the emitted windows; (the cached rows, how many)."""
-        # Counted, not read from the commit: an empty append makes no Delta commit.
-        cached = aggregates.persist()
-        emitted = cached.count()
+            late = out.late_events.withColumns(columns)
+            tasks.append(lambda: self._append(late, T.LATE_EVENTS, batch_id))
         if emitted:
-            self._write(
-                cached.withColumns(
-                    {"batch_id": F.lit(ctx.batch_id).cast("long"), "app_id": F.lit(self.app_id)}
-                ),
-                T.STREAM_AGGREGATES,
-                ctx.batch_id,
+            aggregates = out.aggregates.withColumns(
+                {"batch_id": F.lit(batch_id).cast("long"), "app_id": F.lit(self.app_id)}
             )
-        return cached, emitted
-
-    def _write_state(
-        self, ctx: BatchContext, out: WindowOut, events_version: int, emitted: int
-    ) -> CommittedState:
-        """Overwrite `window_state` and `dedup_state`; the versions the next batch reads."""
-        state_version, open_windows = self._write(
-            out.window_state, T.WINDOW_STATE, ctx.batch_id, mode="overwrite", versioned=True
-        )
-        dedup_version, _ = self._write(
-            out.dedup_state, T.DEDUP_STATE, ctx.batch_id, mode="overwrite", versioned=True
-        )
-        return CommittedState(events_version, state_version, dedup_version, open_windows, emitted)
+            tasks.append(lambda: self._append(aggregates, T.STREAM_AGGREGATES, batch_id))
+        for future in [self._writers.submit(task) for task in tasks]:
+            future.result()
+        committed = CommittedState(self._table_version(T.EVENTS), batch_id, open_windows, emitted)
+        return committed, KeptState(batch_id, out.window_state, dedup)
 
     def _progress_values(
         self,
@@ -560,12 +549,16 @@ class BatchProcessor:
             "partition_spread_ms": max(active_hw) - min(active_hw) if active_hw else None,
             "batch_duration_ms": int((time.monotonic() - ctx.started) * 1000),
             "drained": ctx.drain,
-            "window_state_version": state.window_state_version,
-            "dedup_state_version": state.dedup_state_version,
+            # The state is a set of files named by batch id (streaming.state): both columns
+            # name the batch whose files hold the state after this batch.
+            "window_state_version": state.state_batch,
+            "dedup_state_version": state.state_batch,
             "events_version": state.events_version,
         }
 
-    def _finish(self, ctx: BatchContext, step: WatermarkStep, state: CommittedState) -> None:
+    def _finish(
+        self, ctx: BatchContext, step: WatermarkStep, state: CommittedState, kept: KeptState
+    ) -> None:
         """The batch is committed: remember it, so the next batch need not read it back."""
         self._batches_seen += 1
         self._committed = {
@@ -575,10 +568,10 @@ class BatchProcessor:
             "watermark_ms": step.after_ms,
             "high_water": dict(step.after.high_water_ms),
             "last_seen": dict(step.after.last_seen_ms),
-            "window_state_version": state.window_state_version,
-            "dedup_state_version": state.dedup_state_version,
+            "state_batch": state.state_batch,
             "events_version": state.events_version,
         }
+        self._kept = kept
 
     @staticmethod
     def _batch_stats(classified: DataFrame, skew_limit_ms: int) -> list[Any]:
@@ -628,11 +621,23 @@ class BatchProcessor:
         empty = self.spark.range(0).selectExpr(
             "CAST(NULL AS STRING) AS raw_line",
             "CAST(NULL AS STRING) AS source_file",
-            "CAST(NULL AS BIGINT) AS source_line",
             "CAST(NULL AS TIMESTAMP) AS source_mtime",
+            f"CAST(NULL AS BIGINT) AS {SPLIT_START}",
         )
         self.process(empty, int(prev["batch_id"]) + 1, drain=True)
         return True
+
+
+def window_counts(out: WindowOut) -> tuple[int, int]:
+    """(open windows after the batch, windows emitted by it), in one pass."""
+    rows = (
+        out.window_state.select(F.lit(1).alias("open"), F.lit(0).alias("emitted"))
+        .unionByName(out.aggregates.select(F.lit(0).alias("open"), F.lit(1).alias("emitted")))
+        .agg(F.sum("open").alias("open"), F.sum("emitted").alias("emitted"))
+        .first()
+    )
+    assert rows is not None
+    return int(rows["open"] or 0), int(rows["emitted"] or 0)
 
 
 def run_stream(
@@ -646,6 +651,9 @@ def run_stream(
 ) -> str:
     """Run the speed layer; returns a one-line summary of the last batch."""
     spark = spark or session_for(settings, "tally-stream")
+    # The stream commits small appends every batch: replaying a table's Delta log with one
+    # task instead of several makes each commit cheaper (../docs/benchmarks.md).
+    spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     processor = BatchProcessor(spark, params, clock=wall)
     source = open_source(

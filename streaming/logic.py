@@ -11,6 +11,7 @@ A micro-batch goes through two pure steps with one driver-side step between them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,6 +26,9 @@ from tally.windows import WINDOW_KEY, aggregate_windows, with_window
 class WindowParams:
     window_ms: int
     allowed_lateness_ms: int
+    # How long past the point its window stops changing an event id is still remembered
+    # for duplicate detection (see docs/semantics.md, "Dedup horizon").
+    dedup_horizon_ms: int = 0
 
 
 def ts(ms: int) -> Column:
@@ -40,12 +44,12 @@ def classify_events(
     """Add window bounds and `arrival_status` (before the exact log check for late events).
 
     Duplicates: a later copy of an event_id in this batch (arrival order: file time, file,
-    line), or an id already in `seen_ids` (ids of windows that can still change).
+    line), or an id in `seen_ids` (the remembered ids, one row per id: see `close_windows`).
     """
     first_copy = F.row_number().over(Window.partitionBy("event_id").orderBy(*LINE_ORDER)) == F.lit(
         1
     )
-    seen = seen_ids.select("event_id", F.lit(True).alias("_seen")).distinct()
+    seen = seen_ids.select("event_id", F.lit(True).alias("_seen"))
     windowed = events.transform(lambda df: with_window(df, params.window_ms))
     status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
     if watermark_before_ms is not None:
@@ -62,30 +66,52 @@ def classify_events(
     )
 
 
-def mark_logged_duplicates(classified: DataFrame, logged_ids: DataFrame) -> DataFrame:
-    """Late events whose id the event log already holds are duplicates, not late events.
-
-    `logged_ids` is the log (pinned version) narrowed to the late events' dates; this catches
-    replays from beyond the dedup state's horizon, so late totals never count an event twice.
-    """
-    logged = logged_ids.select("event_id", F.lit(True).alias("_logged")).distinct()
-    status = F.when(
-        (F.col("arrival_status") == LATE) & F.col("_logged").isNotNull(), F.lit(DUPLICATE)
-    ).otherwise(F.col("arrival_status"))
-    return (
-        classified.join(logged, "event_id", "left")
-        .withColumn("arrival_status", status)
-        .drop("_logged")
-    )
-
-
 class WindowOut(NamedTuple):
     """What a batch produces, side by side: the entry point decides where each goes."""
 
     aggregates: DataFrame  # rows for stream_aggregates (emitted or revised windows)
     late_events: DataFrame  # the late side output
     window_state: DataFrame  # open windows after this batch
-    dedup_state: DataFrame  # ids of windows that can still change
+    dedup_state: DataFrame  # remembered ids (until window end + allowed lateness + horizon)
+
+
+def _fold(window_state: DataFrame, counted: DataFrame) -> DataFrame:
+    """Open windows plus this batch's counted events, one row per window and key;
+    `_changed` says whether the batch added to it."""
+    batch = aggregate_windows(counted).select(
+        *WINDOW_KEY,
+        F.col("event_count").alias("_batch_count"),
+        F.col("amount_sum").alias("_batch_sum"),
+    )
+    return window_state.join(batch, list(WINDOW_KEY), "full_outer").select(
+        *WINDOW_KEY,
+        (F.coalesce("event_count", F.lit(0)) + F.coalesce("_batch_count", F.lit(0)))
+        .cast("long")
+        .alias("event_count"),
+        (F.coalesce("amount_sum", F.lit(0)) + F.coalesce("_batch_sum", F.lit(0)))
+        .cast("long")
+        .alias("amount_sum"),
+        F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        F.col("_batch_count").isNotNull().alias("_changed"),
+    )
+
+
+def _still_changeable(watermark_after_ms: int | None, slack_ms: int, drain: bool) -> Column:
+    """Whether a row's window can still change (or, with a dedup horizon as extra slack,
+    still be remembered) after this batch: window_end + slack > watermark."""
+    if drain:
+        return F.lit(False)
+    if watermark_after_ms is None:
+        return F.lit(True)
+    return F.unix_millis(F.col("window_end")) + F.lit(slack_ms) > F.lit(watermark_after_ms)
+
+
+def _closable(watermark_after_ms: int | None, drain: bool) -> Column:
+    if drain:
+        return F.lit(True)
+    if watermark_after_ms is None:  # no watermark yet: nothing closes
+        return F.lit(False)
+    return F.col("window_end") <= ts(watermark_after_ms)
 
 
 def close_windows(
@@ -97,41 +123,24 @@ def close_windows(
     now_ms: int,
     params: WindowParams,
     drain: bool = False,
+    materialize: Callable[[DataFrame], DataFrame] = lambda df: df,
 ) -> WindowOut:
     """Fold counted events into state, emit closable windows, evict what can no longer change.
 
     `drain`: the end of input closes every window, with no watermark (`watermark_at_emit` is
-    NULL on the rows it emits; `watermark_after_ms` is ignored).
+    NULL on the rows it emits; `watermark_after_ms` is ignored). `materialize` is applied to
+    the folded windows, from which both the emitted rows and the next state are taken (the
+    entry point passes a checkpoint, so the fold runs once).
     """
     counted = classified.where(F.col("arrival_status").isin(*COUNTED))
-    batch = aggregate_windows(counted).select(
-        *WINDOW_KEY,
-        F.col("event_count").alias("_batch_count"),
-        F.col("amount_sum").alias("_batch_sum"),
+    emit = _closable(watermark_after_ms, drain) & (
+        F.col("_changed") | (F.col("emitted_revision") == 0)
     )
-    merged = window_state.join(batch, list(WINDOW_KEY), "full_outer").select(
-        *WINDOW_KEY,
-        (F.coalesce("event_count", F.lit(0)) + F.coalesce("_batch_count", F.lit(0)))
-        .cast("long")
-        .alias("event_count"),
-        (F.coalesce("amount_sum", F.lit(0)) + F.coalesce("_batch_sum", F.lit(0)))
-        .cast("long")
-        .alias("amount_sum"),
-        F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
-        F.col("_batch_count").isNotNull().alias("_changed"),
+    still_open = _still_changeable(watermark_after_ms, params.allowed_lateness_ms, drain)
+    merged = materialize(
+        _fold(window_state, counted).withColumns({"_emit": emit, "_open": still_open})
     )
-    if drain:
-        closable, still_open = F.lit(True), F.lit(False)
-    elif watermark_after_ms is None:  # no watermark yet: nothing closes
-        closable, still_open = F.lit(False), F.lit(True)
-    else:
-        closable = F.col("window_end") <= ts(watermark_after_ms)
-        still_open = F.unix_millis(F.col("window_end")) + F.lit(params.allowed_lateness_ms) > F.lit(
-            watermark_after_ms
-        )
     emit_watermark = None if drain else watermark_after_ms
-    emit = closable & (F.col("_changed") | (F.col("emitted_revision") == 0))
-    merged = merged.withColumn("_emit", emit)
     aggregates = merged.where("_emit").select(
         *WINDOW_KEY,
         "event_count",
@@ -142,7 +151,7 @@ def close_windows(
         .cast("timestamp")
         .alias("watermark_at_emit"),
     )
-    new_state = merged.where(still_open).select(
+    new_state = merged.where("_open").select(
         *WINDOW_KEY,
         "event_count",
         "amount_sum",
@@ -151,19 +160,37 @@ def close_windows(
         .cast("int")
         .alias("emitted_revision"),
     )
+    # Every id that was not a duplicate is remembered (late ones too, so a late event sent
+    # twice is one late event) until its window is past changing by the dedup horizon.
+    remembered = _still_changeable(
+        watermark_after_ms, params.allowed_lateness_ms + params.dedup_horizon_ms, drain
+    )
     new_dedup = (
         dedup_state.select("event_id", "window_end")
-        .unionByName(counted.select("event_id", "window_end"))
-        .where(still_open)
+        .unionByName(
+            classified.where(F.col("arrival_status") != DUPLICATE).select("event_id", "window_end")
+        )
+        .where(remembered)
     )
+    return WindowOut(
+        aggregates,
+        _late_output(classified, watermark_before_ms, now_ms, params),
+        new_state,
+        new_dedup,
+    )
+
+
+def _late_output(
+    classified: DataFrame, watermark_before_ms: int | None, now_ms: int, params: WindowParams
+) -> DataFrame:
+    """The late side output: late events with the watermark they met and how late they were."""
     late = classified.where(F.col("arrival_status") == LATE)
     reason = "window_closed" if params.allowed_lateness_ms == 0 else "beyond_allowed_lateness"
     wm_before = watermark_before_ms if watermark_before_ms is not None else 0
-    late_events = late.select(
+    return late.select(
         "*",
         ts(wm_before).alias("watermark_at_arrival"),
         (F.lit(wm_before) - F.unix_millis("window_end")).alias("lateness_ms"),
         (F.lit(now_ms) - F.unix_millis("event_time")).alias("arrival_delay_ms"),
         F.lit(reason).alias("reason"),
     )
-    return WindowOut(aggregates, late_events, new_state, new_dedup)

@@ -10,10 +10,11 @@ A line that breaks the contract becomes a quarantine row with a reason; nothing 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamReader
 
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 
@@ -30,9 +31,15 @@ QUARANTINE_REASONS = (
     "partition_not_integer",
 )
 
-# Typed view: a field whose JSON token does not fit its type reads as null here...
-_TYPED_SCHEMA = "event_id STRING, key STRING, amount BIGINT, event_time_ms BIGINT, partition INT"
-# ...while the text view says whether the field was there at all.
+# The one parse every line pays (the typed view): a field whose JSON token does not fit its
+# type reads as null and sets `_corrupt`; event_time stays text (ISO-8601 or epoch digits).
+_TYPED_SCHEMA = (
+    "event_id STRING, key STRING, amount BIGINT, event_time STRING, partition INT, _corrupt STRING"
+)
+_STRICT = {"allowSingleQuotes": "false"}
+_TYPED_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt", **_STRICT}
+# The text view (field -> JSON text), parsed only for lines that may carry unknown fields or
+# fail the fast check: it says whether a field was there at all, and holds the unknown fields.
 _TEXT_SCHEMA = "MAP<STRING, STRING>"
 # An ISO-8601 time with a zone, the contract's text form of event_time (unanchored).
 ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)"
@@ -46,6 +53,8 @@ class ParsedEvents(NamedTuple):
 
 
 def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> Column:
+    """The first quarantine reason of a line (null when valid): the detailed diagnosis."""
+
     def has(name: str) -> Column:
         return fields.getItem(name).isNotNull()
 
@@ -66,57 +75,100 @@ def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> 
     )
 
 
+def _event_time(text: Column, line: Column) -> Column:
+    """event_time's JSON text -> timestamp; null unless epoch milliseconds (a JSON integer) or
+    ISO-8601 with a zone. The typed view's text equals the text view's (one converter)."""
+    # Only all-digit text is parsed again as a JSON number (null when it was a quoted string):
+    # the common ISO case never pays for that second parse.
+    epoch_ms = F.from_json(line, "event_time BIGINT", _STRICT).getItem("event_time")
+    # ISO-8601 allows hh:mm without seconds; Spark's parser wants them. Past the ISO check,
+    # character 17 is ':' exactly when the seconds are there (else the zone starts).
+    with_seconds = F.when(F.substring(text, 17, 1) == ":", text).otherwise(
+        F.regexp_replace(text, r"^(.{10}[T ]\d{2}:\d{2})(Z|[+-].*)$", "$1:00$2")
+    )
+    return (
+        # Zone required: a bare local time is ambiguous, and we do not guess.
+        F.when(text.rlike(_ZONED_ISO), F.try_to_timestamp(with_seconds)).when(
+            text.rlike(_INTEGER), F.timestamp_millis(epoch_ms)
+        )
+    )
+
+
+def _only_known_fields(line: Column, typed: Column) -> Column:
+    """True only when the line's object provably has no field but the known ones with a value,
+    for a line whose typed view parsed cleanly (no `_corrupt`) with event_id, key, amount and
+    event_time present: fewer commas in the whole line than such fields.
+
+    Those k fields (4, or 5 with partition) are distinct members of the object; m members are
+    separated by m - 1 commas (escapes cannot make a structural comma). So at most k - 1 commas
+    means m = k: no unknown field, no duplicate, no JSON-null field. More commas (in a value,
+    after the object, or from another member) only mean "look": parse the field map.
+    """
+    members = F.lit(4) + typed["partition"].isNotNull().cast("int")
+    # substring_index(s, ',', k) is s itself exactly when s has fewer than k commas.
+    before_kth_comma = F.call_function("substring_index", line, F.lit(","), members)
+    return F.octet_length(before_kth_comma) == F.octet_length(line)
+
+
 def parse_lines(raw: DataFrame) -> DataFrame:
     """`raw` (column `raw_line` plus provenance columns), each line parsed once, one row per
     line: the event's typed columns when valid, else `raw_line` and the quarantine `reason`.
+
+    Fast path: every line pays one typed `from_json` and cheap checks (object braces, no
+    `_corrupt`, the required fields, the event time, no unknown fields). A line that passes is
+    valid, with exactly the columns the detailed diagnosis gives it; only the other lines (and
+    lines with unknown fields, for `extra`) parse the field map and go through `_reason`.
 
     Persist the result when both outputs of `split_parsed` are used: otherwise each output
     reads and parses every line again.
     """
     provenance = [c for c in raw.columns if c != "raw_line"]
     line = F.col("raw_line")
-    # from_json is null for anything but a JSON object (bad syntax, arrays, scalars).
-    strict = {"allowSingleQuotes": "false"}
-    fields = F.from_json(line, _TEXT_SCHEMA, strict)
-    typed = F.from_json(
-        line,
-        _TYPED_SCHEMA.replace("event_time_ms BIGINT", "event_time STRING"),
-        {"mode": "PERMISSIVE", **strict},
+    typed = F.col("_typed")
+    event_time = F.col("_event_time")
+    # Each step is its own projection: a column used several times is computed once per row,
+    # and an expensive value inside F.when is only computed for the rows its condition holds.
+    parsed = raw.select(
+        *provenance, line, F.from_json(line, _TYPED_SCHEMA, _TYPED_OPTIONS).alias("_typed")
+    ).withColumn("_event_time", _event_time(typed["event_time"], line))
+    typed_ok_check = (
+        line.startswith("{")
+        & line.endswith("}")
+        & typed["_corrupt"].isNull()
+        & (F.trim(typed["event_id"]) != "")  # null when missing: the condition is null
+        & (F.trim(typed["key"]) != "")
+        & typed["amount"].isNotNull()
+        & event_time.isNotNull()
     )
-    time_text = F.col("_fields").getItem("event_time")
-    # Only all-digit text is parsed as a JSON number (null when it was a quoted string); the
-    # common ISO case never pays for that second parse.
-    epoch_ms = F.from_json(line, "event_time BIGINT", strict).getItem("event_time")
-    event_time = (
-        F.when(time_text.rlike(_INTEGER), F.timestamp_millis(epoch_ms))
-        # Zone required: a bare local time is ambiguous, and we do not guess.
-        .when(
-            time_text.rlike(_ZONED_ISO),
-            # ISO-8601 allows hh:mm without seconds; Spark's parser wants them.
-            F.try_to_timestamp(
-                F.regexp_replace(time_text, r"^(.{10}[T ]\d{2}:\d{2})(Z|[+-].*)$", "$1:00$2")
-            ),
-        )
-    )
+    typed_ok, maybe_unknown = F.col("_typed_ok"), F.col("_maybe_unknown")
     checked = (
-        raw.select(*provenance, line.alias("raw_line"), fields.alias("_fields"))
-        .withColumn("_typed", typed)
-        .withColumn("_event_time", event_time)
+        parsed.withColumn("_typed_ok", F.coalesce(typed_ok_check, F.lit(False)))
+        .withColumn("_maybe_unknown", F.when(typed_ok, ~_only_known_fields(line, typed)))
+        # The text view, only where the fast path cannot decide alone.
         .withColumn(
-            "_reason", _reason(F.col("_fields"), F.col("_typed"), F.col("_event_time"), line)
+            "_fields",
+            F.when(~typed_ok | maybe_unknown, F.from_json(line, _TEXT_SCHEMA, _STRICT)),
+        )
+        # With unknown fields, the fast path also needs the text view to parse (as the
+        # diagnosis does: a bad escape deep in an unknown field makes the line invalid_json).
+        .withColumn("_fast", typed_ok & (~maybe_unknown | F.col("_fields").isNotNull()))
+        .withColumn(
+            "_reason",
+            F.when(~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line)),
         )
     )
     # Compact: typed columns for valid lines, the raw text only for quarantined ones.
     valid = F.col("_reason").isNull()
-    extra = F.map_filter(F.col("_fields"), lambda k, _v: ~k.isin(*KNOWN_FIELDS))
+    fields = F.col("_fields")
+    extra = F.when(fields.isNull(), F.create_map().cast(_TEXT_SCHEMA)).otherwise(
+        F.map_filter(fields, lambda k, _v: ~k.isin(*KNOWN_FIELDS))
+    )
     return checked.select(
-        F.when(valid, F.col("_typed.event_id")).alias("event_id"),
-        F.when(valid, F.col("_typed.key")).alias("key"),
-        F.when(valid, F.col("_typed.amount")).cast("long").alias("amount"),
-        F.when(valid, F.col("_event_time")).alias("event_time"),
-        F.when(valid, F.coalesce(F.col("_typed.partition"), F.lit(0)))
-        .cast("int")
-        .alias("partition"),
+        F.when(valid, typed["event_id"]).alias("event_id"),
+        F.when(valid, typed["key"]).alias("key"),
+        F.when(valid, typed["amount"]).cast("long").alias("amount"),
+        F.when(valid, event_time).alias("event_time"),
+        F.when(valid, F.coalesce(typed["partition"], F.lit(0))).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
         *provenance,
         F.when(~valid, line).alias("raw_line"),
@@ -143,13 +195,114 @@ def parse_events(raw: DataFrame) -> ParsedEvents:
 
 # -- reading JSONL --------------------------------------------------------------------------------
 # Lines get a deterministic identity (file, 1-based line number, file modification time), so a
-# replayed micro-batch produces the same provenance for every event.
+# replayed micro-batch produces the same provenance for every event. Files are read with Spark's
+# line-oriented text source (splittable: a large file is read by several tasks), and the line
+# numbers are computed from the splits: no file is ever read as one value.
 
 LINE_COLUMNS = ("raw_line", "source_file", "source_line", "source_mtime")
+# Helper columns of unnumbered lines: the byte offset of the file split a line was read from,
+# and a row id increasing by 1 from line to line within a split (monotonically_increasing_id).
+SPLIT_START = "_split_start"
+ROW_ID = "_row"
+# Options of the text read: split lines at "\n" only (the text source's default also splits
+# at a lone "\r"); `text_lines` drops the "\r" of a "\r\n" ending.
+TEXT_OPTIONS = {"lineSep": "\n"}
+
+_Reader = TypeVar("_Reader", DataFrameReader, DataStreamReader)
+
+
+def text_reader(reader: _Reader) -> _Reader:
+    """`spark.read` or `spark.readStream` set up for JSONL: the text source, `TEXT_OPTIONS`."""
+    return reader.format("text").options(**TEXT_OPTIONS)
+
+
+def text_lines(text_frame: DataFrame) -> DataFrame:
+    """A text read (`text_reader`, batch or streaming) -> unnumbered lines: `raw_line`,
+    `source_file`, `source_mtime` and the helpers `SPLIT_START` and `ROW_ID` for
+    `number_lines`. A "\\r" ending a line is dropped ("\\r\\n" endings read like "\\n").
+
+    A streaming frame gets no `ROW_ID` (Spark refuses monotonically_increasing_id on
+    streams): `number_lines` adds it to the micro-batch (or `with_row_ids`, before a persist).
+    """
+    value = F.col("value")
+    lines = text_frame.select(
+        F.when(value.endswith("\r"), value.substr(F.lit(1), F.length(value) - 1))
+        .otherwise(value)
+        .alias("raw_line"),
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("source_mtime"),
+        F.col("_metadata.file_block_start").alias(SPLIT_START),
+    )
+    return lines if text_frame.isStreaming else with_row_ids(lines)
+
+
+def with_row_ids(lines: DataFrame) -> DataFrame:
+    """Add `ROW_ID` (unless there) to lines straight from the text read: no row may have been
+    dropped or moved before (row-wise projections such as `parse_lines` are fine)."""
+    if ROW_ID in lines.columns:
+        return lines
+    return lines.withColumn(ROW_ID, F.monotonically_increasing_id())
+
+
+def number_lines(lines: DataFrame) -> DataFrame:
+    """Lines with the helper columns (from `text_lines`; other columns, e.g. `parse_lines`'
+    output, are carried through) -> `source_line` (1-based line number in its file, BIGINT)
+    added after `source_file`, helpers dropped.
+
+    Within a Spark partition the rows of one file split are contiguous and their row ids step
+    by 1, so `row - first row of the split` is the line's index in its split. One small
+    aggregate (a row per split: first row id, line count; a running sum of the counts of the
+    file's earlier splits) gives each split's first line number, joined back by broadcast.
+    `lines` is evaluated twice (the aggregate and the join): the row ids must be the same both
+    times, so persist `lines` first, or let both evaluations re-read the same files (a batch
+    read of fixed paths, a micro-batch of the file source) straight from `text_lines`.
+    """
+    if lines.isStreaming:
+        raise ValueError("number_lines: number a micro-batch (foreachBatch), not the stream")
+    lines = with_row_ids(lines)
+    earlier = (
+        Window.partitionBy("source_file")
+        .orderBy(SPLIT_START)
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    splits = (
+        lines.groupBy("source_file", SPLIT_START)
+        .agg(F.min(ROW_ID).alias("_first_row"), F.count(F.lit(1)).alias("_lines"))
+        .select(
+            "source_file",
+            SPLIT_START,
+            "_first_row",
+            F.coalesce(F.sum("_lines").over(earlier), F.lit(0)).alias("_lines_before"),
+        )
+    )
+    number = (F.col("_lines_before") + (F.col(ROW_ID) - F.col("_first_row")) + F.lit(1)).cast(
+        "long"
+    )
+    columns: list[Column] = []
+    for name in lines.columns:
+        if name in (SPLIT_START, ROW_ID):
+            continue
+        columns.append(F.col(name))
+        if name == "source_file":
+            columns.append(number.alias("source_line"))
+    return lines.join(F.broadcast(splits), ["source_file", SPLIT_START]).select(*columns)
+
+
+def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:
+    """The numbered lines (`LINE_COLUMNS`) of JSONL files (a file, a directory, or a list of
+    files): batch. Lazy; each evaluation re-reads the files (see `number_lines`)."""
+    text = text_reader(spark.read).load(paths)
+    return text.transform(text_lines).transform(number_lines)
+
+
+# -- legacy whole-file reading --------------------------------------------------------------------
+# Kept only while streaming/source.py still reads files whole (`wholetext`); new code uses
+# text_lines + number_lines, which need no whole-file read.
 
 
 def whole_files(text_frame: DataFrame) -> DataFrame:
-    """A `wholetext` text read (batch or streaming) -> (`value`, `source_file`, `source_mtime`)."""
+    """A `wholetext` text read (batch or streaming) -> (`value`, `source_file`, `source_mtime`).
+    Legacy: see `text_lines`."""
     return text_frame.select(
         "value",
         F.col("_metadata.file_path").alias("source_file"),
@@ -159,7 +312,8 @@ def whole_files(text_frame: DataFrame) -> DataFrame:
 
 def split_lines(files: DataFrame) -> DataFrame:
     """Whole files (`value`, `source_file`, `source_mtime`) -> one row per line, numbered
-    (`LINE_COLUMNS`). A final newline does not make an extra empty line."""
+    (`LINE_COLUMNS`). A final newline does not make an extra empty line. Legacy: see
+    `text_lines` and `number_lines`."""
     body = F.regexp_replace(F.col("value"), r"\r?\n$", "")
     lines = F.when(F.col("value") == "", F.array().cast("array<string>")).otherwise(
         F.split(body, r"\r?\n")
@@ -172,9 +326,3 @@ def split_lines(files: DataFrame) -> DataFrame:
         (F.col("pos") + 1).cast("long").alias("source_line"),
         "source_mtime",
     )
-
-
-def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:
-    """The numbered lines of JSONL files (a file, a directory, or a list of files): batch."""
-    text = spark.read.format("text").option("wholetext", True).load(paths)
-    return text.transform(whole_files).transform(split_lines)

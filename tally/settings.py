@@ -59,6 +59,11 @@ def format_duration(ms: int) -> str:
     return f"{ms}ms"
 
 
+def default_checkpoint(warehouse: str) -> str:
+    """Where a stream keeps its checkpoint unless told: inside its warehouse."""
+    return f"{warehouse.rstrip('/')}/_checkpoints/stream"
+
+
 def _duration_field(default: str) -> Any:
     return field(default=parse_duration(default), metadata={"kind": "duration"})
 
@@ -70,6 +75,9 @@ class Settings:
     window: int = _duration_field("60s")
     lateness: int = _duration_field("30s")
     allowed_lateness: int = _duration_field("0s")
+    # How long an event id is remembered for duplicate detection after its window stopped
+    # changing (docs/semantics.md, "Dedup horizon"); bounds the stream's dedup state.
+    dedup_horizon: int = _duration_field("10m")
     idle_timeout: int = _duration_field("60s")
     max_clock_skew: int = _duration_field("5m")
     trigger: int = _duration_field("5s")
@@ -196,7 +204,7 @@ class Settings:
 
     @property
     def checkpoint_location(self) -> str:
-        return self.checkpoint or f"{self.warehouse.rstrip('/')}/_checkpoints/stream"
+        return self.checkpoint or default_checkpoint(self.warehouse)
 
     @property
     def lateness_candidates_ms(self) -> list[int]:

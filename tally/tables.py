@@ -24,12 +24,18 @@ class Table:
     internal: bool = False
     # The natural key, in the order people read the table (`tally show` sorts by it).
     order_by: tuple[str, ...] = ()
+    # Delta table properties set when the table is created.
+    properties: tuple[tuple[str, str], ...] = ()
 
     def schema(self) -> StructType:
         schema = StructType.fromDDL(self.ddl)
         assert isinstance(schema, StructType)
         return schema
 
+
+# Tables the stream commits to every micro-batch: a Delta checkpoint every 100 commits instead
+# of 10 (a checkpoint of a growing table costs more than the small commit that triggers it).
+_EVERY_BATCH = (("delta.checkpointInterval", "100"),)
 
 _SOURCE = (
     "source_file STRING, source_line BIGINT, batch_id BIGINT, ingest_time TIMESTAMP, app_id STRING"
@@ -46,12 +52,14 @@ EVENTS = Table(
     "Every valid event (on time, late or duplicate): the event-sourced log the nightly job "
     "re-aggregates. arrival_status is on_time, allowed_late, late or duplicate.",
     partition_by=("event_date",),
+    properties=_EVERY_BATCH,
     order_by=("event_date", "event_time", "event_id", "batch_id"),
 )
 QUARANTINE = Table(
     "quarantine",
     f"raw_line STRING, reason STRING, {_SOURCE}",
     "Input lines that are not valid events, with the raw line and the reason.",
+    properties=_EVERY_BATCH,
     order_by=("batch_id", "source_file", "source_line"),
 )
 LATE_EVENTS = Table(
@@ -60,6 +68,7 @@ LATE_EVENTS = Table(
     f"lateness_ms BIGINT, arrival_delay_ms BIGINT, reason STRING, {_SOURCE}",
     "The late side output: events whose window had closed (beyond allowed lateness) when "
     "they arrived, with the watermark at arrival and how late they were.",
+    properties=_EVERY_BATCH,
     order_by=("window_start", "key", "event_time", "event_id"),
 )
 STREAM_AGGREGATES = Table(
@@ -69,6 +78,7 @@ STREAM_AGGREGATES = Table(
     "batch_id BIGINT, app_id STRING",
     "Provisional window totals, emitted when the watermark passes the window end; "
     "allowed-lateness updates append a higher revision.",
+    properties=_EVERY_BATCH,
     order_by=("window_start", "key", "revision"),
 )
 STREAM_PROGRESS = Table(
@@ -83,32 +93,11 @@ STREAM_PROGRESS = Table(
     "drained BOOLEAN, window_state_version BIGINT, dedup_state_version BIGINT, "
     "events_version BIGINT",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
-    "idle flags, counts, lag, spread, duration, and the state versions it pinned.",
+    "idle flags, counts, lag, spread, duration; window_state_version and dedup_state_version "
+    "name the batch whose state files (in the checkpoint) hold the state after it.",
+    properties=_EVERY_BATCH,
     order_by=("processing_time", "app_id", "batch_id"),
 )
-WINDOW_STATE = Table(
-    "window_state",
-    "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
-    "amount_sum BIGINT, emitted_revision INT",
-    "Internal: open windows (bounded by the watermark plus allowed lateness).",
-    internal=True,
-    order_by=("window_start", "key"),
-)
-DEDUP_STATE = Table(
-    "dedup_state",
-    "event_id STRING, window_end TIMESTAMP",
-    "Internal: ids seen in windows that can still change (bounded like window_state).",
-    internal=True,
-    order_by=("window_end", "event_id"),
-)
-BATCH_CLOCK = Table(
-    "batch_clock",
-    "app_id STRING, batch_id BIGINT, processing_time TIMESTAMP",
-    "Internal: the processing time each micro-batch first ran with, so a replay reuses it.",
-    internal=True,
-    order_by=("app_id", "batch_id"),
-)
-
 # -- the nightly layer's tables (batch/, expectations/, the DAGs) ------------------------------
 
 BATCH_AGGREGATES = Table(
@@ -200,9 +189,6 @@ STREAMING_TABLES = (
     LATE_EVENTS,
     STREAM_AGGREGATES,
     STREAM_PROGRESS,
-    WINDOW_STATE,
-    DEDUP_STATE,
-    BATCH_CLOCK,
 )
 RECONCILE_TABLES = (BATCH_AGGREGATES, RECONCILIATION, RECONCILIATION_SUMMARY, RECONCILIATION_RUNS)
 ALL_TABLES = (
@@ -232,6 +218,8 @@ def ensure_table(spark: SparkSession, warehouse: str, table: Table) -> None:
     builder = builder.addColumns(table.schema())
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
+    for key, value in table.properties:
+        builder = builder.property(key, value)
     builder.execute()
 
 

@@ -2,7 +2,15 @@
 
 Nothing here imports the speed layer (`streaming/*`) or tally's code: the model is written
 from the spec alone, so the property tests can hold the Spark job to it. It is deliberately
-naive (a dict of windows, a set of every event id ever seen): exact, not bounded.
+naive (a dict of windows, a dict of remembered event ids with their window ends): exact, and
+bounded only as far as the spec bounds it (the dedup horizon).
+
+Dedup horizon (`Params.dedup_horizon_ms`, H): the id of every non-duplicate event is
+remembered with its `window_end`; after each batch, ids with `window_end + allowed lateness +
+H <= watermark_after` are forgotten (nothing while there is no watermark), and the drain
+forgets every id. A repeat of a forgotten id is classified like a new event (normally `late`,
+so it also lands in `late_events`). `dedup_horizon_ms=None` remembers every id until the
+drain: the exact, unbounded dedup of the spec before the horizon.
 
 Usage::
 
@@ -74,10 +82,13 @@ class Params:
     idle_timeout_ms: int = 60_000
     max_clock_skew_ms: int = 300_000
     policy: str = "partition-min"
+    dedup_horizon_ms: int | None = None  # None: ids are never forgotten (until the drain)
 
     def __post_init__(self) -> None:
         if self.window_ms <= 0:
             raise ValueError("window_ms must be positive")
+        if self.dedup_horizon_ms is not None and self.dedup_horizon_ms < 0:
+            raise ValueError("dedup_horizon_ms must be >= 0")
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}")
 
@@ -290,7 +301,8 @@ class ReferenceModel:
     watermark_ms: int | None = None
     high_water: dict[int, int] = field(default_factory=dict)
     last_seen: dict[int, int] = field(default_factory=dict)
-    seen_ids: set[str] = field(default_factory=set)
+    # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
+    seen_ids: dict[str, int] = field(default_factory=dict)
     windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
     drained: bool = False
     events: list[EventRow] = field(default_factory=list)
@@ -328,8 +340,8 @@ class ReferenceModel:
             if parsed.event_id in self.seen_ids:
                 status = DUPLICATE
             else:
-                self.seen_ids.add(parsed.event_id)
                 _, end = window_of(parsed.event_time_ms, p.window_ms)
+                self.seen_ids[parsed.event_id] = end
                 if wm_before is None or end > wm_before:
                     status = ON_TIME
                 elif end + p.allowed_lateness_ms > wm_before:
@@ -414,6 +426,7 @@ class ReferenceModel:
                     )
                 )
         emitted = self._emit_and_evict(wm_after, now, batch, changed)
+        self._forget(wm_after)
         self.watermark_ms = wm_after
         self.now_ms = now
         counts = {s: sum(1 for _, _, st in valid if st == s) for s in STATUSES}
@@ -482,6 +495,15 @@ class ReferenceModel:
             del self.windows[ident]
         return emitted
 
+    def _forget(self, wm_after: int | None) -> None:
+        """The dedup horizon: forget the ids with `window_end + G + H <= wm_after` (none
+        without a watermark, or with no horizon)."""
+        horizon = self.params.dedup_horizon_ms
+        if horizon is None or wm_after is None:
+            return
+        keep = self.params.allowed_lateness_ms + horizon
+        self.seen_ids = {i: end for i, end in self.seen_ids.items() if end + keep > wm_after}
+
     def drain(self) -> ProgressRow | None:
         """End of input: one more batch that closes every window (as if the watermark were
         +infinity) and stores no watermark: `watermark_after_ms` None, `drained` True. None if
@@ -495,6 +517,7 @@ class ReferenceModel:
         wm_before = self.watermark_ms
         emitted = self._emit_and_evict(None, now, batch, set(), drain=True)
         assert not self.windows
+        self.seen_ids.clear()  # the end of input forgets every id
         self.watermark_ms = None  # no watermark after the end of input; it refuses input
         self.drained = True
         row = ProgressRow(

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, TimestampType
 
 from tally import tables as T
+from tally.arrivals import FIRST_ARRIVAL, with_first_arrival
 from tally.windows import WINDOW_KEY, with_window
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -157,12 +158,17 @@ def latest_revisions(aggregates: DataFrame) -> DataFrame:
 def identity_check(spark: SparkSession, warehouse: str, window_ms: int) -> DataFrame:
     """One row per (window, key) seen anywhere, with both sides of the accounting identity.
 
-    events (non-duplicate) = latest stream revision + late_events, for count and sum.
-    Computed with joins and aggregates only (nothing collected).
+    first arrivals in `events` = latest stream revision + late_events rows that are first
+    arrivals, for count and sum: the nightly's rule (`tally.arrivals`), so a repeat the stream
+    no longer recognized (beyond its dedup horizon, `late` in both tables) is on neither side.
+    Rows are matched by their input line, not deduplicated: a line written twice to either
+    table still breaks the identity. Computed with joins and aggregates only (nothing
+    collected).
     """
+    log = read(spark, warehouse, "events")
     events = (
-        read(spark, warehouse, "events")
-        .where(F.col("arrival_status") != "duplicate")
+        with_first_arrival(log, log)
+        .where(F.col(FIRST_ARRIVAL))
         .transform(lambda df: with_window(df, window_ms))
         .groupBy(*WINDOW_KEY)
         .agg(F.count(F.lit(1)).alias("ev_count"), F.sum("amount").alias("ev_sum"))
@@ -173,7 +179,8 @@ def identity_check(spark: SparkSession, warehouse: str, window_ms: int) -> DataF
         F.col("amount_sum").alias("st_sum"),
     )
     late = (
-        read(spark, warehouse, "late_events")
+        with_first_arrival(read(spark, warehouse, "late_events"), log)
+        .where(F.col(FIRST_ARRIVAL))
         .groupBy(*WINDOW_KEY)
         .agg(F.count(F.lit(1)).alias("late_count"), F.sum("amount").alias("late_sum"))
     )

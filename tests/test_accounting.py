@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from stream_tables import identity_check, read
 
 from streaming.job import run_stream
+from streaming.state import StateStore
 from tally.generate import generate
 from tally.settings import Settings
 
@@ -139,10 +140,12 @@ def test_one_answer_per_window_revision(
     assert repeated == []
     late = read(spark, warehouse, "late_events")
     assert late.count() == late.select("event_id").distinct().count()
-    # after the drain nothing is left open
-    assert read(spark, warehouse, "window_state").count() == 0
+    # after the drain nothing is left open, and no id is remembered
     path = Path(warehouse) / "_checkpoints" / "stream"
-    assert path.is_dir()
+    last = max(int(p.name) for p in (path / "tally" / "state").iterdir())
+    windows, dedup = StateStore(spark, str(path)).read(last)
+    assert (windows.count(), dedup.count()) == (0, 0)
+    assert read(spark, warehouse, "stream_progress").where("drained").count() == 1
 
 
 # -- generate -> stream -> `tally reconcile` (the CLI, in this process and session) --

@@ -386,6 +386,55 @@ def test_deleted_stream_row_is_exactly_one_unexplained_window(spark, warehouse):
     assert result.summary["worst_keys"] == ["c"]
 
 
+def test_repeat_beyond_the_dedup_horizon_explains_nothing(spark, warehouse):
+    """The stream forgets an id after its dedup horizon: a later repeat is classified like a
+    new event, `late`, in `events` and in `late_events`. The batch counts the first arrival
+    only, so the late row of a repeat must not count as explaining a gap."""
+    start, other = win("2026-11-20T05:00:00Z"), win("2026-11-20T06:00:00Z")
+    replayed_at = ms("2026-11-21T09:00:00Z")  # a day later: far beyond the horizon
+
+    def repeat(row: dict[str, Any]) -> dict[str, Any]:
+        return event(
+            row["event_id"],
+            row["key"],
+            row["amount"],
+            row["event_time"],
+            status="late",
+            ingest=replayed_at,
+            batch_id=9,
+        )
+
+    counted = event("o1", "k", 40, start + 1000)  # counted on time by the stream
+    late_first = event("l1", "k2", 5, other + 1000, status="late")  # its first arrival was late
+    events = [counted, repeat(counted), late_first, repeat(late_first)]
+    # late_events: the rows of the events marked late (both copies of l1, the copy of o1).
+    write_inputs(spark, warehouse, W, events, [stream_row(start, W, "k", 1, 40)])
+    first = reconcile(spark, warehouse, DAY, W, now=NOW)
+    assert statuses(spark, warehouse) == {
+        "k": (MATCH, 0, 0),  # not UNEXPLAINED with a residual of -1 / -40
+        "k2": (MISSING_IN_STREAM, 0, 0),  # l1 counted once, by its first (late) arrival
+    }
+    rows = {r["key"]: r for r in T.read_table(spark, warehouse, "reconciliation").collect()}
+    assert (rows["k"]["late_count"], rows["k"]["late_amount"]) == (0, 0)
+    assert (rows["k"]["batch_count"], rows["k"]["stream_count"]) == (1, 1)
+    assert (rows["k2"]["late_count"], rows["k2"]["late_amount"]) == (1, 5)
+    assert first.balanced and first.late_repeats == 2
+    assert (first.summary["late_events"], first.summary["explained_amount"]) == (1, 5)
+    assert "2 late rows repeat an earlier event" in first.describe()
+
+    # A genuine late event of the same window and key (same replayed batch) still explains
+    # its part of the gap; the repeat still does not.
+    genuine = event("g1", "k", 7, start + 2000, status="late", ingest=replayed_at, batch_id=9)
+    append(spark, warehouse, T.EVENTS, [genuine])
+    append(spark, warehouse, T.LATE_EVENTS, [late(genuine, W, replayed_at - start - W)])
+    later = reconcile(spark, warehouse, DAY, W, now=NOW)
+    assert statuses(spark, warehouse)["k"] == (EXPLAINED_BY_LATE, 0, 0)
+    k = T.read_table(spark, warehouse, "reconciliation").where("key = 'k'").first()
+    assert (k["batch_count"], k["batch_amount"], k["stream_amount"]) == (2, 47, 40)
+    assert (k["late_count"], k["late_amount"]) == (1, 7)
+    assert later.balanced and later.late_repeats == 2
+
+
 def test_errors_name_the_problem(reconciled, spark, tmp_path):
     warehouse, _, _ = reconciled
     with pytest.raises(ReconcileError, match="events: no Delta table"):

@@ -7,6 +7,7 @@ on a few streams.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -172,6 +173,91 @@ def test_clock_skew_clips_high_water_but_counts_money() -> None:
     assert [e.clock_skewed for e in model.events] == [True, False]
     model.drain()
     assert sum(a.amount_sum for a in model.answer().values()) == 6
+
+
+# -- the dedup horizon (docs/semantics.md, "Dedup horizon") -----------------------------------
+# x (t = 5 s, window [0, 60)) is counted on time in batch 0; batch 1 moves the watermark to
+# y - 10 s (one partition, L = 10 s); batch 2 replays x verbatim. x is forgotten after batch 1
+# when 60 s + G + H <= that watermark.
+HORIZON_CASES = [
+    # (G s, H s, y s, status of the replay)
+    # Within the horizon: WM 85 < 60 + 0 + 30 = 90, still remembered: a duplicate.
+    pytest.param(0, 30, 95, M.DUPLICATE, id="within-horizon"),
+    # The boundary is inclusive: WM 90 = 60 + 0 + 30, forgotten; the replay is a new, late event.
+    pytest.param(0, 30, 100, M.LATE, id="beyond-horizon-boundary"),
+    # Well beyond the horizon: the same.
+    pytest.param(0, 30, 400, M.LATE, id="beyond-horizon"),
+    # H = 0 still covers allowed lateness: WM 75, window closed (60 <= 75) but revisable
+    # (60 + 20 > 75); forgetting here would count the replay again as allowed_late.
+    pytest.param(20, 0, 85, M.DUPLICATE, id="h0-within-allowed-lateness"),
+    # H = 0: forgotten as soon as the window cannot change (60 + 20 <= WM 80): late, not counted.
+    pytest.param(20, 0, 90, M.LATE, id="h0-after-allowed-lateness"),
+    # No horizon (None): remembered whatever the watermark, the exact dedup.
+    pytest.param(0, None, 10_000, M.DUPLICATE, id="no-horizon"),
+]
+
+
+@pytest.mark.parametrize(("g_s", "h_s", "y_s", "replay_status"), HORIZON_CASES)
+def test_dedup_horizon(g_s: int, h_s: int | None, y_s: int, replay_status: str) -> None:
+    params = example_params(
+        allowed_lateness_ms=g_s * S, dedup_horizon_ms=None if h_s is None else h_s * S
+    )
+    batches = [
+        batch(0, 30, ev("x", 0, 5, 100)),
+        batch(1, y_s, ev("y", 0, y_s, 1)),
+        batch(2, y_s + 5, ev("x", 0, 5, 100)),
+    ]
+    after_one = M.run_model(batches[:2], params)
+    assert after_one.progress[1].watermark_after_ms == t(y_s - 10)
+    assert ("x" in after_one.seen_ids) == (replay_status == M.DUPLICATE)
+
+    model = M.run_model(batches, params)
+    assert [(e.event_id, e.batch_id, e.arrival_status) for e in model.events] == [
+        ("x", 0, M.ON_TIME),
+        ("y", 1, M.ON_TIME),
+        ("x", 2, replay_status),
+    ]
+    # x stays counted once in [0, 60), whatever the replay became.
+    [first] = [a for a in model.aggregates if a.window_start_ms == t(0)]
+    assert (first.event_count, first.amount_sum, first.revision) == (1, 100, 1)
+    replays = [e for e in model.late_events if e.event_id == "x"]
+    if replay_status == M.LATE:  # beyond the horizon: in the late side output too
+        [late] = replays
+        assert (late.batch_id, late.window_end_ms, late.watermark_at_arrival_ms) == (
+            2,
+            t(60),
+            t(y_s - 10),
+        )
+        assert late.lateness_ms == (y_s - 10 - 60) * S >= g_s * S
+    else:
+        assert replays == []
+
+
+def test_dedup_horizon_forgets_after_the_batch_that_moved_the_watermark() -> None:
+    # The rule uses the batch's watermark_after: x is forgotten at the end of batch 1, not
+    # while batch 1 is classified (its watermark_before, 95 - 10 = 85, is below 90).
+    params = example_params(dedup_horizon_ms=30 * S)
+    model = M.run_model(
+        [batch(0, 95, ev("x", 0, 5, 100), ev("y", 0, 95, 1)), batch(1, 100, ev("x", 0, 5, 7))],
+        params,
+    )
+    assert model.progress[0].watermark_after_ms == t(85)
+    assert "x" in model.seen_ids
+    assert [e.arrival_status for e in model.events] == [M.ON_TIME, M.ON_TIME, M.DUPLICATE]
+    model.process(batch(2, 100, ev("z", 0, 100, 1)))  # WM 90: 60 + 0 + 30 <= 90
+    assert "x" not in model.seen_ids
+
+
+@pytest.mark.parametrize("horizon", [0, 30 * S, None])
+def test_drain_forgets_every_id(horizon: int | None) -> None:
+    # The drain ends the input: nothing is left to deduplicate against.
+    model = M.run_model(
+        [batch(0, 30, ev("x", 0, 5, 100), ev("y", 0, 25, 1))],
+        example_params(dedup_horizon_ms=horizon),
+    )
+    assert set(model.seen_ids) == {"x", "y"}  # WM 15: nothing can be forgotten yet
+    model.drain()
+    assert model.seen_ids == {}
 
 
 # -- randomized properties of the model -----------------------------------------------------
@@ -340,6 +426,64 @@ def test_emitted_revisions_are_consecutive_and_closed(stream: H.Stream) -> None:
         assert [r.event_count for r in rows] == sorted(
             {r.event_count for r in rows}
         )  # strictly grows
+
+
+HUGE_HORIZON_MS = 2**66  # more than any distance between int64 epoch-ms times
+
+
+@settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(stream=random_streams)
+def test_a_huge_horizon_is_no_horizon(stream: H.Stream) -> None:
+    # The horizon only forgets; one no watermark can reach forgets nothing before the drain.
+    exact = stream.run_model()
+    huge_params = dataclasses.replace(stream.params, dedup_horizon_ms=HUGE_HORIZON_MS)
+    huge = M.run_model(stream.model_batches(), huge_params, drain=stream.drain)
+    for table in ("events", "late_events", "aggregates", "quarantine", "progress"):
+        assert getattr(huge, table) == getattr(exact, table), table
+    assert huge.seen_ids == exact.seen_ids
+
+
+# Replays keep their event time (the streams' default): a forgotten id comes back late.
+same_time_streams = H.streams(max_batches=8, max_lines=12, monotone_now=False)
+
+
+@MODEL_SETTINGS
+@given(
+    stream=same_time_streams,
+    horizon=st.sampled_from([0, 500, 10_000, 60_000, 600_000, None]),
+)
+def test_first_arrivals_balance_whatever_the_horizon(stream: H.Stream, horizon: int | None) -> None:
+    # The nightly's identity (batch/reconcile.py): first arrivals per window = stream answer +
+    # late rows that are first arrivals; late rows of repeats (beyond the horizon) are neither.
+    params = dataclasses.replace(stream.params, dedup_horizon_ms=horizon)
+    model = M.run_model(stream.model_batches(), params, drain=True)
+    first: dict[str, M.EventRow] = {}
+    for e in sorted(model.events, key=lambda e: (e.batch_id, *_line_order(stream, e))):
+        first.setdefault(e.event_id, e)
+    first_lines = {(e.batch_id, e.source_file, e.source_line) for e in first.values()}
+    w = params.window_ms
+    truth = window_totals(
+        ((*M.window_of(e.event_time_ms, w), e.key), e.amount) for e in first.values()
+    )
+    explaining = [
+        e for e in model.late_events if (e.batch_id, e.source_file, e.source_line) in first_lines
+    ]
+    late = window_totals(
+        ((e.window_start_ms, e.window_end_ms, e.key), e.amount) for e in explaining
+    )
+    answer = {i: [a.event_count, a.amount_sum] for i, a in model.answer().items()}
+    for ident in {*truth, *late, *answer}:
+        stream_side, late_side = answer.get(ident, [0, 0]), late.get(ident, [0, 0])
+        expected = [stream_side[0] + late_side[0], stream_side[1] + late_side[1]]
+        assert truth.get(ident, [0, 0]) == expected, ident
+    repeats = [e for e in model.late_events if e not in explaining]
+    assert all(e.event_id in first for e in repeats)
+    if horizon is None:
+        assert repeats == []
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,7 +4,8 @@
 the file source reads it) with the arrival clock, so each batch's processing time is its
 file's mtime. Two inputs, three runs, shared by all tests (module-scoped fixtures):
 
-* MAIN (partition-min, W = 60 s, L = 10 s, G = 30 s, idle 60 s, skew 120 s): an idle
+* MAIN (partition-min, W = 60 s, L = 10 s, G = 30 s, dedup horizon 60 s, idle 60 s, skew
+  120 s): an idle
   partition that rejoins with old data, an allowed-late revision and eviction, late events,
   duplicates of every kind, every malformed kind, a clock running ahead; then a drain.
 * LAG, run under partition-min and under global-max: partition 1 lags partition 0.
@@ -24,7 +25,6 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from stream_tables import (
     T0_MS,
     collect,
@@ -33,8 +33,8 @@ from stream_tables import (
 )
 
 from streaming.job import BatchProcessor, StreamParams
-from tally import tables as T
-from tally.events import split_lines
+from streaming.state import StateStore
+from tally.events import text_lines, text_reader
 
 S = 1000  # ms per second
 W = 60 * S
@@ -137,7 +137,8 @@ MAIN_BATCHES: list[tuple[int, list[str]]] = [
     (200, [event("g", 190, 4, 1)]),
     # B4: p0 rejoins with old data: i is late; h beyond G as well; no regression.
     (260, [LATE_I, event("h", 50, 500, 1)]),
-    # B5: a replay of the late event i, and of c (its window evicted): both duplicates.
+    # B5: a replay of the late event i, and of c (its window evicted, its id remembered for
+    # the 60 s dedup horizon): both duplicates.
     (330, [LATE_I, C]),
     # B6: kk is 620 s ahead of now (> skew 120 s): counted, flagged, clipped to now + 120 s.
     (400, [event("m", 395, 11, 1), event("kk", 1020, 77, 1)]),
@@ -150,6 +151,7 @@ MAIN_PARAMS = dict(
     max_clock_skew_ms=120 * S,
     watermark_policy="partition-min",
     arrival_clock=True,
+    dedup_horizon_ms=60 * S,
 )
 
 LAG_BATCHES: list[tuple[int, list[str]]] = [
@@ -178,22 +180,33 @@ class Run:
     quarantine: list[dict[str, Any]]
     late: list[dict[str, Any]]
     aggregates: list[dict[str, Any]]
-    dedup_ids: dict[int, set[str]]  # batch -> ids in dedup_state at the version it wrote
-    open_windows: dict[int, list[tuple[int, str, int, int, int]]]  # batch -> window_state
+    dedup_ids: dict[int, set[str]]  # batch -> remembered ids in the state files it wrote
+    open_windows: dict[int, list[tuple[int, str, int, int, int]]]  # batch -> open windows
     identity: list[dict[str, Any]]
 
 
 def read_batch(spark: SparkSession, path: Path) -> DataFrame:
-    return (
-        spark.read.format("text")
-        .option("wholetext", True)
-        .load(str(path))
-        .select(
-            "value",
-            F.col("_metadata.file_path").alias("source_file"),
-            F.col("_metadata.file_modification_time").alias("source_mtime"),
+    """The lines of one file as the file source gives them to a micro-batch."""
+    return text_reader(spark.read).load(str(path)).transform(text_lines)
+
+
+def read_state(
+    store: StateStore,
+    batch_id: int,
+    dedup_ids: dict[int, set[str]],
+    open_windows: dict[int, list[tuple[int, str, int, int, int]]],
+) -> None:
+    state, dedup = store.read(batch_id)
+    dedup_ids[batch_id] = {r["event_id"] for r in dedup.select("event_id").collect()}
+    open_windows[batch_id] = sorted(
+        (
+            (r["window_start"] - T0_MS) // S,
+            r["key"],
+            r["event_count"],
+            r["amount_sum"],
+            r["emitted_revision"],
         )
-        .transform(split_lines)
+        for r in collect(state)
     )
 
 
@@ -208,6 +221,8 @@ def run(
     warehouse = str(root / "warehouse")
     proc = BatchProcessor(spark, StreamParams(warehouse=warehouse, **params))
     proc.set_app_id("t")
+    dedup_ids: dict[int, set[str]] = {}
+    open_windows: dict[int, list[tuple[int, str, int, int, int]]] = {}
     inputs = root / "in"
     inputs.mkdir(parents=True)
     for batch_id, (now, lines) in enumerate(batches):
@@ -216,27 +231,14 @@ def run(
         ns = at(now) * 1_000_000
         os.utime(path, ns=(ns, ns))
         proc.process(read_batch(spark, path), batch_id)
+        if batch_id in state_batches:  # read back the state files the batch wrote
+            read_state(proc.store, batch_id, dedup_ids, open_windows)
     if drain:
         assert proc.drain()
+        drain_id = len(batches)
+        if drain_id in state_batches:
+            read_state(proc.store, drain_id, dedup_ids, open_windows)
     progress = {r["batch_id"]: r for r in collect_table(spark, warehouse, "stream_progress")}
-    dedup_ids: dict[int, set[str]] = {}
-    open_windows: dict[int, list[tuple[int, str, int, int, int]]] = {}
-    for batch_id, row in progress.items():
-        if batch_id not in state_batches:
-            continue
-        dedup = T.read_table(spark, warehouse, "dedup_state", row["dedup_state_version"])
-        dedup_ids[batch_id] = {r["event_id"] for r in dedup.select("event_id").collect()}
-        state = T.read_table(spark, warehouse, "window_state", row["window_state_version"])
-        open_windows[batch_id] = sorted(
-            (
-                (r["window_start"] - T0_MS) // S,
-                r["key"],
-                r["event_count"],
-                r["amount_sum"],
-                r["emitted_revision"],
-            )
-            for r in collect(state)
-        )
     return Run(
         warehouse=warehouse,
         progress=progress,
@@ -328,7 +330,7 @@ def test_every_event_is_logged_with_its_status(main_run: Run) -> None:
             (4, "i", 1, "late"),
             (4, "h", 2, "late"),
             (5, "i", 1, "duplicate"),  # replay of a late event: not a second late event
-            (5, "c", 2, "duplicate"),  # replay from beyond the dedup state (window evicted)
+            (5, "c", 2, "duplicate"),  # window evicted, id still within the dedup horizon
             (6, "m", 1, "on_time"),
             (6, "kk", 2, "on_time"),
         ]
@@ -424,8 +426,10 @@ def test_emissions_revisions_and_eviction(main_run: Run) -> None:
 
 
 def test_dedup_state_is_bounded_by_the_watermark(main_run: Run) -> None:
+    # An id is remembered while window_end + G + horizon (30 s + 60 s) > WM after the batch.
     assert main_run.dedup_ids[2] == {"a", "n", "b", "c", "d", "e", "f"}
-    assert main_run.dedup_ids[3] == {"g"}
+    # WM 180: [0,60) forgotten (60 + 90 <= 180); [60,120) kept until 210 (c, d, f).
+    assert main_run.dedup_ids[3] == {"c", "d", "f", "g"}
     assert main_run.dedup_ids[6] == {"kk"}
     assert main_run.dedup_ids[7] == set()
 
@@ -503,6 +507,40 @@ def test_accounting_identity_after_drain(main_run: Run) -> None:
     assert [k for k, r in checked.items() if not r["ok"]] == []
     # [0,60): a, b, e, h = 1650 = stream 1150 (rev 2) + late 500
     assert (checked[(0, "k")]["ev_sum"], checked[(0, "k")]["late_sum"]) == (1650, 500)
+    assert (checked[(60, "k")]["ev_sum"], checked[(60, "k")]["late_sum"]) == (39, 20)
+
+
+# --- beyond the dedup horizon ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def no_horizon_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """MAIN's input again with a dedup horizon of 0: ids are forgotten as soon as their
+    window stops changing."""
+    return run(
+        spark,
+        tmp_path_factory.mktemp("no_horizon"),
+        MAIN_BATCHES,
+        {**MAIN_PARAMS, "dedup_horizon_ms": 0},
+        drain=True,
+    )
+
+
+def test_beyond_the_dedup_horizon_a_replay_is_late_and_the_books_still_balance(
+    main_run: Run, no_horizon_run: Run
+) -> None:
+    # B5 replays i (late in B4) and c (counted on time in B1); both ids were forgotten at WM
+    # 180 (window end 120 + G 30 <= 180): the stream cannot tell them from new late events.
+    changed = sorted(set(statuses(no_horizon_run)) - set(statuses(main_run)))
+    assert changed == [(5, "c", 2, "late"), (5, "i", 1, "late")]
+    late = Counter((r["event_id"], r["batch_id"]) for r in no_horizon_run.late)
+    assert late == Counter({("i", 4): 1, ("h", 4): 1, ("i", 5): 1, ("c", 5): 1})
+    # Everything else is as with the horizon: the same windows, the same totals.
+    assert aggregates(no_horizon_run) == aggregates(main_run)
+    # The nightly counts an event once (first arrival) and explains a gap only with a late
+    # row that is its id's first arrival: the two repeats change nothing, no residual.
+    checked = {((r["window_start"] - T0_MS) // S, r["key"]): r for r in no_horizon_run.identity}
+    assert [k for k, r in checked.items() if not r["ok"]] == []
     assert (checked[(60, "k")]["ev_sum"], checked[(60, "k")]["late_sum"]) == (39, 20)
 
 

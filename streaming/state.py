@@ -1,0 +1,132 @@
+"""The stream's own state between micro-batches: files in the checkpoint, named by batch id.
+
+Users never query this state, so it is not a Delta table: a Delta commit per state table per
+batch cost more than the rest of a small batch. It lives beside Spark's own checkpoint, on
+any Hadoop file system (a local directory, `s3a://...`), under `<checkpoint>/tally/`:
+
+    clock/<batch_id>            the processing time the batch first ran with (epoch ms, text)
+    state/<batch_id>/windows    open windows after the batch (Parquet, `WINDOWS_DDL`)
+    state/<batch_id>/dedup      remembered event ids after the batch (Parquet, `DEDUP_DDL`)
+
+State written by batch N is read only by a replay of batch N + 1 in a new process (a restart);
+a running stream keeps the state it computed in memory for the next batch. The files of
+batch N are complete (Spark's `_SUCCESS`) before batch N's `stream_progress` row is written,
+and nothing a later batch needs is deleted before that row exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+WINDOWS_DDL = (
+    "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
+    "amount_sum BIGINT, emitted_revision INT"
+)
+DEDUP_DDL = "event_id STRING, window_end TIMESTAMP"
+
+
+def _schema(ddl: str) -> StructType:
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    return schema
+
+
+def empty(spark: SparkSession, ddl: str) -> DataFrame:
+    """An empty frame of `ddl`, built in the JVM (no Python workers)."""
+    return spark.range(0).select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in _schema(ddl).fields]
+    )
+
+
+@dataclass(frozen=True)
+class StateStore:
+    """Where one stream keeps its state: `<checkpoint>/tally`."""
+
+    spark: SparkSession
+    checkpoint: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.checkpoint.rstrip('/')}/tally"
+
+    def state_dir(self, batch_id: int) -> str:
+        return f"{self.root}/state/{batch_id}"
+
+    def clock_file(self, batch_id: int) -> str:
+        return f"{self.root}/clock/{batch_id}"
+
+    # -- the Hadoop file system, through the JVM (works for every scheme Spark reads) -----
+    def _fs_path(self, location: str):  # type: ignore[no-untyped-def]
+        jvm = self.spark._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        return path.getFileSystem(self.spark._jsc.hadoopConfiguration()), path
+
+    def _exists(self, location: str) -> bool:
+        fs, path = self._fs_path(location)
+        return bool(fs.exists(path))
+
+    def _delete(self, location: str) -> None:
+        fs, path = self._fs_path(location)
+        fs.delete(path, True)
+
+    # -- the batch clock ----------------------------------------------------------------------
+    def recorded_clock(self, batch_id: int) -> int | None:
+        """The processing time an earlier attempt of `batch_id` recorded, if any. A file left
+        half-written by a crash reads as no record (it was the attempt's first write)."""
+        location = self.clock_file(batch_id)
+        if not self._exists(location):
+            return None
+        fs, path = self._fs_path(location)
+        stream = fs.open(path)
+        try:
+            jvm = self.spark._jvm
+            assert jvm is not None
+            text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")).strip()
+        finally:
+            stream.close()
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    def record_clock(self, batch_id: int, now_ms: int) -> None:
+        fs, path = self._fs_path(self.clock_file(batch_id))
+        out = fs.create(path, True)
+        try:
+            out.write(bytearray(f"{now_ms}\n".encode("ascii")))
+        finally:
+            out.close()
+
+    # -- window and dedup state ---------------------------------------------------------------
+    def write_windows(self, batch_id: int, windows: DataFrame) -> None:
+        windows.write.mode("overwrite").parquet(f"{self.state_dir(batch_id)}/windows")
+
+    def write_dedup(self, batch_id: int, dedup: DataFrame) -> None:
+        dedup.write.mode("overwrite").parquet(f"{self.state_dir(batch_id)}/dedup")
+
+    def read(self, batch_id: int) -> tuple[DataFrame, DataFrame]:
+        """Batch `batch_id`'s (windows, dedup) state, written completely before its progress
+        row: missing files mean the checkpoint and the warehouse do not belong together."""
+        base = self.state_dir(batch_id)
+        for part in ("windows", "dedup"):
+            if not self._exists(f"{base}/{part}/_SUCCESS"):
+                raise FileNotFoundError(
+                    f"stream state of batch {batch_id} missing at {base}/{part}: was the "
+                    "checkpoint moved or deleted apart from the warehouse?"
+                )
+        reader = self.spark.read
+        return (
+            reader.schema(_schema(WINDOWS_DDL)).parquet(f"{base}/windows"),
+            reader.schema(_schema(DEDUP_DDL)).parquet(f"{base}/dedup"),
+        )
+
+    def forget_before(self, batch_id: int) -> None:
+        """Once `batch_id` committed, delete what no replay can need. A replay of `batch_id`
+        itself (Spark had not recorded it) reads the state of `batch_id` - 1 and the clock of
+        `batch_id`; a later batch reads the state of `batch_id`. Older files go."""
+        if batch_id >= 2:
+            self._delete(self.state_dir(batch_id - 2))
+        if batch_id >= 1:
+            self._delete(self.clock_file(batch_id - 1))

@@ -1,0 +1,59 @@
+"""The first-arrival rule, shared by the batch layer and the report: an `event_id` is counted
+once, by its first arrival in the event log (arrival order: `tally.vocabulary.ARRIVAL_ORDER`).
+
+The stream deduplicates only within its dedup horizon (docs/semantics.md): a repeat of an id
+it has forgotten is classified like a new event, normally `late`, and also lands in the late
+side output. Such a row is not a first arrival: it explains no gap, because the batch truth
+(first arrivals) does not count it either. `with_first_arrival` tells the two apart by the
+line that produced a row (`LINE_IDENTITY`), so a row written twice for one line (which no
+exactly-once stream does) is still seen as twice the same line, never hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from tally.vocabulary import ARRIVAL_ORDER, LATE_ARRIVAL_ORDER
+
+# The input line a row of `events` or `late_events` came from (and its event_id).
+LINE_IDENTITY = ("event_id", "app_id", "batch_id", "source_file", "source_line")
+FIRST_ARRIVAL = "first_arrival"
+
+
+def first_arrivals(events: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
+    """One row per `event_id`: its first arrival in `order` (a window function, in the JVM)."""
+    rank = F.row_number().over(Window.partitionBy("event_id").orderBy(*order))
+    return events.withColumn("_arrival_rank", rank).where("_arrival_rank = 1").drop("_arrival_rank")
+
+
+def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """`rows` (with the `LINE_IDENTITY` columns) plus a BOOLEAN `first_arrival`: whether the
+    row's line is the first arrival of its `event_id` in the event log `events`.
+
+    Only the copies of the ids in `rows` are ranked (a semi-join on the log), so the cost is
+    one scan of the log's arrival columns plus a sort of those few copies.
+    """
+    columns = list(dict.fromkeys((*LINE_IDENTITY, *ARRIVAL_ORDER)))
+    copies = events.select(*columns).join(
+        rows.select("event_id").distinct(), "event_id", "left_semi"
+    )
+    first = first_arrivals(copies).select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
+    same_line = reduce(
+        lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_first_{c}")) for c in LINE_IDENTITY]
+    )
+    return rows.join(first, same_line, "left").select(
+        *rows.columns,
+        F.col("_first_event_id").isNotNull().alias(FIRST_ARRIVAL),
+    )
+
+
+def explaining_late(late: DataFrame) -> DataFrame:
+    """The late side-output rows that explain a gap between batch and stream: of `late` (rows
+    of `late_events` with `first_arrival`, see `with_first_arrival`), those that are the first
+    arrival of their event_id, each event_id once."""
+    firsts = late.where(F.col(FIRST_ARRIVAL)).drop(FIRST_ARRIVAL)
+    return first_arrivals(firsts, LATE_ARRIVAL_ORDER)
