@@ -404,13 +404,17 @@ class BatchProcessor:
     def _read_batch(raw_batch: DataFrame, batch_id: int, started: float) -> BatchInput:
         """Each line is read and parsed once, then numbered; valid events and quarantine both
         come from here."""
-        parsed = parse_lines(with_row_ids(raw_batch)).persist()
-        # Numbering reads the parsed lines twice (split sizes, then each line): from memory.
-        lines = number_lines(parsed).persist()
+        if SPLIT_START in raw_batch.columns:  # file lines: numbered here, from their splits
+            parsed = parse_lines(with_row_ids(raw_batch)).persist()
+            # Numbering reads the parsed lines twice (split sizes, then each line): from memory.
+            lines = number_lines(parsed).persist()
+        else:  # the source numbered its lines (`source_line`) itself
+            parsed, lines = None, parse_lines(raw_batch).persist()
         raw_stats = lines.agg(
             F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
         ).first()
-        parsed.unpersist()
+        if parsed is not None:
+            parsed.unpersist()
         assert raw_stats is not None
         log.debug("batch %d: read and parse %.2f s", batch_id, time.monotonic() - started)
         return BatchInput(

@@ -1,9 +1,10 @@
 """Run the real speed layer (`BatchProcessor`) over hand-made micro-batches and read it back.
 
 Each batch is one or more JSONL files written to a temporary directory with a chosen
-modification time, read with the same reader the file source uses (whole text, file path and
-mtime from `_metadata`, then `streaming.source.split_lines`), so the job runs its real code
-path with the arrival clock: a batch's processing time is its newest file's mtime.
+modification time, read as the file source reads them (`tally.events.text_lines`: one row per
+line, file path and mtime from `_metadata`, numbered by `tally.events.number_lines`), so the job
+runs its real code path with the arrival clock: a batch's processing time is its newest file's
+mtime.
 
 Results come back as the reference model's row tuples (tests/reference_model.py), times as
 epoch milliseconds (converted in the JVM with unix_millis: collect() would give naive local
@@ -51,20 +52,10 @@ def write_file(directory: Path, f: InputFile) -> str:
 
 
 def read_raw(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """Raw lines of `paths` as the file source produces them."""
-    from tally.events import split_lines
+    """Raw lines of `paths` (`tally.events.LINE_COLUMNS`), numbered as the file source's."""
+    from tally.events import read_jsonl_lines
 
-    files = (
-        spark.read.format("text")
-        .option("wholetext", True)
-        .load(list(paths))
-        .select(
-            "value",
-            F.col("_metadata.file_path").alias("source_file"),
-            F.col("_metadata.file_modification_time").alias("source_mtime"),
-        )
-    )
-    return split_lines(files)
+    return read_jsonl_lines(spark, list(paths))
 
 
 def stream_params(warehouse: str, params: M.Params) -> Any:
@@ -79,6 +70,11 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         max_clock_skew_ms=params.max_clock_skew_ms,
         watermark_policy=params.policy,
         arrival_clock=True,
+        # The model's None (remember every id) is, for the job, a horizon longer than any
+        # test stream.
+        dedup_horizon_ms=(
+            params.dedup_horizon_ms if params.dedup_horizon_ms is not None else 10**12
+        ),
     )
 
 
@@ -444,6 +440,7 @@ def streams(
             idle_timeout_ms=draw(st.sampled_from([0, 30_000, 90_000])),
             max_clock_skew_ms=draw(st.sampled_from([5_000, 60_000])),
             policy=draw(st.sampled_from(list(policies))),
+            dedup_horizon_ms=draw(st.sampled_from([None, 0, 20_000])),
         )
         partitions = draw(st.integers(2, 3))
         lag_ms = [draw(st.sampled_from([0, 0, 15_000, 45_000])) for _ in range(partitions)]
