@@ -75,6 +75,15 @@ def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> 
     )
 
 
+def _fence() -> Column:
+    """An optimizer fence, always true. Catalyst pushes a filter on `parse_lines`' output (e.g.
+    `split_parsed`'s `reason IS NULL`) down through deterministic projections, inlining every
+    column it reads, each parse in them many times over, into the filter. spark_partition_id()
+    is nondeterministic, so no filter passes the projection computing `reason`; columns that
+    nobody reads are still pruned (counting lines does not parse them)."""
+    return F.spark_partition_id() >= 0
+
+
 def _event_time(text: Column, line: Column) -> Column:
     """event_time's JSON text -> timestamp; null unless epoch milliseconds (a JSON integer) or
     ISO-8601 with a zone. The typed view's text equals the text view's (one converter)."""
@@ -172,7 +181,7 @@ def parse_lines(raw: DataFrame) -> DataFrame:
         F.when(valid, extra).alias("extra"),
         *provenance,
         F.when(~valid, line).alias("raw_line"),
-        F.col("_reason").alias("reason"),
+        F.when(_fence(), F.col("_reason")).alias("reason"),
     )
 
 
@@ -255,7 +264,8 @@ def number_lines(lines: DataFrame) -> DataFrame:
     file's earlier splits) gives each split's first line number, joined back by broadcast.
     `lines` is evaluated twice (the aggregate and the join): the row ids must be the same both
     times, so persist `lines` first, or let both evaluations re-read the same files (a batch
-    read of fixed paths, a micro-batch of the file source) straight from `text_lines`.
+    read of fixed paths, a micro-batch of the file source) straight from `text_lines`. Each
+    file must be read once: two copies of a file would be numbered as one.
     """
     if lines.isStreaming:
         raise ValueError("number_lines: number a micro-batch (foreachBatch), not the stream")
@@ -275,9 +285,9 @@ def number_lines(lines: DataFrame) -> DataFrame:
             F.coalesce(F.sum("_lines").over(earlier), F.lit(0)).alias("_lines_before"),
         )
     )
-    number = (F.col("_lines_before") + (F.col(ROW_ID) - F.col("_first_row")) + F.lit(1)).cast(
-        "long"
-    )
+    number = F.col("_lines_before") + (F.col(ROW_ID) - F.col("_first_row")) + F.lit(1)
+    # Never null (an inner join on a split's own rows); the coalesce keeps the column NOT NULL.
+    number = F.coalesce(number, F.lit(0)).cast("long")
     columns: list[Column] = []
     for name in lines.columns:
         if name in (SPLIT_START, ROW_ID):
@@ -290,39 +300,9 @@ def number_lines(lines: DataFrame) -> DataFrame:
 
 def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:
     """The numbered lines (`LINE_COLUMNS`) of JSONL files (a file, a directory, or a list of
-    files): batch. Lazy; each evaluation re-reads the files (see `number_lines`)."""
+    files, each once): batch. Lazy; each evaluation re-reads the files (see `number_lines`)."""
+    if not isinstance(paths, str) and len(set(paths)) < len(paths):
+        # Two reads of one file would share its splits, and their lines' numbers.
+        raise ValueError("read_jsonl_lines: a path is listed more than once")
     text = text_reader(spark.read).load(paths)
     return text.transform(text_lines).transform(number_lines)
-
-
-# -- legacy whole-file reading --------------------------------------------------------------------
-# Kept only while streaming/source.py still reads files whole (`wholetext`); new code uses
-# text_lines + number_lines, which need no whole-file read.
-
-
-def whole_files(text_frame: DataFrame) -> DataFrame:
-    """A `wholetext` text read (batch or streaming) -> (`value`, `source_file`, `source_mtime`).
-    Legacy: see `text_lines`."""
-    return text_frame.select(
-        "value",
-        F.col("_metadata.file_path").alias("source_file"),
-        F.col("_metadata.file_modification_time").alias("source_mtime"),
-    )
-
-
-def split_lines(files: DataFrame) -> DataFrame:
-    """Whole files (`value`, `source_file`, `source_mtime`) -> one row per line, numbered
-    (`LINE_COLUMNS`). A final newline does not make an extra empty line. Legacy: see
-    `text_lines` and `number_lines`."""
-    body = F.regexp_replace(F.col("value"), r"\r?\n$", "")
-    lines = F.when(F.col("value") == "", F.array().cast("array<string>")).otherwise(
-        F.split(body, r"\r?\n")
-    )
-    return files.select(
-        "source_file", "source_mtime", F.posexplode(lines).alias("pos", "raw_line")
-    ).select(
-        "raw_line",
-        "source_file",
-        (F.col("pos") + 1).cast("long").alias("source_line"),
-        "source_mtime",
-    )
