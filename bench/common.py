@@ -1,6 +1,7 @@
 """Helpers every section uses: the inputs' shapes, statistics, the machine, Delta logs read
-from the outside, the phase tracer. Stdlib only (no Spark), so `bench.run` and with it
-`tally --help` load without Spark."""
+from the outside, and engine processes timed and measured from the outside (wall clock, peak
+RSS of the process tree). Stdlib only at import time (no Spark, no psutil), so `bench.run`
+and with it `tally --help` load without Spark."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -94,12 +95,32 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
     return float(ordered[int(rank) - 1])
 
 
-def quarter_medians(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Medians of the first and the last quarter of a series (at least one value each)."""
+def edge_medians(
+    values: Sequence[float], fraction: float = 0.1
+) -> tuple[float | None, float | None]:
+    """Medians of the first and the last `fraction` of a series (at least one value each)."""
     if not values:
         return None, None
-    q = max(1, len(values) // 4)
-    return statistics.median(values[:q]), statistics.median(values[-q:])
+    n = max(1, int(len(values) * fraction))
+    return statistics.median(values[:n]), statistics.median(values[-n:])
+
+
+def flatness(first: float | None, last: float | None, tolerance: float) -> dict[str, Any]:
+    """last / first and whether it is within `tolerance` (a series that starts and ends at 0
+    is flat; one that grows from 0 is not)."""
+    if first is None or last is None:
+        ratio = None
+    elif first:
+        ratio = last / first
+    else:
+        ratio = 1.0 if not last else None
+    return {
+        "first": first,
+        "last": last,
+        "ratio": ratio,
+        "tolerance": tolerance,
+        "flat": ratio is not None and ratio <= tolerance,
+    }
 
 
 @contextmanager
@@ -240,76 +261,121 @@ def file_commit_times(table_dir: str) -> dict[str, int]:
     return out
 
 
-# -- a phase tracer (timings taken from outside the measured code) --------------------------------
+# -- engine processes, measured from the outside --------------------------------------------------
+
+
+class EngineFailed(RuntimeError):
+    """An engine process exited with an error (the message ends with its stderr's tail)."""
 
 
 @dataclass
-class Span:
-    label: str
-    start: float
-    end: float
-    depth: int
-    batch: int | None
+class ProcessRun:
+    """One engine process: wall seconds from start to exit (JVM start included), peak RSS of
+    its process tree (the Python driver, the JVM, any Python workers), where its output went."""
 
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
+    name: str
+    seconds: float
+    returncode: int
+    peak_rss_bytes: int
+    started_epoch: float  # time.time() just before the process started
+    stdout: Path
+    stderr: Path
+    samples: int
 
 
-class Tracer:
-    """Nested spans (label, start, end); `breakdown()` splits every top-level span into its
-    direct children and the time between them ("inline before <next child>")."""
+def tree_rss(pid: int) -> int:
+    """Resident set size of a process and its descendants (bytes; 0 once it is gone). A child
+    with its parent's command line is a fork that has not exec'd yet (the JVM forks to run
+    shell commands): it shares its parent's pages copy-on-write and is not counted again."""
+    import psutil
 
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self._depth = 0
-        self.batch: int | None = None
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    cmdlines: dict[int, list[str]] = {}
+    for proc in procs:
+        with suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            cmdlines[proc.pid] = cmdline
+            if proc.pid != pid and cmdlines.get(proc.ppid()) == cmdline:
+                continue
+            total += int(proc.memory_info().rss)
+    return total
 
-    @contextmanager
-    def span(self, label: str) -> Iterator[None]:
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_process(
+    name: str,
+    argv: Sequence[str],
+    log_dir: Path,
+    poll_s: float = 0.25,
+    sample: Callable[[float, int], None] | None = None,
+    timeout_s: float = 3600.0,
+    env: dict[str, str] | None = None,
+) -> ProcessRun:
+    """Run `argv` (stdout and stderr to `log_dir/<name>.out|.err`), polling every `poll_s`
+    the RSS of its process tree; `sample(seconds since start, tree RSS)` is called at every
+    poll. Raises EngineFailed on a non-zero exit or after `timeout_s`."""
+    import subprocess
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    environment = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    peak = samples = 0
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        started_epoch = time.time()
         start = time.monotonic()
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            self.spans.append(Span(label, start, time.monotonic(), self._depth, self.batch))
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=stdout,
+            stderr=stderr,
+            cwd=str(Path(__file__).resolve().parent.parent),
+            env=environment,
+        )
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            elapsed = time.monotonic() - start
+            rss = tree_rss(proc.pid)
+            peak = max(peak, rss)
+            samples += 1
+            if sample is not None:
+                sample(elapsed, rss)
+            if elapsed > timeout_s:
+                proc.kill()
+                proc.wait()
+                raise EngineFailed(f"{name}: killed after {timeout_s:.0f} s\n{tail(err)}")
+        seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise EngineFailed(f"{name}: exit code {proc.returncode}\n{tail(err)}")
+    return ProcessRun(name, seconds, proc.returncode, peak, started_epoch, out, err, samples)
 
-    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            with self.span(label):
-                return fn(*args, **kwargs)
 
-        return wrapped
-
-    def tops(self, label: str) -> list[Span]:
-        """The top-level spans called `label` (e.g. one per micro-batch), in order of ending."""
-        return [s for s in self.spans if s.label == label and s.depth == 0]
-
-    def breakdown(self, top: str) -> dict[str, float]:
-        """Seconds per phase, summed over every `top` span (e.g. one per micro-batch)."""
-        totals: dict[str, float] = {}
-        for outer in self.tops(top):
-            children = sorted(
-                (
-                    s
-                    for s in self.spans
-                    if s.depth == 1 and outer.start <= s.start and s.end <= outer.end
-                ),
-                key=lambda s: s.start,
-            )
-            cursor = outer.start
-            for child in children:
-                gap = child.start - cursor
-                if gap > 0:
-                    key = f"inline before {child.label}"
-                    totals[key] = totals.get(key, 0.0) + gap
-                totals[child.label] = totals.get(child.label, 0.0) + (child.end - child.start)
-                cursor = child.end
-            tail = outer.end - cursor
-            if tail > 0:
-                totals["inline at the end"] = totals.get("inline at the end", 0.0) + tail
-        return totals
-
-    def total(self, top: str) -> float:
-        return sum(s.seconds for s in self.tops(top))
+def dir_bytes(path: Path) -> int | None:
+    """Total size of the files under `path` (None if it vanished while being walked)."""
+    total = 0
+    try:
+        for root, _dirs, files in os.walk(path):
+            for f in files:
+                total += os.stat(os.path.join(root, f)).st_size
+    except FileNotFoundError:
+        return None
+    return total

@@ -1,173 +1,227 @@
-"""Findings: plain sentences from the numbers, where the time goes and what would close gaps
-(the "Findings" list of `benchmarks.md`, printed by `tally bench`)."""
+"""Findings: plain sentences from the measured numbers, one or two per target (met or
+missed, with the numbers); when a target is missed, the phase where the time goes, from the
+measured phase table (the "Findings" list of `benchmarks.md`, printed by `tally bench`).
+Sections carried over from an earlier run say when they were measured."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.probe import LATE_CHECK, PHASE_NAMES
-
-READ_PHASE = PHASE_NAMES["inline before processing time"]
-
 
 def findings(r: dict[str, Any]) -> list[str]:
-    """One sentence (or a few) per section that ran."""
+    """One sentence (or a few) per section with results."""
     out: list[str] = []
-    sp, lat, st, ni = r.get("speed"), r.get("latency"), r.get("state"), r.get("nightly")
-    if sp:
-        out += _speed(sp, st)
-    if lat and "tally" in lat["engines"]:
-        out.append(_latency(lat))
-    if st:
-        out.append(_state(st))
-    if ni and ni["sizes"]:
-        out.append(_nightly(ni))
+    sections = (
+        ("speed", _speed),
+        ("state", _fixed_cost),
+        ("latency", _latency),
+        ("state", _state),
+        ("bigfile", _bigfile),
+        ("nightly", _nightly),
+    )
+    for name, describe in sections:
+        section = r.get(name)
+        if not section:
+            continue
+        sentences = describe(section)
+        if name in (r.get("carried") or []):
+            when = (r.get("measured") or {}).get(name, "an earlier run")
+            sentences = [f"{s} (measured {when}, carried over)" for s in sentences]
+        out += sentences
     return out
 
 
-# -- the speed layer ------------------------------------------------------------------------------
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
-def _speed(sp: dict[str, Any], st: dict[str, Any] | None) -> list[str]:
-    b = sp["tally_breakdown"]
-    per_batch = b.get("median_batch_s") or b["seconds"] / max(1, b["batches"])
-    out = [_throughput(sp, per_batch)]
-    if st and st["batches"]:
-        fixed = _fixed_cost(sp, st, per_batch)
-        if fixed:
-            out.append(fixed)
-    out.append(_largest_phases(b))
-    if sp.get("parse"):
-        out.append(_unpersisted_parse(sp["parse"]))
-    out.append(_further_gaps(b["phases_s"]))
-    return out
+def _phase_words(phases: list[dict[str, Any]], key: str = "median_s", top: int = 2) -> str:
+    """'<phase> 1.2 s (40 %, what it does), then <phase> 0.8 s (25 %)'."""
+    ranked = sorted(phases, key=lambda p: -p[key])[:top]
+    words = []
+    for i, p in enumerate(ranked):
+        text = f"`{p['phase']}` {p[key]:.2f} s ({100 * p['share']:.0f} %"
+        text += f": {p['what']})" if i == 0 and p.get("what") else ")"
+        words.append(text)
+    return ", then ".join(words)
 
 
-def _throughput(sp: dict[str, Any], per_batch: float) -> str:
-    b = sp["tally_breakdown"]
-    wall = b["seconds"]
-    writes = {k: v for k, v in b["phases_s"].items() if k.startswith("write ")}
-    return (
-        f"Speed layer: tally {sp['events_per_s']['tally']['median']:,.0f} events/s vs "
-        f"plain Spark {sp['events_per_s']['plain']['median']:,.0f} (ratio "
-        f"{sp['ratio_tally_plain']:.2f}, target 0.8). A tally micro-batch of "
-        f"{sp['lines'] // max(1, b['batches']):,} lines took {per_batch:.1f} s (median); "
-        f"{100 * sum(writes.values()) / wall:.0f} % of the wall time is in the writes "
-        f"to {len(writes)} tables, one Delta commit each ("
-        + ", ".join(
-            f"{k[6:]} {v:.1f} s" for k, v in sorted(writes.items(), key=lambda kv: -kv[1])[:4]
+# -- 1. throughput --------------------------------------------------------------------------------
+
+
+def _speed(sp: dict[str, Any]) -> list[str]:
+    eps = sp["events_per_s"]
+    met = sp["met_durable"] and sp["met_agg"]
+    text = (
+        f"Throughput (whole processes, JVM start included, {sp['lines']:,} lines, "
+        f"~{sp['lines_per_batch']:,.0f}-line micro-batches): tally "
+        f"{eps['tally']['median']:,.0f} events/s, plain Spark durable "
+        f"{eps['durable']['median']:,.0f}, aggregation only {eps['agg']['median']:,.0f}, "
+        f"batch ceiling {eps['batch']['median']:,.0f}. tally / durable = "
+        f"{sp['ratio_tally_durable']:.2f} (target ≥ {sp['target_durable']}: "
+        f"{_verdict(sp['met_durable'])}); tally / aggregation only = "
+        f"{sp['ratio_tally_agg']:.2f} (target ≥ {sp['target_agg']}: {_verdict(sp['met_agg'])})."
+    )
+    if not sp["all_lines_accounted"]:
+        text += " tally's `stream_progress.input_lines` does NOT add up to the input's lines."
+    out = [text]
+    run = sp["tally_median_run"]
+    split = run.get("wall_split") or {}
+    if not met and run.get("phases"):
+        out.append(
+            f"Where tally's time goes (median run, {run['seconds']:.0f} s): start to the first "
+            f"micro-batch {split.get('startup_s') or 0:.1f} s (Python, JVM, session, tables, "
+            f"query start), inside {run['batches']} micro-batches "
+            f"{split.get('in_batches_s') or 0:.1f} s, between batches and the end "
+            f"{split.get('between_and_end_s') or 0:.1f} s. Inside a batch the largest phase "
+            f"is {_phase_words(run['phases'], 'total_s')}."
         )
-        + ")."
+    prev = sp.get("ratio_previous")
+    if prev is not None:
+        out.append(
+            f"Previous configuration (~{sp['previous_lines_per_batch']:,.0f}-line micro-batches,"
+            f" {sp['previous_files_per_trigger']} files a trigger): tally "
+            f"{eps['tally_prev']['median']:,.0f} events/s vs aggregation only "
+            f"{eps['agg_prev']['median']:,.0f} (ratio {prev:.2f})."
+        )
+    return out
+
+
+# -- 2. per-batch fixed cost ----------------------------------------------------------------------
+
+
+def _fixed_cost(st: dict[str, Any]) -> list[str]:
+    fc = st.get("fixed_cost")
+    if not fc or fc["median_batch_ms"] is None:
+        return []
+    text = (
+        f"Per-batch fixed cost: the median micro-batch of ~{fc['lines_per_batch']:,.0f} lines "
+        f"took {fc['median_batch_ms'] / 1000:.2f} s (`batch_duration_ms`, "
+        f"{fc['batches']} batches; target ≤ {fc['target_ms'] / 1000:.1f} s: "
+        f"{_verdict(fc['met'])})."
     )
+    if fc["phases"]:
+        text += (
+            (" The time goes to " if not fc["met"] else " Largest phases: ")
+            + _phase_words(fc["phases"])
+            + " (medians)."
+        )
+    appends = fc.get("appends_median_s") or {}
+    if not fc["met"] and appends:
+        text += " Median Delta appends: " + ", ".join(
+            f"{t} {s:.2f} s" for t, s in sorted(appends.items(), key=lambda kv: -kv[1])
+        )
+        text += " (side by side, so the slowest one counts)."
+    return [text]
 
 
-def _fixed_cost(sp: dict[str, Any], st: dict[str, Any], per_batch: float) -> str | None:
-    small = st["flat"]["batch_s"]["first_quarter_median"]
-    if not small:
-        return None
-    lines_per_batch = st["lines"] / max(1, len(st["batches"]))
-    big_batch = sp["lines"] // max(1, sp["tally_breakdown"]["batches"])
-    return (
-        f"Fixed cost per micro-batch: with ~{lines_per_batch:,.0f} lines a batch "
-        f"(state run) a batch still takes {small:.1f} s, i.e. about "
-        f"{100 * min(1.0, small / per_batch):.0f} % of a {big_batch:,}-line "
-        "batch is per-batch overhead (about nine Delta commits, their snapshot "
-        "updates and three `history(1)` reads) rather than per-event work."
-    )
+# -- 3. latency -----------------------------------------------------------------------------------
 
 
-def _largest_phases(b: dict[str, Any]) -> str:
-    read = b["phases_s"].get(READ_PHASE, 0.0)
-    late = b["phases_s"].get(LATE_CHECK, 0.0)
-    return (
-        f"Reading, splitting and parsing the lines is the largest phase ({read:.1f} s, "
-        f"{100 * read / b['seconds']:.0f} % of the run): the stream reads whole files and "
-        "splits them (deterministic line numbers for exactly-once replays), then parses each "
-        "line once into a persisted frame both valid events and quarantine come from. "
-        f"Second: the event-log duplicate check of late events ({late:.1f} s): a batch "
-        "with late events reads the log's ids for their dates, a cost that grows with the "
-        "day's log; a Bloom filter or an id index per date would bound it."
-    )
-
-
-def _unpersisted_parse(parse: dict[str, Any]) -> str:
-    both = parse["tally_valid_s"] + parse["tally_quarantine_s"]
-    return (
-        f"Unpersisted `tally.events.parse_events` (as `tally lateness-curve --input` "
-        f"and this benchmark's batch load use it) is much slower: on one micro-batch "
-        f"({parse['lines']:,} lines) {parse['tally_valid_s']:.1f} s for the valid "
-        f"events and {parse['tally_quarantine_s']:.1f} s for the quarantine, against "
-        f"{parse['plain_s']:.1f} s for the plain query's JSON reader "
-        f"({both / max(parse['plain_s'], 1e-9):.0f}× for both). Their optimized plans "
-        f"hold {parse['tally_valid_json_parses_in_plan']} and "
-        f"{parse['tally_quarantine_json_parses_in_plan']} `from_json` calls: Catalyst "
-        "pushes the `reason IS NULL` filter below the parse and inlines the parse into "
-        "it. The stream avoids this by persisting `parse_lines` (one parse, three "
-        "`from_json` views); the batch callers should do the same."
-    )
-
-
-def _further_gaps(phases: dict[str, float]) -> str:
-    merge = phases.get("merge batch into window state (aggregates.count)", 0.0)
-    state_write = phases.get("write window_state", 0.0)
-    pin = phases.get("plan parse/classify; pin + persist window/dedup state", 0.0)
-    return (
-        "Further gaps (streaming/job.py, streaming/logic.py; measured here, not changed): "
-        "(1) `close_windows`' `merged` (window_state full-outer-joined with the batch's "
-        "aggregate) is computed twice, once for `aggregates.count()` "
-        f"({merge:.1f} s) and again for the window_state overwrite ({state_write:.1f} s): "
-        "persist `merged`; (2) window_state and dedup_state are written as Delta tables "
-        "and read back at a pinned version (time travel) by the next batch "
-        f"({pin:.1f} s): in steady state the next batch can reuse the DataFrame this "
-        "process just wrote (as `_committed` already does for the progress row); "
-        "(3) `_write(versioned=True)` reads `history(1)` after each of its three writes; "
-        "the version is in the session conf "
-        "`spark.databricks.delta.lastCommitVersionInSession`; (4) every micro-batch pays "
-        "about nine Delta commits, so fewer, larger micro-batches (more files per "
-        "trigger) amortise the fixed per-batch cost."
-    )
-
-
-# -- latency, state, nightly ----------------------------------------------------------------------
-
-
-def _latency(lat: dict[str, Any]) -> str:
-    t = lat["engines"]["tally"]
+def _latency(lat: dict[str, Any]) -> list[str]:
+    t = lat["engines"].get("tally")
+    if not t:
+        return []
     batches = sorted(t["batch_duration_ms"])
     med = batches[len(batches) // 2] if batches else None
-    verdict = "within" if t["met"] else "over"
     text = (
-        f"Latency: p99 {(t['p99_ms'] or 0) / 1000:.1f} s is {verdict} the target "
-        f"L + 2 triggers = {lat['target_ms'] / 1000:.1f} s"
+        f"Latency at {lat['rate_events_per_s']:,} events/s, {lat['trigger_ms'] / 1000:g} s "
+        f"trigger, L = {lat['lateness_ms'] / 1000:g} s, {lat['window_ms'] / 1000:g} s windows: "
+        f"p99 {(t['p99_ms'] or 0) / 1000:.1f} s (p50 {(t['p50_ms'] or 0) / 1000:.1f} s) over "
+        f"{t['windows']} windows; target ≤ L + 2 triggers = {lat['target_ms'] / 1000:.1f} s: "
+        f"{_verdict(t['met'])}"
     )
+    if t.get("windows_missing"):
+        text += f" ({t['windows_missing']} expected windows never became readable)"
     if med is not None:
-        text += (
-            f"; the median micro-batch took {med / 1000:.1f} s against a "
-            f"{lat['trigger_ms'] / 1000:.0f} s trigger"
-        )
+        text += f"; the median micro-batch took {med / 1000:.1f} s"
         if med > lat["trigger_ms"]:
             text += (
-                ", so batches run back to back and a window waits for the batch in flight "
-                "plus its own: the per-batch fixed cost above is the latency floor"
+                f", longer than the {lat['trigger_ms'] / 1000:g} s trigger, so batches run back "
+                "to back and the per-batch cost is the latency floor"
             )
-    return text + "."
+    return [text + "."]
 
 
-def _state(st: dict[str, Any]) -> str:
+# -- 4. state -------------------------------------------------------------------------------------
+
+_STATE_LABELS = {
+    "open_windows": "open windows",
+    "state_bytes": "state bytes on disk",
+    "batch_ms": "batch time",
+    "peak_rss_mb": "driver peak RSS",
+}
+_UNITS = {"state_bytes": " B", "batch_ms": " ms", "peak_rss_mb": " MB"}
+
+
+def _state(st: dict[str, Any]) -> list[str]:
     f = st["flat"]
-    return (
-        "State: "
-        + (
-            "open-window state, dedup state and batch time stay flat"
-            if st["met"]
-            else "not flat: "
-            + ", ".join(f"{k} ×{v['ratio']:.2f}" for k, v in f.items() if not v["flat"])
-        )
-        + f" over {len(st['batches'])} micro-batches while the event log grows."
+    parts = [
+        f"{_STATE_LABELS.get(k, k)} ×{v['ratio']:.2f}" if v["ratio"] is not None else k
+        for k, v in f.items()
+    ]
+    grown = [
+        f"{_STATE_LABELS.get(k, k)} {v['first']:,.0f} → {v['last']:,.0f}{_UNITS.get(k, '')} "
+        f"(tolerance ×{v['tolerance']})"
+        if v["first"] is not None and v["last"] is not None
+        else f"{_STATE_LABELS.get(k, k)} not sampled"
+        for k, v in f.items()
+        if not v["flat"]
+    ]
+    text = (
+        f"State over {len(st['batches'])} micro-batches (10× the throughput run's, "
+        f"{st['days']:g} days of event time), last tenth / first tenth: "
+        + ", ".join(parts)
+        + ": "
+        + ("flat within the tolerances" if st["met"] else "NOT flat: " + ", ".join(grown))
+        + "."
     )
+    if st["batches"]:
+        text += (
+            f" Meanwhile the event log grew to {st['batches'][-1]['event_log_rows']:,} rows: "
+            "state is bounded by the watermark and the dedup horizon, not by the length of "
+            "the stream."
+        )
+    return [text]
 
 
-def _nightly(ni: dict[str, Any]) -> str:
+# -- 5. one big file ------------------------------------------------------------------------------
+
+
+def _bigfile(bf: dict[str, Any]) -> list[str]:
+    split, single = bf["runs"]["split"], bf["runs"]["single"]
+    c = bf["comparison"]
+    agg = c["stream_aggregates"]
+    text = (
+        f"One {bf['single_file_bytes'] / 1e9:.2f} GB file ({bf['lines']:,} lines) against the "
+        f"same events in {bf['files']} files: results "
+        + ("EQUAL" if bf["equal"] else "UNEQUAL")
+        + f" ({agg['single']:,} latest window rows, {c['events']['single']:,} events, "
+        f"{c['late_events']['single']:,} late, {c['quarantine']['single']:,} quarantined"
+        + ("" if bf["equal"] else "; differences: " + _differences(c))
+        + f"); peak RSS {single['peak_rss_mb']:,.0f} MB vs {split['peak_rss_mb']:,.0f} MB "
+        f"(×{bf['rss_ratio']:.2f}, bound ×{bf['rss_tolerance']}: "
+        + ("bounded" if bf["memory_bounded"] else "NOT bounded")
+        + f"); wall {single['seconds']:.0f} s vs {split['seconds']:.0f} s. Target: "
+        f"{_verdict(bf['met'])}."
+    )
+    return [text]
+
+
+def _differences(c: dict[str, Any]) -> str:
+    out = []
+    for name, v in c.items():
+        if isinstance(v, dict) and not v["equal"]:
+            out.append(f"{name} {v['split']:,} vs {v['single']:,}")
+    return ", ".join(out)
+
+
+# -- 6. nightly -----------------------------------------------------------------------------------
+
+
+def _nightly(ni: dict[str, Any]) -> list[str]:
+    if not ni.get("sizes"):
+        return []
     big = ni["sizes"][-1]
     stages = {
         "re-aggregate": big["reaggregate_s"],
@@ -176,10 +230,10 @@ def _nightly(ni: dict[str, Any]) -> str:
         "report": big["report_s"],
     }
     worst = max(stages, key=lambda k: stages[k])
-    return (
+    return [
         f"Nightly at {big['events']:,} events: re-aggregate + diff "
         f"{big['reaggregate_s'] + big['diff_s']:.1f} s = {big['ratio_json']:.1f}× DuckDB on "
         f"the JSON ({big['duckdb_json']['seconds']:.2f} s) and {big['ratio_parquet']:.1f}× "
         f"DuckDB on the same Parquet files; the slowest stage is {worst} "
         f"({stages[worst]:.1f} s)."
-    )
+    ]

@@ -1,5 +1,8 @@
-"""Write the results: `benchmarks.md` (tables, targets, where the time goes), `benchmarks.png`
-(matplotlib, Agg) and `benchmarks.json` (every raw number)."""
+"""Write the results: `benchmarks.md` (targets met or missed, findings, one section per
+target with its tables), `benchmarks.png` (matplotlib, Agg) and `benchmarks.json` (every raw
+number). A partial run (`tally bench --only ...`) first takes the other sections' earlier
+results from the output directory's `benchmarks.json` (`carry_previous`); the report labels
+them with the date they were measured."""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.speed import ENGINE_LABELS, ENGINES
-
 MD_NAME, PNG_NAME, JSON_NAME = "benchmarks.md", "benchmarks.png", "benchmarks.json"
+# Sections whose results kept their shape since format 1 (before issue 12): still carried.
+UNCHANGED_SINCE_FORMAT_1 = ("nightly", "curve")
+ENGINE_ORDER = ("tally", "durable", "agg", "batch", "tally_prev", "agg_prev")
 
 
 def _n(value: float | None, digits: int = 0) -> str:
@@ -29,6 +33,10 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value / 1000:,.1f} s"
 
 
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f} MB"
+
+
 def _met(flag: bool | None) -> str:
     return "–" if flag is None else ("**met**" if flag else "**missed**")
 
@@ -45,78 +53,161 @@ def _dur(ms: int) -> str:
     return format_duration(ms)
 
 
-# -- sections -------------------------------------------------------------------------------------
+def _labels() -> dict[str, str]:
+    from bench.speed import ENGINE_LABELS
+
+    return ENGINE_LABELS
+
+
+# -- carrying earlier results over ----------------------------------------------------------------
+
+
+def carry_previous(r: dict[str, Any], out_dir: Path, sections: Sequence[str]) -> None:
+    """Fill the sections in `sections` (those this run did not run) from `out_dir`'s earlier
+    `benchmarks.json`, when it is of the same mode; each keeps the date it was measured
+    (`r["measured"]`) and is listed in `r["carried"]`. Results of an older format are carried
+    only for sections whose shape did not change."""
+    r.setdefault("carried", [])
+    r.setdefault("measured", {})
+    r.setdefault("carry_notes", [])
+    path = out_dir / JSON_NAME
+    if not sections or not path.is_file():
+        return
+    try:
+        prev = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        r["carry_notes"].append(f"earlier results in {path} unreadable ({exc}); none carried")
+        return
+    if prev.get("mode") != r["mode"]:
+        r["carry_notes"].append(
+            f"earlier results in {path} are of {prev.get('mode')} mode; none carried"
+        )
+        return
+    same_format = prev.get("format", 1) == r.get("format")
+    measured = prev.get("measured") or {}
+    for name in sections:
+        if not prev.get(name):
+            continue
+        if not same_format and name not in UNCHANGED_SINCE_FORMAT_1:
+            r["carry_notes"].append(
+                f"the earlier {name} results measured the previous benchmark design; not carried"
+            )
+            continue
+        r[name] = prev[name]
+        r["measured"][name] = measured.get(name) or prev.get("started") or "an earlier run"
+        r["carried"].append(name)
+
+
+def _when(r: dict[str, Any], name: str) -> str:
+    """' (measured <date>, carried over from an earlier run)' for a carried section."""
+    if name not in (r.get("carried") or []):
+        return ""
+    return f" (measured {r['measured'].get(name)}, carried over from an earlier run)"
+
+
+# -- the targets ----------------------------------------------------------------------------------
 
 
 def _targets(r: dict[str, Any]) -> list[str]:
     rows: list[list[Any]] = []
+
+    def row(section: str, target: str, measured: str, met: bool | None) -> None:
+        date = (r.get("measured") or {}).get(section, "–")
+        rows.append(
+            [target, measured, _met(met), date + (" (carried)" if _when(r, section) else "")]
+        )
+
     sp = r.get("speed")
     if sp:
-        rows.append(
-            [
-                "1. speed layer",
-                "tally events/s ÷ plain Spark events/s ≥ 0.8",
-                f"{sp['ratio_tally_plain']:.2f}",
-                _met(sp["met"]),
-            ]
+        row(
+            "speed",
+            f"1. throughput: tally ÷ plain Spark durable ≥ {sp['target_durable']}",
+            f"{sp['ratio_tally_durable']:.2f} ({_n(sp['events_per_s']['tally']['median'])} vs "
+            f"{_n(sp['events_per_s']['durable']['median'])} events/s)",
+            sp["met_durable"],
+        )
+        row(
+            "speed",
+            f"1. throughput: tally ÷ plain aggregation only ≥ {sp['target_agg']}",
+            f"{sp['ratio_tally_agg']:.2f} (vs {_n(sp['events_per_s']['agg']['median'])} events/s)",
+            sp["met_agg"],
+        )
+    st = r.get("state")
+    fc = (st or {}).get("fixed_cost")
+    if fc:
+        row(
+            "state",
+            f"2. per-batch fixed cost: median `batch_duration_ms` at "
+            f"~{_n(fc['lines_per_batch'])} lines ≤ {_ms(fc['target_ms'])}",
+            f"{_ms(fc['median_batch_ms'])}"
+            + (
+                f" (largest phase `{fc['largest_phase']['phase']}` "
+                f"{_s(fc['largest_phase']['median_s'])} s)"
+                if fc.get("largest_phase")
+                else ""
+            ),
+            fc["met"],
         )
     lat = r.get("latency")
     if lat and "tally" in lat["engines"]:
         t = lat["engines"]["tally"]
-        rows.append(
-            [
-                "2. latency",
-                f"p99 ≤ L + 2 triggers = {_ms(lat['target_ms'])}",
-                f"p99 {_ms(t['p99_ms'])} (p50 {_ms(t['p50_ms'])})",
-                _met(t["met"]),
-            ]
+        row(
+            "latency",
+            f"3. latency: p99 window end → readable ≤ L + 2 triggers = {_ms(lat['target_ms'])}",
+            f"p99 {_ms(t['p99_ms'])} (p50 {_ms(t['p50_ms'])}, {t['windows']} windows)",
+            t["met"],
         )
-    st = r.get("state")
     if st:
         f = st["flat"]
-        rows.append(
-            [
-                "3. state",
-                "state and batch time flat (last/first quarter median ≤ 1.5)",
-                f"windows ×{_n(f['open_windows']['ratio'], 2)}, "
-                f"dedup ×{_n(f['dedup_rows']['ratio'], 2)}, "
-                f"batch time ×{_n(f['batch_s']['ratio'], 2)}",
-                _met(st["met"]),
-            ]
+        row(
+            "state",
+            "4. state flat over 10× the batches (last ÷ first tenth within tolerance)",
+            ", ".join(
+                f"{_STATE_LABELS[k]} ×{_n(v['ratio'], 2)}"
+                for k, v in f.items()
+                if k in _STATE_LABELS
+            ),
+            st["met"],
+        )
+    bf = r.get("bigfile")
+    if bf:
+        row(
+            "bigfile",
+            f"5. one {bf['single_file_bytes'] / 1e9:.2f} GB file = {bf['files']} files, "
+            "bounded memory",
+            ("equal" if bf["equal"] else "**unequal**")
+            + f"; peak RSS {_mb(bf['runs']['single']['peak_rss_mb'])} vs "
+            f"{_mb(bf['runs']['split']['peak_rss_mb'])} (×{bf['rss_ratio']:.2f})",
+            bf["met"],
         )
     ni = r.get("nightly")
     if ni and ni["sizes"]:
         big = ni["sizes"][-1]
-        rows.append(
-            [
-                "4. nightly",
-                f"re-aggregate + diff ≤ 3× DuckDB at {big['events']:,} events (JSON)",
-                f"{big['ratio_json']:.1f}× (Parquet: {big['ratio_parquet']:.1f}×)",
-                _met(big["ratio_json"] <= 3.0),
-            ]
+        row(
+            "nightly",
+            f"6. nightly: re-aggregate + diff ≤ 3× DuckDB at {big['events']:,} events (JSON)",
+            f"{big['ratio_json']:.1f}× (Parquet: {big['ratio_parquet']:.1f}×)",
+            big["ratio_json"] <= 3.0,
         )
         g = ni.get("growth")
         if g:
-            rows.append(
-                [
-                    "4. nightly",
-                    f"growth {g['from_events']:,} → {g['to_events']:,} no faster than linear",
-                    f"×{g['time_ratio']:.1f} time for ×{g['size_ratio']:.0f} events "
-                    f"(exponent {g['exponent']:.2f})",
-                    _met(g["met"]),
-                ]
+            row(
+                "nightly",
+                f"6. nightly: growth {g['from_events']:,} → {g['to_events']:,} no faster "
+                "than linear",
+                f"×{g['time_ratio']:.1f} time for ×{g['size_ratio']:.0f} events "
+                f"(exponent {g['exponent']:.2f})",
+                g["met"],
             )
     cu = r.get("curve")
     if cu:
-        rows.append(
-            [
-                "5. lateness curve",
-                "(no target) wall time",
-                f"{_s(cu['seconds'])} s for {cu['curve_events']:,} events, {cu['bounds']} bounds",
-                "–",
-            ]
+        row(
+            "curve",
+            "7. lateness curve (no target): wall time",
+            f"{_s(cu['seconds'])} s for {cu['curve_events']:,} events, {cu['bounds']} bounds",
+            None,
         )
-    return ["## Targets", "", *_table(["section", "target", "measured", ""], rows)]
+    return ["## Targets", "", *_table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
 def _section(title: str, intro: str) -> list[str]:
@@ -124,171 +215,192 @@ def _section(title: str, intro: str) -> list[str]:
     return [f"## {title}", "", intro, ""]
 
 
-def _speed(sp: dict[str, Any]) -> list[str]:
+# -- 1. throughput --------------------------------------------------------------------------------
+
+
+def _speed(sp: dict[str, Any], when: str) -> list[str]:
+    labels = _labels()
     out = _section(
-        "1. Speed layer vs plain Spark (available-now backlog)",
+        "1. Throughput: whole processes on the same backlog" + when,
         f"Input: {sp['lines']:,} JSON lines from `tally generate` ({sp['distinct_events']:,} "
         f"events, {sp['duplicates']:,} duplicates, {sp['malformed_lines']:,} malformed lines; "
-        f"{sp['keys']:,} keys, {sp['partitions']} source partitions, one day of event time), "
-        f"{sp['files']} files of {sp['input_bytes'] / sp['files'] / 1e6:.1f} MB, "
-        f"{sp['max_files_per_trigger']} files per trigger, {_dur(sp['window_ms'])} windows, "
-        f"lateness {_dur(sp['lateness_ms'])}. {sp['repetitions']} repetition(s), engines "
-        "alternating in a rotated order, fresh directories for every run"
-        + ("; one unmeasured warm-up run of each engine first." if sp["warm_up"] else ".")
-        + " events/s = input lines ÷ wall seconds from the query's start to its end (tally: "
-        "the `run_stream` call, including creating its tables).",
+        f"{sp['keys']:,} keys, {sp['partitions']} source partitions, one day of event time) in "
+        f"{sp['files']} files of {sp['input_bytes'] / sp['files'] / 1e6:.1f} MB; "
+        f"{sp['max_files_per_trigger']} files a trigger (micro-batches of "
+        f"~{sp['lines_per_batch']:,.0f} lines), the previous configuration "
+        f"{sp['previous_files_per_trigger']} (~{sp['previous_lines_per_batch']:,.0f} lines); "
+        f"{_dur(sp['window_ms'])} windows, lateness {_dur(sp['lateness_ms'])}. Every engine is "
+        f"its own OS process on `{sp['spark_master']}` with {sp['shuffle_partitions']} shuffle "
+        "partitions (`tally.spark.build_session`, Spark's default 1g driver heap), timed "
+        "wall-clock from process start to exit (JVM start included), peak RSS of its process "
+        f"tree sampled every 0.25 s. {sp['repetitions']} repetition(s), engines alternating in "
+        "an order rotated each repetition, fresh directories; medians. events/s = input lines "
+        "÷ wall seconds. tally is `tally stream --available-now --clock arrival`; the plain "
+        "engines are `bench/plain_job.py`.",
     )
-    out += _engine_rates(sp)
+    rows = []
+    for name in ENGINE_ORDER:
+        st, sec = sp["events_per_s"][name], sp["seconds"][name]
+        last = sp["runs"][name][-1]
+        rows.append(
+            [
+                labels[name],
+                _n(st["median"]),
+                f"{_n(st['min'])} – {_n(st['max'])}",
+                _s(sec["median"]),
+                _mb(sp["peak_rss_mb"][name]),
+                last.get("batches", "–") if last.get("batches") is not None else "–",
+            ]
+        )
+    out += _table(
+        ["engine", "events/s (median)", "min – max", "wall s (median)", "peak RSS", "batches"],
+        rows,
+    )
+    reps = sp.get("ratio_per_repetition") or {}
+    out += [
+        f"tally ÷ durable: **{sp['ratio_tally_durable']:.2f}** (per repetition "
+        + ", ".join(f"{x:.2f}" for x in reps.get("durable", []))
+        + f"), target ≥ {sp['target_durable']}: {_met(sp['met_durable'])}. "
+        f"tally ÷ aggregation only: **{sp['ratio_tally_agg']:.2f}** (per repetition "
+        + ", ".join(f"{x:.2f}" for x in reps.get("agg", []))
+        + f"), target ≥ {sp['target_agg']}: {_met(sp['met_agg'])}. Previous configuration: "
+        f"(a') ÷ (c') = {_n(sp.get('ratio_previous'), 2)}. Every input line accounted for by "
+        f"tally (`input_lines` sums to {sp['lines']:,}): "
+        + ("yes" if sp["all_lines_accounted"] else "**no**")
+        + ".",
+        "",
+    ]
     out += _what_engines_did(sp)
-    out += _where_tally_time_goes(sp["tally_breakdown"])
-    if sp.get("parse"):
-        out += _parse_alone(sp["parse"])
-    durations = sp["runs"]["plain"][-1].get("duration_ms") or {}
-    if durations:
+    out += _where_tally_time_goes(sp["tally_median_run"], "median (a) run")
+    return out
+
+
+def _what_engines_did(sp: dict[str, Any]) -> list[str]:
+    labels = _labels()
+    t = sp["runs"]["tally"][-1]
+    rows = [
+        [
+            labels["tally"],
+            f"{t['input_lines']:,} lines ({t['valid_events']:,} valid, {t['quarantined']:,} "
+            "quarantined)",
+            f"{t['emitted_events']:,} events in emitted windows + {t['late_events']:,} late "
+            f"(side output) + {t['open_window_events']:,} in open windows = "
+            f"{t['accounted_events']:,} (distinct valid events: {sp['distinct_events']:,}); "
+            f"{t['duplicates']:,} duplicates marked; every valid event in the event log",
+        ]
+    ]
+    for name in ("durable", "agg", "batch"):
+        p = sp["runs"][name][-1]
+        read = (
+            f"{p['input_rows']:,} rows (blank lines skipped)"
+            if p.get("input_rows") is not None
+            else "every file once"
+        )
+        result = f"{p['output_events']:,} events in {p['output_rows']:,} window rows"
+        if p.get("dropped_by_watermark") is not None:
+            result += f"; {p['dropped_by_watermark']:,} rows dropped by the watermark"
+        if "bronze_rows" in p:
+            result += f"; bronze table {p['bronze_rows']:,} rows (every line)"
+        rows.append([labels[name], read, result])
+    return [
+        "What each engine did (last repetition):",
+        "",
+        *_table(["engine", "input", "result"], rows),
+    ]
+
+
+def _where_tally_time_goes(run: dict[str, Any], what: str) -> list[str]:
+    split = run.get("wall_split") or {}
+    wall = run["seconds"]
+
+    def share(secs: float | None) -> str:
+        return "–" if secs is None else f"{100 * secs / wall:.0f} %"
+
+    rows = [
+        [
+            "start → first micro-batch (Python, JVM, session, tables, query start)",
+            _s(split.get("startup_s")),
+            share(split.get("startup_s")),
+        ]
+    ]
+    for p in run.get("phases") or []:
+        rows.append([f"in batches: `{p['phase']}`", _s(p["total_s"]), share(p["total_s"])])
+    rows.append(
+        [
+            "between micro-batches and the end (Spark: offsets, listing, planning; exit)",
+            _s(split.get("between_and_end_s")),
+            share(split.get("between_and_end_s")),
+        ]
+    )
+    return [
+        "### Where tally's time goes",
+        "",
+        f"The {what}: {_s(wall)} s, {run.get('batches')} micro-batches; phases from the "
+        "stream's own DEBUG records (`BatchProcessor.last_phases`), summed over the batches:",
+        "",
+        *_table(["part", "seconds", "share of wall"], rows),
+    ]
+
+
+# -- 2. per-batch fixed cost ----------------------------------------------------------------------
+
+
+def _fixed_cost(st: dict[str, Any], when: str) -> list[str]:
+    fc = st["fixed_cost"]
+    out = _section(
+        "2. Per-batch fixed cost" + when,
+        f"From the state run (section 4): {fc['batches']} micro-batches of "
+        f"~{_n(fc['lines_per_batch'])} lines. Median `stream_progress.batch_duration_ms`: "
+        f"**{_ms(fc['median_batch_ms'])}**; target ≤ {_ms(fc['target_ms'])}: "
+        f"{_met(fc['met'])}. Phases per batch, from the stream's DEBUG records on "
+        "`tally.stream` (`batch N phases: ...`, written by `bench/tally_cli.py`):",
+    )
+    rows = [
+        [
+            f"`{p['phase']}`",
+            _s(p["median_s"]),
+            _s(p["p90_s"]),
+            f"{100 * p['share']:.0f} %",
+            p["what"],
+        ]
+        for p in fc["phases"]
+    ]
+    out += _table(["phase", "median s", "p90 s", "share", "what it covers"], rows)
+    appends = fc.get("appends_median_s") or {}
+    if appends:
         out += [
-            "Plain Spark's own progress report for the same input (sum over micro-batches, "
-            "seconds): "
-            + ", ".join(
-                f"{k} {v / 1000:.1f}" for k, v in sorted(durations.items(), key=lambda kv: -kv[1])
-            )
+            "Median Delta append per table (in the `write` and `progress` phases; the `write` "
+            "appends run side by side): "
+            + ", ".join(f"{t} {s:.2f} s" for t, s in appends.items())
             + ".",
             "",
         ]
     return out
 
 
-def _engine_rates(sp: dict[str, Any]) -> list[str]:
-    rows = []
-    for e in ENGINES:
-        st, sec = sp["events_per_s"][e], sp["seconds"][e]
-        rows.append(
-            [
-                ENGINE_LABELS[e],
-                _n(st["median"]),
-                f"{_n(st['min'])} – {_n(st['max'])}",
-                f"{st['spread_pct']:.0f} %",
-                _s(sec["median"]),
-            ]
-        )
-    out = _table(["engine", "events/s (median)", "min – max", "spread", "wall s (median)"], rows)
-    ceiling = sp["events_per_s"]["batch"]["median"] / sp["events_per_s"]["plain"]["median"]
-    return [
-        *out,
-        f"Ratio (a)/(b): **{sp['ratio_tally_plain']:.2f}** (per repetition: "
-        + ", ".join(f"{x:.2f}" for x in sp["ratio_per_repetition"])
-        + f"); target ≥ {sp['target_ratio']}: {_met(sp['met'])}. "
-        f"(c)/(b): {ceiling:.1f}×.",
-        "",
-    ]
+# -- 3. latency -----------------------------------------------------------------------------------
 
 
-def _what_engines_did(sp: dict[str, Any]) -> list[str]:
-    t = sp["runs"]["tally"][-1]
-    p = sp["runs"]["plain"][-1]
-    return [
-        "What each engine did (last repetition):",
-        "",
-        *_table(
-            ["engine", "micro-batches", "input rows", "result"],
-            [
-                [
-                    ENGINE_LABELS["tally"],
-                    t["batches"],
-                    f"{t['input_lines']:,} lines ({t['valid_events']:,} valid, "
-                    f"{t['quarantined']:,} quarantined)",
-                    f"{t['emitted_events']:,} events in emitted windows + {t['late_events']:,} "
-                    f"late (side output) + {t['open_window_events']:,} in open windows = "
-                    f"{t['accounted_events']:,} (distinct valid events: "
-                    f"{sp['distinct_events']:,}); {t['duplicates']:,} duplicates logged; all "
-                    "five tables and the state committed each batch",
-                ],
-                [
-                    ENGINE_LABELS["plain"],
-                    p["batches"],
-                    f"{p['input_rows']:,} rows (blank lines skipped)",
-                    f"{p['output_events']:,} events in emitted windows; "
-                    f"{p['dropped_by_watermark']:,} rows dropped by the watermark (counted after "
-                    "partial aggregation); no dedup, no quarantine, no event log",
-                ],
-            ],
-        ),
-    ]
-
-
-def _where_tally_time_goes(b: dict[str, Any]) -> list[str]:
-    wall = b["seconds"]
-
-    def row(name: str, secs: float) -> list[str]:
-        return [name, _s(secs), f"{100 * secs / wall:.0f} %"]
-
-    rows = [row("create the 8 tables (once)", b["create_tables_s"])]
-    for name, secs in sorted(b["phases_s"].items(), key=lambda kv: -kv[1]):
-        if secs >= 0.005 * wall:
-            rows.append(row(name, secs))
-    rows.append(
-        row(
-            "outside foreachBatch (Spark: listing, offsets, planning; start/stop)",
-            b["outside_foreach_batch_s"],
-        )
-    )
-    return [
-        "### Where tally's time goes",
-        "",
-        f"The median tally run ({_s(wall)} s, {b['batches']} micro-batch"
-        f"{'es' if b['batches'] != 1 else ''}), timed from the "
-        "outside (`bench/probe.py` wraps `BatchProcessor`'s methods; the gaps between them are "
-        "the inline steps of `process()`), summed over the micro-batches:",
-        "",
-        *_table(["phase", "seconds", "share of wall"], rows),
-    ]
-
-
-def _parse_alone(parse: dict[str, Any]) -> list[str]:
-    return [
-        f"Parsing alone, on one micro-batch's files ({parse['lines']:,} lines, raw lines "
-        "cached as the stream caches them, every output column computed):",
-        "",
-        *_table(
-            ["parse", "seconds", "`from_json` calls in the optimized plan"],
-            [
-                [
-                    "tally `parse_events` → valid (cached raw lines)",
-                    _s(parse["tally_valid_s"]),
-                    parse["tally_valid_json_parses_in_plan"],
-                ],
-                [
-                    "tally `parse_events` → quarantine (cached raw lines)",
-                    _s(parse["tally_quarantine_s"]),
-                    parse["tally_quarantine_json_parses_in_plan"],
-                ],
-                [
-                    "plain query's JSON reader (reading the files too)",
-                    _s(parse["plain_s"]),
-                    "– (one parse in the scan)",
-                ],
-            ],
-        ),
-    ]
-
-
-def _latency(lat: dict[str, Any]) -> list[str]:
+def _latency(lat: dict[str, Any], when: str) -> list[str]:
     out = _section(
-        "2. Latency at a steady rate",
+        "3. Latency at a steady rate" + when,
         f"A writer thread drops one file per {lat['file_interval_s']:g} s at "
         f"{lat['rate_events_per_s']:,} events/s for {lat['run_s']:.0f} s (event time = the "
         f"writer's wall clock); {_dur(lat['window_ms'])} windows, L = {_dur(lat['lateness_ms'])}, "
-        f"processing-time trigger {_dur(lat['trigger_ms'])}. Delay of a window = timestamp of "
-        "the first Delta commit holding a row of it (from the table's `_delta_log`) minus its "
-        f"end; windows ending in the first {lat['warmup_s']:.0f} s are warm-up and not counted. "
-        f"Target: ≤ L + 2 triggers = {_ms(lat['target_ms'])}.",
+        f"processing-time trigger {_dur(lat['trigger_ms'])}; the engines run in the bench's own "
+        "session. Delay of a window = timestamp of the first Delta commit holding a row of it "
+        f"(from the table's `_delta_log`) minus its end; windows ending in the first "
+        f"{lat['warmup_s']:.0f} s are warm-up and not counted. Target: p99 ≤ L + 2 triggers = "
+        f"{_ms(lat['target_ms'])}.",
     )
+    names = {"tally": "tally stream", "plain": "plain Spark aggregation"}
     rows = []
     for engine, r in lat["engines"].items():
         batches = sorted(r["batch_duration_ms"])
         median_batch = batches[len(batches) // 2] if batches else None
         rows.append(
             [
-                ENGINE_LABELS[engine].split(" (")[0].replace("(a) ", "").replace("(b) ", ""),
+                names.get(engine, engine),
                 f"{r['windows']} / {r['windows_expected']}",
                 _ms(r["p50_ms"]),
                 _ms(r["p99_ms"]),
@@ -301,70 +413,155 @@ def _latency(lat: dict[str, Any]) -> list[str]:
     return out
 
 
-def _state(st: dict[str, Any]) -> list[str]:
+# -- 4. state -------------------------------------------------------------------------------------
+
+_STATE_LABELS = {
+    "open_windows": "open windows",
+    "state_bytes": "state bytes on disk",
+    "batch_ms": "batch time",
+    "peak_rss_mb": "driver peak RSS",
+}
+
+
+def _state(st: dict[str, Any], when: str) -> list[str]:
     f = st["flat"]
     batches = st["batches"]
+    n = max(1, int(len(batches) * st["tenth"]))
     out = _section(
-        "3. State over a long run",
+        "4. State over a 10× longer run" + when,
         f"{st['lines']:,} lines over {st['days']:g} days of event time, {st['files']} files, "
-        f"{st['max_files_per_trigger']} per trigger: {len(batches)} micro-batches "
-        f"in {_s(st['seconds'])} s. Medians of the first and last quarter of the micro-batches:",
+        f"{st['max_files_per_trigger']} a trigger: {len(batches)} micro-batches in "
+        f"{_s(st['seconds'])} s, one `tally stream` process (peak RSS {_mb(st['peak_rss_mb'])})."
+        f" First tenth = the first {n} batches, last tenth = the last {n}: medians, the peak "
+        "for RSS. State bytes = the size of `<checkpoint>/tally/state/<batch>` (windows + dedup "
+        "Parquet), read by a poller every 0.25 s while the stream ran (the stream keeps only "
+        "its last two batches' state); RSS = the process tree, charged to the batch in flight.",
     )
-    labels = {
-        "open_windows": "open windows (window_state rows)",
-        "window_state_bytes": "window_state bytes",
-        "dedup_rows": "dedup_state rows",
-        "dedup_bytes": "dedup_state bytes",
-        "batch_s": "micro-batch wall time (s)",
-    }
+    units = {"open_windows": "", "state_bytes": " B", "batch_ms": " ms", "peak_rss_mb": " MB"}
     rows = [
         [
-            labels[k],
-            _n(v["first_quarter_median"], 2 if k == "batch_s" else 0),
-            _n(v["last_quarter_median"], 2 if k == "batch_s" else 0),
+            _STATE_LABELS.get(k, k),
+            _n(v["first"]) + units.get(k, ""),
+            _n(v["last"]) + units.get(k, ""),
             _n(v["ratio"], 2),
-            _n(v["max"], 2 if k == "batch_s" else 0),
+            f"≤ {v['tolerance']}",
+            _n(v["max"]) + units.get(k, ""),
+            f"{v['sampled']} / {len(batches)}",
             "flat" if v["flat"] else "**grows**",
         ]
         for k, v in f.items()
     ]
-    out += _table(["per micro-batch", "first quarter", "last quarter", "ratio", "max", ""], rows)
-    if batches:
-        out += [
-            f"Meanwhile the event log grew to {batches[-1]['event_log_rows']:,} rows: state is "
-            "bounded by the watermark, not by the length of the stream.",
+    out += _table(
+        [
+            "per micro-batch",
+            "first tenth",
+            "last tenth",
+            "ratio",
+            "tolerance",
+            "max",
+            "sampled",
             "",
-        ]
+        ],
+        rows,
+    )
+    out += [
+        "Every input line accounted for (`input_lines` sums to the input's lines): "
+        + ("yes" if st.get("all_lines_accounted") else "**no**")
+        + (
+            f". Meanwhile the event log grew to {batches[-1]['event_log_rows']:,} rows."
+            if batches
+            else "."
+        ),
+        "",
+    ]
     return out
 
 
-def _nightly(ni: dict[str, Any], curve: dict[str, Any] | None) -> list[str]:
+# -- 5. one big file ------------------------------------------------------------------------------
+
+
+def _bigfile(bf: dict[str, Any], when: str) -> list[str]:
     out = _section(
-        "4. Nightly job",
-        "Per size, one generated day (8 source partitions, 1,000 keys). The speed-layer tables "
-        "are built by a batch load with the project's own parse (`tally.events.parse_events`) "
-        "and window code (`tally.windows`) instead of streaming (see `bench/nightly.py`: "
-        f"micro-batches of {ni['files_per_batch']} files, global-max watermark, late and "
-        "duplicate events as the stream would mark them, drained at the end). Stages are the "
-        "DAG's (`tally_app.nightly`); reconcile is split at its `batch_aggregates` write. "
-        "DuckDB runs the same re-aggregation (validate, first arrival per `event_id`, window, "
-        "business day, count and sum, written to Parquet) on the same JSON files and on the "
-        "`events` table's Parquet files.",
+        "5. One big input file" + when,
+        f"{bf['events']:,} events ({bf['lines']:,} lines) generated once into {bf['files']} "
+        f"files ({bf['input_bytes'] / 1e9:.2f} GB, {_s(bf['generate_s'])} s) and concatenated "
+        f"in arrival order into one file of {bf['single_file_bytes'] / 1e9:.2f} GB "
+        f"({_s(bf['concatenate_s'])} s; its modification time the newest file's). Each input "
+        "streamed by `tally stream --available-now --clock arrival --drain` in its own process, "
+        "as one micro-batch (a file is never split across micro-batches, so the 100 files go "
+        "in one trigger too: the same batching gives the same watermark history).",
     )
-    out += _nightly_sizes(ni["sizes"])
-    checks = [_nightly_check(s) for s in ni["sizes"]]
-    out += ["Results agree:", "", *[f"- {c}" for c in checks], ""]
-    g = ni.get("growth")
-    if g:
-        out += [
-            f"Growth of re-aggregate + diff from {g['from_events']:,} to {g['to_events']:,} "
-            f"events: ×{g['time_ratio']:.1f} for ×{g['size_ratio']:.0f} the data (time ∝ "
-            f"events^{g['exponent']:.2f}); {_met(g['met'])}.",
-            "",
+    rows = []
+    for name, label in (("split", f"{bf['files']} files"), ("single", "one file")):
+        run = bf["runs"][name]
+        rows.append(
+            [
+                label,
+                _s(run["seconds"]),
+                _n(run["events_per_s"]),
+                _mb(run["peak_rss_mb"]),
+                run["batches"],
+                f"{run['input_lines']:,}",
+            ]
+        )
+    out += _table(
+        ["input", "wall s", "events/s", "peak RSS", "batches (incl. drain)", "input lines"], rows
+    )
+    c = bf["comparison"]
+    cmp_rows = [
+        [
+            f"`{name}`" + (" (latest revisions)" if name == "stream_aggregates" else " rows"),
+            f"{v['split']:,}",
+            f"{v['single']:,}",
+            "equal" if v["equal"] else "**unequal**",
         ]
+        for name, v in c.items()
+        if isinstance(v, dict)
+    ]
+    out += _table(["compared", f"{bf['files']} files", "one file", ""], cmp_rows)
+    out += [
+        f"Results: {'**equal**' if bf['equal'] else '**unequal**'}; peak RSS one file ÷ "
+        f"{bf['files']} files = ×{bf['rss_ratio']:.2f} (bounded: ≤ ×{bf['rss_tolerance']}): "
+        + ("yes" if bf["memory_bounded"] else "**no**")
+        + f"; target {_met(bf['met'])}.",
+        "",
+    ]
+    return out
+
+
+# -- 6./7. nightly and curve ----------------------------------------------------------------------
+
+
+def _nightly(ni: dict[str, Any], curve: dict[str, Any] | None, r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if ni.get("sizes"):
+        out += _section(
+            "6. Nightly job" + _when(r, "nightly"),
+            "Per size, one generated day (8 source partitions, 1,000 keys). The speed-layer "
+            "tables are built by a batch load with the project's own parse "
+            "(`tally.events.parse_events`) and window code (`tally.windows`) instead of "
+            f"streaming (see `bench/nightly.py`: micro-batches of {ni['files_per_batch']} "
+            "files, global-max watermark, late and duplicate events as the stream would mark "
+            "them, drained at the end). Stages are the DAG's (`tally_app.nightly`); reconcile "
+            "is split at its `batch_aggregates` write. DuckDB runs the same re-aggregation "
+            "(validate, first arrival per `event_id`, window, business day, count and sum, "
+            "written to Parquet) on the same JSON files and on the `events` table's Parquet "
+            "files.",
+        )
+        out += _nightly_sizes(ni["sizes"])
+        checks = [_nightly_check(s) for s in ni["sizes"]]
+        out += ["Results agree:", "", *[f"- {c}" for c in checks], ""]
+        g = ni.get("growth")
+        if g:
+            out += [
+                f"Growth of re-aggregate + diff from {g['from_events']:,} to {g['to_events']:,} "
+                f"events: ×{g['time_ratio']:.1f} for ×{g['size_ratio']:.0f} the data (time ∝ "
+                f"events^{g['exponent']:.2f}); {_met(g['met'])}.",
+                "",
+            ]
     if curve:
         out += _section(
-            "5. Lateness curve",
+            "7. Lateness curve" + _when(r, "curve"),
             f"`lateness_curve` over the {curve['curve_events']:,} distinct events of the day "
             f"from the event log ({curve['events']:,}-event day), {curve['bounds']} bounds "
             f"(0 s to 10 min): **{_s(curve['seconds'])} s** wall time, including "
@@ -418,22 +615,32 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         "",
         f"Machine: {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}. "
         f"Python {m['python']}, Java {m['java']}, pyspark {m['pyspark']}, delta-spark "
-        f"{m['delta_spark']}, DuckDB {m['duckdb']}. Spark `{m['spark_master']}`, "
-        f"{m['shuffle_partitions']} shuffle partitions, driver memory {m['driver_memory']}; "
-        "the same session for every Spark engine. Load average (1/5/15 min) at start "
-        f"{m['load_average_at_start']}, at the end {r.get('load_average_at_end')}: the machine "
-        "is shared, so compare engines within this run, not across runs.",
+        f"{m['delta_spark']}, DuckDB {m['duckdb']}. The bench's own session (latency, nightly, "
+        f"curve, reading results back): Spark `{m['spark_master']}`, {m['shuffle_partitions']} "
+        f"shuffle partitions, driver memory {m['driver_memory']}. Load average (1/5/15 min) at "
+        f"start {m['load_average_at_start']}, at the end {r.get('load_average_at_end')}: the "
+        "machine is shared, so compare engines within one run, not across runs.",
         "",
     ]
     sections = r.get("sections_s") or {}
     if sections:
         out += [
-            "Wall time per section: "
+            "Wall time per section in this run: "
             + ", ".join(f"{name} {_s(secs)} s" for name, secs in sections.items())
             + ".",
             "",
         ]
-    for note in (r.get("preset") or {}).get("notes") or []:
+    carried = r.get("carried") or []
+    if carried:
+        out += [
+            "**Carried over:** this run measured only "
+            + (", ".join(s for s in sections if s not in carried) or "nothing")
+            + "; the results of "
+            + ", ".join(f"{s} (measured {r['measured'].get(s)})" for s in carried)
+            + f" are an earlier run's, taken from `{JSON_NAME}`.",
+            "",
+        ]
+    for note in [*((r.get("preset") or {}).get("notes") or []), *(r.get("carry_notes") or [])]:
         out += [f"**Note:** {note}.", ""]
     if png_name:
         out += [f"![benchmarks]({png_name})", ""]
@@ -448,15 +655,17 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
     if r.get("findings"):
         out += ["## Findings", "", *[f"- {f}" for f in r["findings"]], ""]
     if r.get("speed"):
-        out += _speed(r["speed"])
+        out += _speed(r["speed"], _when(r, "speed"))
+    if r.get("state") and r["state"].get("fixed_cost"):
+        out += _fixed_cost(r["state"], _when(r, "state"))
     if r.get("latency"):
-        out += _latency(r["latency"])
+        out += _latency(r["latency"], _when(r, "latency"))
     if r.get("state"):
-        out += _state(r["state"])
-    if r.get("nightly") and r["nightly"]["sizes"]:
-        out += _nightly(r["nightly"], r.get("curve"))
-    elif r.get("curve"):
-        out += _nightly({"sizes": [], "files_per_batch": 0}, r["curve"])
+        out += _state(r["state"], _when(r, "state"))
+    if r.get("bigfile"):
+        out += _bigfile(r["bigfile"], _when(r, "bigfile"))
+    if r.get("nightly") or r.get("curve"):
+        out += _nightly(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -469,39 +678,133 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    (ax1, ax2), (ax3, ax4) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9))
+    (ax1, ax2, ax3), (ax4, ax5, ax6) = axes
     panels = (
         (ax1, _chart_speed, r.get("speed")),
-        (ax2, _chart_nightly, r.get("nightly")),
-        (ax3, _chart_state, r.get("state")),
-        (ax4, _chart_latency, r.get("latency")),
+        (ax2, _chart_phases, r.get("state")),
+        (ax3, _chart_latency, r.get("latency")),
+        (ax4, _chart_state, r.get("state")),
+        (ax5, _chart_bigfile, r.get("bigfile")),
+        (ax6, _chart_nightly, r.get("nightly")),
     )
     for ax, draw, section in panels:
         if not (section and draw(ax, section)):
             ax.set_axis_off()
     fig.suptitle(f"tally benchmarks ({r['mode']} mode, {r['started']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def _chart_speed(ax: Any, sp: dict[str, Any]) -> bool:
     from matplotlib.ticker import StrMethodFormatter
 
-    meds = [sp["events_per_s"][e]["median"] for e in ENGINES]
-    lo = [m - sp["events_per_s"][e]["min"] for m, e in zip(meds, ENGINES, strict=True)]
-    hi = [sp["events_per_s"][e]["max"] - m for m, e in zip(meds, ENGINES, strict=True)]
-    ax.bar(
-        [ENGINE_LABELS[e].replace(" (", "\n(") for e in ENGINES],
+    names = [n for n in ENGINE_ORDER if sp["events_per_s"][n]["median"]]
+    meds = [sp["events_per_s"][n]["median"] for n in names]
+    lo = [m - sp["events_per_s"][n]["min"] for m, n in zip(meds, names, strict=True)]
+    hi = [sp["events_per_s"][n]["max"] - m for m, n in zip(meds, names, strict=True)]
+    colors = {"tally": "#1f77b4", "durable": "#ff7f0e", "agg": "#2ca02c", "batch": "#7f7f7f"}
+    bars = ax.bar(
+        [_labels()[n].split(" ")[0] for n in names],
         meds,
         yerr=[lo, hi],
-        color=["#1f77b4", "#ff7f0e", "#7f7f7f"],
-        capsize=6,
+        color=[colors.get(n.removesuffix("_prev"), "#999999") for n in names],
+        alpha=0.9,
+        capsize=5,
     )
-    ax.set_ylabel("events/s (median, min–max)")
-    ax.set_title(f"1. Speed: {sp['lines']:,} events, available-now")
+    for bar, name in zip(bars, names, strict=True):
+        if name.endswith("_prev"):
+            bar.set_hatch("//")
+    ax.set_ylabel("events/s, whole process (median, min–max)")
+    ax.set_title(
+        f"1. Throughput: {sp['lines']:,} lines\n(a) tally (b) durable (c) agg only (d) batch; "
+        "' = previous config",
+        fontsize=10,
+    )
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    return True
+
+
+def _chart_phases(ax: Any, st: dict[str, Any]) -> bool:
+    fc = st.get("fixed_cost")
+    if not fc or not fc["phases"]:
+        return False
+    names = [p["phase"] for p in fc["phases"]]
+    ax.barh(names, [p["median_s"] for p in fc["phases"]], color="#1f77b4")
+    ax.invert_yaxis()
+    ax.axvline(fc["target_ms"] / 1000, color="red", linestyle="--", label="target, whole batch")
+    ax.set_xlabel("median seconds per micro-batch")
+    ax.set_title(
+        f"2. Per-batch phases (~{fc['lines_per_batch']:,.0f} lines): median batch "
+        f"{(fc['median_batch_ms'] or 0) / 1000:.2f} s",
+        fontsize=10,
+    )
+    ax.legend(fontsize=8)
+    return True
+
+
+def _chart_state(ax: Any, st: dict[str, Any]) -> bool:
+    batches = st["batches"]
+    if not batches:
+        return False
+    ids = [b["batch_id"] for b in batches]
+    ax.plot(ids, [b["open_windows"] for b in batches], label="open windows")
+    ax.plot(
+        ids,
+        [(b["state_bytes"] or float("nan")) / 1000 for b in batches],
+        label="state kB on disk",
+    )
+    ax.set_xlabel("micro-batch")
+    ax.set_ylabel("windows / kB")
+    ax.set_ylim(bottom=0)
+    twin = ax.twinx()
+    twin.plot(
+        ids, [b["batch_ms"] / 1000 for b in batches], color="#2ca02c", alpha=0.6, label="batch s"
+    )
+    twin.plot(
+        ids,
+        [(b["peak_rss_mb"] or float("nan")) / 1000 for b in batches],
+        color="#d62728",
+        alpha=0.6,
+        label="peak RSS GB",
+    )
+    twin.set_ylabel("batch seconds / RSS GB")
+    twin.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
+    ax.set_title("4. State, batch time and RSS over a 10× longer run", fontsize=10)
+    return True
+
+
+def _chart_bigfile(ax: Any, bf: dict[str, Any]) -> bool:
+    labels = [f"{bf['files']} files", "one file"]
+    runs = [bf["runs"]["split"], bf["runs"]["single"]]
+    x = range(len(runs))
+    ax.bar([i - 0.2 for i in x], [r["seconds"] for r in runs], width=0.4, label="wall s")
+    ax.set_ylabel("wall seconds")
+    twin = ax.twinx()
+    twin.bar(
+        [i + 0.2 for i in x],
+        [r["peak_rss_mb"] for r in runs],
+        width=0.4,
+        color="#d62728",
+        label="peak RSS MB",
+    )
+    twin.set_ylabel("peak RSS (MB)")
+    ax.set_xticks(list(x), labels)
+    lines = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    twin.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper center")
+    twin.set_ylim(0, max(r["peak_rss_mb"] for r in runs) * 1.25)
+    ax.set_ylim(0, max(r["seconds"] for r in runs) * 1.25)
+    verdict = "equal" if bf["equal"] else "UNEQUAL"
+    ax.set_title(
+        f"5. {bf['single_file_bytes'] / 1e9:.2f} GB in one file vs {bf['files']} files: "
+        f"results {verdict}",
+        fontsize=10,
+    )
     return True
 
 
@@ -522,34 +825,8 @@ def _chart_nightly(ax: Any, ni: dict[str, Any]) -> bool:
     ax.set_yscale("log")
     ax.set_xlabel("events in the day")
     ax.set_ylabel("seconds")
-    ax.set_title("4. Nightly job vs DuckDB")
+    ax.set_title("6. Nightly job vs DuckDB", fontsize=10)
     ax.legend(fontsize=8)
-    return True
-
-
-def _chart_state(ax: Any, st: dict[str, Any]) -> bool:
-    if not st["batches"]:
-        return False
-    ids = [b["batch_id"] for b in st["batches"]]
-    ax.plot(ids, [b["open_windows"] for b in st["batches"]], label="open windows")
-    ax.plot(ids, [b["dedup_rows"] for b in st["batches"]], label="dedup ids")
-    ax.set_xlabel("micro-batch")
-    ax.set_ylabel("state rows")
-    twin = ax.twinx()
-    twin.plot(
-        ids,
-        [b["batch_s"] or 0 for b in st["batches"]],
-        color="#2ca02c",
-        alpha=0.6,
-        label="batch seconds",
-    )
-    twin.set_ylabel("batch seconds")
-    twin.set_ylim(bottom=0)
-    ax.set_ylim(bottom=0)
-    lines = ax.get_legend_handles_labels()
-    more = twin.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
-    ax.set_title("3. State and batch time over a long run")
     return True
 
 
@@ -567,7 +844,7 @@ def _chart_latency(ax: Any, lat: dict[str, Any]) -> bool:
     ax.set_xlabel("window (in order)")
     ax.set_ylabel("window end → readable (s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("2. Latency at a steady rate")
+    ax.set_title("3. Latency at a steady rate", fontsize=10)
     ax.legend(fontsize=8)
     return True
 

@@ -1,11 +1,17 @@
-"""`tally bench [--quick]`: run every section, write benchmarks.md / .png / .json.
+"""`tally bench [--quick] [--only a,b] [--out DIR]`: run the sections, write benchmarks.md /
+.png / .json.
 
-    run_bench(spark, quick=False, out_dir=..., work_dir=None, keep=False, command=...) -> dict
+    run_bench(spark, quick=False, out_dir=..., work_dir=None, keep=False, command=..., only=...)
 
-Full mode writes into `docs/` by default; `--quick` (a few minutes, used by the smoke test)
-writes into a new temporary directory unless `--out` is given, so it never overwrites the
-committed results. Data goes to `--work-dir` (default: a new directory under /tmp; an
-existing directory gets a new directory inside it), deleted at the end unless `--keep`.
+Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), bigfile (5),
+nightly, curve. Full mode writes into `docs/` by default and takes about an hour on a 2-core
+machine (speed ~10 min, latency ~4 min, state ~5 min, nightly ~22 min, curve ~20 s, bigfile
+~15-20 min, run last); `--quick` (~6-12 min, used by the smoke test) writes into a new temporary
+directory unless `--out` is given, so it never overwrites the committed results. A run of
+some sections (`--only`) keeps the other sections' results of the same mode from the
+output directory's benchmarks.json, each labelled with the date it was measured. Data goes
+to `--work-dir` (default: a new directory under /tmp; an existing directory gets a new
+directory inside it), deleted at the end unless `--keep`.
 
 The command line loads this module to list `tally bench` (entry point group
 `tally.commands`), so it imports no Spark at module level: the sections are imported when
@@ -15,6 +21,7 @@ they run.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -30,20 +37,22 @@ from typing import Any
 from bench.common import Backlog, SteadyRate, StreamShape, load_average, log, machine_info
 from bench.findings import findings
 
+FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("speed", "latency", "state", "nightly", "curve")
+SECTIONS = ("speed", "latency", "state", "bigfile", "nightly", "curve")
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    # 1. speed
+    # 1. throughput (speed)
     speed_events: int
     speed_files: int
     files_per_trigger: int
+    previous_files_per_trigger: int
     repetitions: int
-    warm_up: bool
-    # 2. latency
+    # 3. latency
     latency_engines: tuple[str, ...]
     latency_window_ms: int
     latency_lateness_ms: int
@@ -52,21 +61,31 @@ class Preset:
     latency_run_s: float
     latency_warmup_s: float
     latency_lead_s: float
-    # 3. state
+    # 2. per-batch fixed cost and 4. state (one run)
     state_events: int
     state_days: float
     state_files: int
-    # 4./5. nightly and curve
+    # 5. one big file
+    bigfile_events: int
+    bigfile_files: int
+    # 6./7. nightly and curve
     nightly_sizes: tuple[int, ...]
     curve_size: int
+    nightly_shared_events: int  # a nightly size generated in 100 files (0: none)
+    nightly_files_per_batch: int  # micro-batches of the nightly section's batch load
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
 
     @property
     def shape(self) -> StreamShape:
-        """The speed, state and nightly runs' window, lateness and files per micro-batch."""
+        """The throughput, state and big-file runs' window, lateness and files per trigger."""
         return StreamShape(self.window_ms, self.lateness_ms, self.files_per_trigger)
+
+    @property
+    def nightly_shape(self) -> StreamShape:
+        """The nightly section's batch load: micro-batches as they were measured before."""
+        return StreamShape(self.window_ms, self.lateness_ms, self.nightly_files_per_batch)
 
     @property
     def speed_backlog(self) -> Backlog:
@@ -75,6 +94,16 @@ class Preset:
     @property
     def state_backlog(self) -> Backlog:
         return Backlog(self.state_events, self.state_files, seed=17, days=self.state_days)
+
+    @property
+    def bigfile_backlog(self) -> Backlog:
+        return Backlog(self.bigfile_events, self.bigfile_files, seed=23)
+
+    @property
+    def nightly_shared(self) -> Backlog:
+        """The input the nightly size `nightly_shared_events` and the curve share: 100 files
+        (the layout they were measured on before)."""
+        return Backlog(self.nightly_shared_events, 100, seed=7)
 
     @property
     def latency_shape(self) -> StreamShape:
@@ -91,32 +120,39 @@ class Preset:
         )
 
 
-# Both presets side by side, setting: (full, quick).
+# Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
+# (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, nightly ~22 min,
+# curve ~20 s, bigfile ~15-20 min: about an hour.
 _PRESETS: dict[str, tuple[Any, Any]] = {
-    # 1. speed. full: 50k events a file, 1M events a micro-batch (5 batches), repetitions
-    # alternating (a third did not fit the session, about 10 min each); quick: one batch
-    "speed_events": (5_000_000, 10_000),
-    "speed_files": (100, 2),
-    "files_per_trigger": (20, 2),
+    # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
+    # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
+    "speed_events": (2_000_000, 20_000),
+    "speed_files": (100, 10),
+    "files_per_trigger": (10, 2),
+    "previous_files_per_trigger": (50, 10),
     "repetitions": (2, 1),
-    "warm_up": (True, False),
-    # 2. latency
+    # 3. latency: 1,000 events/s, 2 s trigger, L = 5 s, 10 s windows (target 9 s)
     "latency_engines": (("tally", "plain"), ("tally",)),
     "latency_window_ms": (10_000, 5_000),
     "latency_lateness_ms": (5_000, 2_000),
-    "latency_trigger_ms": (5_000, 3_000),
+    "latency_trigger_ms": (2_000, 2_000),
     "latency_rate": (1_000, 200),
-    "latency_run_s": (90.0, 20.0),
+    "latency_run_s": (90.0, 30.0),
     "latency_warmup_s": (20.0, 8.0),
     "latency_lead_s": (5.0, 3.0),
-    # 3. state. full: 50 micro-batches of 20 files (20k events), 10x the speed run's 5;
-    # quick: 4 micro-batches (10x the speed run's would not fit in minutes)
-    "state_events": (1_000_000, 16_000),
+    # 2./4. state: 10x the throughput run's micro-batches at ~20k lines each. full: 1,000
+    # files of 2k events over 10 days, 10 a trigger: 100 batches; quick: 20 batches of ~1k
+    "state_events": (2_000_000, 20_000),
     "state_days": (10.0, 2.0),
-    "state_files": (1_000, 8),
-    # 4./5. nightly and curve (quick: one size, so no growth figure)
+    "state_files": (1_000, 40),
+    # 5. one big file: full ~2 GB (17.5M events at ~114 bytes a line), quick ~20 MB
+    "bigfile_events": (17_500_000, 175_000),
+    "bigfile_files": (100, 100),
+    # 6./7. nightly and curve (as before; quick: one size, so no growth figure)
     "nightly_sizes": ((1_000_000, 5_000_000, 20_000_000), (20_000,)),
     "curve_size": (5_000_000, 20_000),
+    "nightly_shared_events": (5_000_000, 0),
+    "nightly_files_per_batch": (20, 2),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -129,26 +165,41 @@ QUICK = Preset(
 # -- the run --------------------------------------------------------------------------------------
 
 
+def engine_master(spark: Any) -> str:
+    """The master every engine process runs on: the bench session's (local[*] spelled out)."""
+    master = str(spark.sparkContext.master)
+    return f"local[{os.cpu_count() or 1}]" if master == "local[*]" else master
+
+
 class BenchRun:
     """The sections of one run, sharing the session, the preset and the work directory; a
     section's failure is recorded in `errors` and the next section still runs."""
 
     def __init__(self, spark: Any, preset: Preset, work: Path, only: tuple[str, ...]) -> None:
+        from bench.engines import EngineEnv
+
         self.spark = spark
         self.preset = preset
         self.work = work
         self.only = only
         self.errors: dict[str, str] = {}
+        self.env = EngineEnv(
+            engine_master(spark), int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+        )
         self.results: dict[str, Any] = {
+            "format": FORMAT,
             "mode": preset.name,
             "machine": machine_info(spark),
             "preset": dict(preset.__dict__),
+            "engine_env": dict(self.env.__dict__),
             "sections_s": {},
+            "measured": {},
         }
 
     def section(self, name: str, body: Callable[[], None]) -> None:
         """Run one section, timed; a failure is logged and recorded."""
         t0 = time.monotonic()
+        log(f"{name}: starting")
         try:
             body()
         except Exception as exc:
@@ -157,20 +208,24 @@ class BenchRun:
             message = str(exc).splitlines()[0] if str(exc) else ""
             self.errors[name] = f"{type(exc).__name__}: {message}"
         self.results["sections_s"][name] = time.monotonic() - t0
+        if self.results.get(name) is not None:
+            self.results["measured"][name] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
 
     def run(self, keep: bool) -> None:
-        """Every section in `only` (the speed input is also generated for the nightly and
-        curve sections when they can reuse it); the work directory is deleted unless `keep`."""
+        """Every section in `only`; the work directory is deleted unless `keep`."""
         wanted = set(self.only)
         try:
-            if {"speed", "nightly", "curve"} & wanted:
-                self.section("speed", self.speed)
-            if "latency" in wanted:
-                self.section("latency", self.latency)
-            if "state" in wanted:
-                self.section("state", self.state)
+            for name, body in (
+                ("speed", self.speed),
+                ("latency", self.latency),
+                ("state", self.state),
+            ):
+                if name in wanted:
+                    self.section(name, body)
             if {"nightly", "curve"} & wanted:
                 self.section("nightly", lambda: self.nightly(keep))
+            if "bigfile" in wanted:  # last: the longest single runs
+                self.section("bigfile", self.bigfile)
         finally:
             if not keep:
                 shutil.rmtree(self.work, ignore_errors=True)
@@ -179,12 +234,15 @@ class BenchRun:
         from bench import speed
 
         p = self.preset
-        if "speed" in self.only:
-            self.results["speed"] = speed.speed_section(
-                self.spark, self.work, p.speed_backlog, p.shape, p.repetitions, p.warm_up
-            )
-        elif p.curve_size == p.speed_events or p.speed_events in p.nightly_sizes:
-            speed.generate_backlog(self.work / "speed_input", p.speed_backlog)
+        self.results["speed"] = speed.speed_section(
+            self.spark,
+            self.work,
+            p.speed_backlog,
+            p.shape,
+            p.previous_files_per_trigger,
+            p.repetitions,
+            self.env,
+        )
 
     def latency(self) -> None:
         from bench import latency
@@ -198,8 +256,28 @@ class BenchRun:
         from bench import state
 
         self.results["state"] = state.state_section(
-            self.spark, self.work, self.preset.state_backlog, self.preset.shape
+            self.spark, self.work, self.preset.state_backlog, self.preset.shape, self.env
         )
+
+    def bigfile(self) -> None:
+        from bench import bigfile
+
+        self.results["bigfile"] = bigfile.bigfile_section(
+            self.spark, self.work, self.preset.bigfile_backlog, self.preset.shape, self.env
+        )
+
+    def _nightly_input(self, events: int) -> Path | None:
+        """The shared 100-file input for the size that has one (generated once), else None."""
+        from bench.speed import generate_backlog
+
+        p = self.preset
+        if not p.nightly_shared_events or events != p.nightly_shared_events:
+            return None
+        shared = self.work / "nightly_shared_input"
+        if not shared.is_dir():
+            log(f"nightly: generating the shared {events:,}-event input in 100 files")
+            generate_backlog(shared, p.nightly_shared)
+        return shared
 
     def nightly(self, keep: bool) -> None:
         """Every nightly size (only the curve's when the nightly section is not wanted), and
@@ -211,25 +289,25 @@ class BenchRun:
         if "nightly" in self.only:  # the sizes done so far are reported if a later one fails
             self.results["nightly"] = {
                 "sizes": sizes,
-                "files_per_batch": p.files_per_trigger,
+                "files_per_batch": p.nightly_files_per_batch,
                 "growth": None,
             }
         for events in p.nightly_sizes if "nightly" in self.only else (p.curve_size,):
-            reuse = self.work / "speed_input"
             size_dir = self.work / f"nightly_{events}"
             sizes.append(
                 nightly.nightly_size(
                     self.spark,
                     self.work,
                     events,
-                    p.shape,
-                    input_dir=reuse if events == p.speed_events and reuse.is_dir() else None,
+                    p.nightly_shape,
+                    input_dir=self._nightly_input(events),
                 )
             )
             if events == p.curve_size and "curve" in self.only:
                 self.section("curve", partial(self.curve, size_dir / "warehouse", events))
             if not keep:  # the largest sizes take gigabytes
                 shutil.rmtree(size_dir, ignore_errors=True)
+        shutil.rmtree(self.work / "nightly_shared_input", ignore_errors=True)
         if "nightly" in self.only:
             self.results["nightly"]["growth"] = nightly.growth(sizes)
 
@@ -282,6 +360,8 @@ def run_bench(
     results["errors"] = bench.errors
     results["total_s"] = time.monotonic() - clock
     results["load_average_at_end"] = load_average()
+    # a partial run keeps the other sections' earlier results (labelled with their date)
+    report.carry_previous(results, out, [s for s in SECTIONS if s not in only])
     results["findings"] = findings(results)
     paths = report.write_outputs(results, out)
     results["outputs"] = {k: str(v) for k, v in paths.items()}
@@ -307,11 +387,12 @@ def _cmd_bench(args: argparse.Namespace, settings: Any) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        import duckdb  # noqa: F401
-    except ImportError:
-        print("tally: bench needs duckdb: pip install -e '.[bench]'", file=sys.stderr)
-        return 2
+    for package in ("duckdb", "psutil"):
+        try:
+            __import__(package)
+        except ImportError:
+            print(f"tally: bench needs {package}: pip install -e '.[bench]'", file=sys.stderr)
+            return 2
     spark = build_session(
         settings.spark_master,
         app_name="tally-bench",
@@ -337,8 +418,8 @@ def add_commands(subparsers: Any) -> None:
     """Add `tally bench` (issue 7). Exit codes: 0 written, 2 bad argument or missing duckdb."""
     parser = subparsers.add_parser(
         "bench",
-        help="benchmark the speed layer, latency, state and the nightly job against plain "
-        "Spark and DuckDB; write docs/benchmarks.md",
+        help="benchmark the speed layer (throughput, per-batch cost, latency, state, one big "
+        "file) and the nightly job against plain Spark and DuckDB; write docs/benchmarks.md",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny inputs, one repetition (a few minutes)"
@@ -354,7 +435,10 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--only", default=None, help=f"comma-separated sections (default all: {','.join(SECTIONS)})"
+        "--only",
+        default=None,
+        help=f"comma-separated sections (default all: {','.join(SECTIONS)}); the report keeps "
+        "the other sections' earlier results from benchmarks.json, labelled with their date",
     )
     parser.add_argument(
         "--driver-memory", default="4g", help="spark.driver.memory of the session (default 4g)"

@@ -1,55 +1,68 @@
-"""Section 1: the speed layer vs plain Spark on the same JSON backlog, with available-now.
+"""Section 1: throughput of whole processes on the same JSON backlog, available-now.
 
-(a) tally: `streaming.job.run_stream(available_now=True, drain=False, clock="arrival")`: parse
-    and quarantine, per-partition watermark, dedup, late side output, five Delta tables and
-    the state tables committed every micro-batch.
-(b) plain Spark: `readStream.json` + `withWatermark` + `window` aggregation, append mode, a
-    Delta sink; late rows are dropped silently, no dedup, no quarantine, no event log.
-(c) Spark batch: `read.json` + the same aggregation into Delta: the ceiling on this machine.
+Engines (`bench.engines`; each a separate OS process, JVM start included, timed wall-clock,
+peak RSS of its process tree sampled with psutil):
 
-Same session (settings, shuffle partitions), same files per trigger; the engines run
-alternately within a repetition, in a rotated order, each on fresh directories.
+(a) tally: `tally stream --available-now --clock arrival` (the real command line): parse and
+    quarantine, per-partition watermark, dedup, late side output, the event log, window state;
+(b) plain Spark durable: one session, a bronze query (every raw line appended to Delta) and the
+    `withWatermark` + `window` aggregation query (append mode into Delta) side by side;
+(c) plain Spark aggregation only: the aggregation query alone (late rows dropped silently, no
+    dedup, no quarantine, no event log);
+(d) Spark batch: `read.json` + the same aggregation into Delta, the ceiling on this machine.
+
+The same files per trigger for every streaming engine (full mode: 100 files of 20k events, 10
+files a trigger, micro-batches of ~200k lines); the previous configuration (micro-batches of
+~1M lines, 50 files a trigger) runs tally and (c) again, reported beside. The engines run
+alternately, in an order rotated each repetition, on fresh directories; medians are reported.
+events/s = input lines / wall seconds of the process.
+
+Targets (issue 12): tally / plain durable >= 1.0, tally / aggregation only >= 0.8. tally must
+account for every input line (`stream_progress.input_lines` sums to the input's lines).
+
+Expected duration, full mode on 2 cores: generating 2M events ~15 s; a round of the six runs
+~4-5 min (each tally run ~90 s, each plain engine 20-40 s, JVM start ~10-20 s included, plus
+reading the results back); 2 repetitions ~9-10 min. Quick mode: ~3-6 min.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from bench.common import (
-    DAY,
-    Backlog,
-    StreamShape,
-    Tracer,
-    arrival_files,
-    load_average,
-    log,
-    session_settings,
-    stopwatch,
-    summary,
+from bench import engines as E
+from bench import phases
+from bench.common import DAY, Backlog, StreamShape, load_average, log, stopwatch, summary
+
+TARGET_DURABLE = 1.0  # tally events/s over plain durable events/s
+TARGET_AGG = 0.8  # tally events/s over plain aggregation-only events/s
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    label: str
+    kind: str  # "tally" or a bench.plain_job mode
+    previous: bool = False  # the previous configuration (bigger micro-batches)
+
+
+ENGINES = (
+    Engine("tally", "(a) tally stream", "tally"),
+    Engine("durable", "(b) plain Spark durable (bronze + aggregation)", "durable"),
+    Engine("agg", "(c) plain Spark aggregation only", "agg"),
+    Engine("batch", "(d) Spark batch (ceiling)", "batch"),
+    Engine("tally_prev", "(a') tally stream, previous configuration", "tally", previous=True),
+    Engine("agg_prev", "(c') aggregation only, previous configuration", "agg", previous=True),
 )
-from bench.probe import describe_phase, traced_stream
-from tally import tables as T
-from tally.events import parse_events, read_jsonl_lines
-from tally.settings import Settings
+ENGINE_LABELS = {e.name: e.label for e in ENGINES}
 
-PLAIN_SCHEMA = "event_id STRING, key STRING, amount BIGINT, event_time STRING, partition INT"
-ENGINES = ("tally", "plain", "batch")
-ENGINE_LABELS = {
-    "tally": "(a) tally stream",
-    "plain": "(b) plain Spark streaming",
-    "batch": "(c) Spark batch (ceiling)",
-}
-TARGET_RATIO = 0.8  # tally events/s over plain Spark events/s
-
-Runner = Callable[[str, Path], dict[str, Any]]  # (input directory, run directory) -> result
+Runner = Callable[[Engine, Path], dict[str, Any]]
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -75,306 +88,7 @@ def generate_backlog(out: Path, backlog: Backlog) -> dict[str, Any]:
     return manifest
 
 
-def copy_first_files(src: Path, dst: Path, count: int) -> None:
-    """The first `count` files (arrival order), modification times kept: a warm-up input."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for path in sorted(src.glob("arrival-*.jsonl"))[:count]:
-        shutil.copy2(path, dst / path.name)
-
-
-# -- the plain query, as a user would write it ----------------------------------------------------
-
-
-def plain_events(df: DataFrame) -> DataFrame:
-    """JSON columns -> typed events: ISO-8601 or epoch-millisecond times; rows missing a field
-    are dropped (the JSON reader gives nulls for malformed lines)."""
-    text = F.col("event_time")
-    event_time = F.when(text.rlike(r"^-?\d+$"), F.timestamp_millis(text.cast("bigint"))).otherwise(
-        F.try_to_timestamp(text)
-    )
-    return df.select("event_id", "key", "amount", event_time.alias("event_time")).where(
-        F.col("event_id").isNotNull()
-        & F.col("key").isNotNull()
-        & F.col("amount").isNotNull()
-        & F.col("event_time").isNotNull()
-    )
-
-
-def window_totals(events: DataFrame, window_ms: int) -> DataFrame:
-    """Spark's own tumbling `window` (epoch-aligned, like tally's), count and sum."""
-    return (
-        events.groupBy(F.window("event_time", f"{window_ms} milliseconds"), "key")
-        .agg(F.count(F.lit(1)).alias("event_count"), F.sum("amount").alias("amount_sum"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "key",
-            "event_count",
-            "amount_sum",
-        )
-    )
-
-
-def start_plain_query(
-    spark: SparkSession,
-    input_dir: str,
-    run_dir: Path,
-    shape: StreamShape,
-    trigger_ms: int | None = None,
-) -> Any:
-    """Start (b): available-now if `trigger_ms` is None, else a processing-time trigger."""
-    source = (
-        spark.readStream.schema(PLAIN_SCHEMA)
-        .option("maxFilesPerTrigger", shape.max_files_per_trigger)
-        .json(input_dir)
-    )
-    totals = window_totals(
-        plain_events(source).withWatermark("event_time", f"{shape.lateness_ms} milliseconds"),
-        shape.window_ms,
-    )
-    writer = (
-        totals.writeStream.format("delta")
-        .outputMode("append")
-        .option("checkpointLocation", str(run_dir / "checkpoint"))
-        .queryName("bench_plain")
-    )
-    writer = (
-        writer.trigger(availableNow=True)
-        if trigger_ms is None
-        else writer.trigger(processingTime=f"{trigger_ms} milliseconds")
-    )
-    return writer.start(str(run_dir / "plain_aggregates"))
-
-
-def _output_totals(spark: SparkSession, table_dir: Path) -> dict[str, int]:
-    """Rows and summed `event_count` of an engine's output table."""
-    out = spark.read.format("delta").load(str(table_dir))
-    row = out.agg(F.count(F.lit(1)).alias("rows"), F.sum("event_count").alias("events")).first()
-    assert row is not None
-    return {"output_rows": int(row["rows"]), "output_events": int(row["events"] or 0)}
-
-
-def run_plain(spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape) -> dict:
-    with stopwatch() as t:
-        query = start_plain_query(spark, input_dir, run_dir, shape)
-        query.awaitTermination()
-    progress = [p for p in query.recentProgress if p.batchId is not None]
-    durations: dict[str, int] = {}
-    for p in progress:
-        for name, ms in (p.durationMs or {}).items():
-            durations[name] = durations.get(name, 0) + int(ms)
-    dropped = sum(
-        int(op.numRowsDroppedByWatermark) for p in progress for op in (p.stateOperators or [])
-    )
-    return {
-        "seconds": t["s"],
-        "batches": sum(1 for p in progress if p.numInputRows),
-        "input_rows": sum(int(p.numInputRows) for p in progress),
-        "dropped_by_watermark": dropped,
-        **_output_totals(spark, run_dir / "plain_aggregates"),
-        "duration_ms": durations,
-    }
-
-
-def run_batch(spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape) -> dict:
-    with stopwatch() as t:
-        events = plain_events(spark.read.schema(PLAIN_SCHEMA).json(input_dir))
-        window_totals(events, shape.window_ms).write.format("delta").mode("overwrite").save(
-            str(run_dir / "batch_aggregates")
-        )
-    return {"seconds": t["s"], **_output_totals(spark, run_dir / "batch_aggregates")}
-
-
-# -- the parse, measured on its own ---------------------------------------------------------------
-
-
-def _force(df: DataFrame) -> None:
-    """Compute every column (a hash sum; maps by their size), return nothing."""
-    types = dict(df.dtypes)
-    cols = [F.size(c) if types[c].startswith("map") else F.col(c) for c in df.columns]
-    df.agg(F.sum(F.hash(*cols))).first()
-
-
-def parse_diagnostic(spark: SparkSession, input_dir: Path, files: int) -> dict[str, Any]:
-    """The first `files` files (one micro-batch): tally's `parse_events` on the raw lines,
-    cached as the stream caches them (valid, then quarantine; every column computed), against
-    the plain query's JSON reader on the same files (which also reads them), and how many
-    `from_json` calls tally's optimized plans hold."""
-    paths = [str(p) for p in arrival_files(input_dir)[:files]]
-    raw = read_jsonl_lines(spark, paths).persist()
-    try:
-        out: dict[str, Any] = {"files": files, "lines": raw.count()}
-        parsed = parse_events(raw)
-        for name, frame in (("tally_valid", parsed.valid), ("tally_quarantine", parsed.quarantine)):
-            with stopwatch() as t:
-                _force(frame)
-            out[f"{name}_s"] = t["s"]
-            plan = frame._jdf.queryExecution().optimizedPlan().toString()
-            out[f"{name}_json_parses_in_plan"] = plan.count("from_json(")
-        with stopwatch() as t:
-            _force(plain_events(spark.read.schema(PLAIN_SCHEMA).json(paths)))
-        out["plain_s"] = t["s"]
-    finally:
-        raw.unpersist()
-    return out
-
-
-# -- tally ----------------------------------------------------------------------------------------
-
-
-def tally_settings(
-    warehouse: Path, input_dir: str, shape: StreamShape, spark: SparkSession, **extra: Any
-) -> Settings:
-    return session_settings(
-        spark,
-        window=shape.window_ms,
-        lateness=shape.lateness_ms,
-        idle_timeout=shape.idle_timeout_ms,
-        warehouse=str(warehouse),
-        input=input_dir,
-        max_files_per_trigger=shape.max_files_per_trigger,
-        **extra,
-    )
-
-
-def stream_backlog(spark: SparkSession, settings: Settings, tracer: Tracer) -> float:
-    """tally's stream over the whole input (available-now, arrival clock, not drained), its
-    micro-batches traced into `tracer`; the wall seconds of the `run_stream` call."""
-    from streaming.job import run_stream
-
-    with traced_stream(tracer), stopwatch() as t:
-        run_stream(settings, available_now=True, drain=False, clock="arrival", spark=spark)
-    return t["s"]
-
-
-def tally_accounting(spark: SparkSession, warehouse: str) -> dict[str, int]:
-    """Read back what the stream did: input lines, valid events, and the accounting identity's
-    sides (emitted + late + still open = counted events)."""
-    from pyspark.sql import Window
-
-    p = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
-        .agg(
-            F.count(F.lit(1)).alias("batches"),
-            F.sum("input_lines").alias("input_lines"),
-            F.sum("valid_events").alias("valid_events"),
-            F.sum("duplicate_events").alias("duplicates"),
-            F.sum("quarantined_lines").alias("quarantined"),
-            F.max("window_state_version").alias("state_version"),
-        )
-        .first()
-    )
-    assert p is not None
-    latest = Window.partitionBy("window_start", "window_end", "key").orderBy(
-        F.col("revision").desc()
-    )
-    emitted = (
-        T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
-        .withColumn("_r", F.row_number().over(latest))
-        .where("_r = 1")
-        .agg(F.sum("event_count"))
-        .first()
-    )
-    emitted_events = int(emitted[0] or 0) if emitted is not None else 0
-    late = T.read_table(spark, warehouse, T.LATE_EVENTS.name).count()
-    state_version = p["state_version"]
-    open_events = 0
-    if state_version is not None:
-        row = (
-            T.read_table(spark, warehouse, T.WINDOW_STATE.name, int(state_version))
-            .agg(F.sum("event_count"))
-            .first()
-        )
-        open_events = int(row[0] or 0) if row is not None else 0
-    return {
-        "batches": int(p["batches"]),
-        "input_lines": int(p["input_lines"] or 0),
-        "valid_events": int(p["valid_events"] or 0),
-        "duplicates": int(p["duplicates"] or 0),
-        "quarantined": int(p["quarantined"] or 0),
-        "late_events": int(late),
-        "emitted_events": emitted_events,
-        "open_window_events": open_events,
-        "accounted_events": emitted_events + int(late) + open_events,
-    }
-
-
-def run_tally(
-    spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape, tracer: Tracer
-) -> dict:
-    settings = tally_settings(run_dir / "warehouse", input_dir, shape, spark)
-    seconds = stream_backlog(spark, settings, tracer)
-    in_batches = tracer.total("batch")
-    setup = tracer.total("create tables")
-    return {
-        "seconds": seconds,
-        **tally_accounting(spark, settings.warehouse),
-        "phases_s": {describe_phase(k): v for k, v in tracer.breakdown("batch").items()},
-        "in_foreach_batch_s": in_batches,
-        "create_tables_s": setup,
-        "outside_foreach_batch_s": seconds - in_batches - setup,
-        "batch_seconds": [s.seconds for s in tracer.tops("batch")],
-    }
-
-
-# -- the section ----------------------------------------------------------------------------------
-
-
-def _engines(spark: SparkSession, shape: StreamShape) -> dict[str, Runner]:
-    """The three engines, in `ENGINES` order."""
-    return {
-        "tally": lambda source, d: run_tally(spark, source, d, shape, Tracer()),
-        "plain": lambda source, d: run_plain(spark, source, d, shape),
-        "batch": lambda source, d: run_batch(spark, source, d, shape),
-    }
-
-
-def _warm_up(engines: dict[str, Runner], data: Path, work: Path, files: int) -> None:
-    """One unmeasured run of each engine on the first few files (JIT, caches)."""
-    warm = work / "speed_warmup_input"
-    copy_first_files(data, warm, files)
-    log("speed: warm-up run of each engine (not measured)")
-    for engine, run in engines.items():
-        run(str(warm), work / f"warmup_{engine}")
-    for d in (*(f"warmup_{e}" for e in engines), "speed_warmup_input"):
-        shutil.rmtree(work / d, ignore_errors=True)
-
-
-def _alternate(
-    engines: dict[str, Runner], input_dir: str, work: Path, repetitions: int, lines: int
-) -> dict[str, list[dict]]:
-    """`repetitions` rounds of every engine, in an order rotated each round, fresh directories."""
-    runs: dict[str, list[dict]] = {e: [] for e in ENGINES}
-    for rep in range(repetitions):
-        for engine in ENGINES[rep % 3 :] + ENGINES[: rep % 3]:
-            run_dir = work / f"speed_rep{rep}_{engine}"
-            load = load_average()
-            log(f"speed: repetition {rep + 1}/{repetitions}, {engine}")
-            result = engines[engine](input_dir, run_dir)
-            result["load_average_before"] = load
-            result["events_per_s"] = lines / result["seconds"]
-            runs[engine].append(result)
-            log(
-                f"speed: {engine} {result['seconds']:.1f} s, {result['events_per_s']:,.0f} events/s"
-            )
-            shutil.rmtree(run_dir, ignore_errors=True)
-    return runs
-
-
-def _median_breakdown(tally_runs: list[dict]) -> dict[str, Any]:
-    """Where the time went in the median tally repetition."""
-    median_rep = sorted(tally_runs, key=lambda run: run["seconds"])[len(tally_runs) // 2]
-    keys = ("seconds", "create_tables_s", "in_foreach_batch_s", "outside_foreach_batch_s")
-    batch_seconds = median_rep["batch_seconds"]
-    return {
-        **{k: median_rep[k] for k in keys},
-        "phases_s": median_rep["phases_s"],
-        "batches": median_rep["batches"],
-        "median_batch_s": statistics.median(batch_seconds) if batch_seconds else None,
-    }
-
-
-def _input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
+def input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
     """What the generator wrote, as the report describes the input."""
     return {
         "lines": manifest["lines"],
@@ -390,49 +104,144 @@ def _input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- one run of one engine ------------------------------------------------------------------------
+
+
+def _tally_run(
+    spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv
+) -> dict[str, Any]:
+    run = E.run_tally(run_dir.name, input_dir, run_dir, shape, env)
+    run.update(E.tally_accounting(spark, run["warehouse"], run["checkpoint"]))
+    batches = run.pop("trace_batches")
+    run["phases"] = phases.phase_table(batches)
+    run["appends_median_s"] = phases.append_medians(batches)
+    run["batch_seconds"] = [b["seconds"] for b in batches]
+    return run
+
+
+def _plain_run(
+    spark: SparkSession,
+    mode: str,
+    input_dir: str,
+    run_dir: Path,
+    shape: StreamShape,
+    env: E.EngineEnv,
+) -> dict[str, Any]:
+    run = E.run_plain(run_dir.name, mode, input_dir, run_dir, shape, env)
+    run.update(E.plain_outputs(spark, mode, run.pop("out")))
+    agg = run["queries"].get("agg") or {}
+    run["batches"] = agg.get("batches")
+    run["input_rows"] = agg.get("input_rows")
+    run["dropped_by_watermark"] = agg.get("dropped_by_watermark")
+    return run
+
+
+def _runner(
+    spark: SparkSession, input_dir: str, shapes: dict[bool, StreamShape], env: E.EngineEnv
+) -> Runner:
+    def run(engine: Engine, run_dir: Path) -> dict[str, Any]:
+        shape = shapes[engine.previous]
+        if engine.kind == "tally":
+            return _tally_run(spark, input_dir, run_dir, shape, env)
+        return _plain_run(spark, engine.kind, input_dir, run_dir, shape, env)
+
+    return run
+
+
+def _alternate(
+    run: Runner, work: Path, repetitions: int, lines: int
+) -> dict[str, list[dict[str, Any]]]:
+    """`repetitions` rounds of every engine, in an order rotated each round, fresh directories."""
+    runs: dict[str, list[dict[str, Any]]] = {e.name: [] for e in ENGINES}
+    for rep in range(repetitions):
+        shift = rep % len(ENGINES)
+        for engine in ENGINES[shift:] + ENGINES[:shift]:
+            run_dir = work / f"speed_rep{rep}_{engine.name}"
+            load = load_average()
+            log(f"speed: repetition {rep + 1}/{repetitions}, {engine.name}")
+            result = run(engine, run_dir)
+            result["load_average_before"] = load
+            result["events_per_s"] = lines / result["seconds"]
+            runs[engine.name].append(result)
+            log(
+                f"speed: {engine.name} {result['seconds']:.1f} s, "
+                f"{result['events_per_s']:,.0f} events/s, peak RSS {result['peak_rss_mb']:,.0f} MB"
+            )
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return runs
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+
+
+def _ratio(stats: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
+    num, den = stats[a]["median"], stats[b]["median"]
+    return num / den if num and den else None
+
+
 def speed_section(
     spark: SparkSession,
     work: Path,
     backlog: Backlog,
     shape: StreamShape,
+    previous_files_per_trigger: int,
     repetitions: int,
-    warm_up: bool,
+    env: E.EngineEnv,
 ) -> dict[str, Any]:
-    """Generate the backlog once, then run (a), (b), (c) alternately `repetitions` times."""
+    """Generate the backlog once, then run every engine alternately `repetitions` times."""
     data = work / "speed_input"
     log(f"speed: generating {backlog.events:,} events in {backlog.files} files")
     manifest = generate_backlog(data, backlog)
-    engines = _engines(spark, shape)
-    if warm_up:
-        _warm_up(engines, data, work, min(4, 2 * shape.max_files_per_trigger))
-    runs = _alternate(engines, str(data), work, repetitions, manifest["lines"])
+    facts = input_facts(manifest)
+    previous = StreamShape(
+        shape.window_ms, shape.lateness_ms, previous_files_per_trigger, shape.idle_timeout_ms
+    )
+    run = _runner(spark, str(data), {False: shape, True: previous}, env)
+    runs = _alternate(run, work, repetitions, facts["lines"])
+    shutil.rmtree(data, ignore_errors=True)
 
-    log("speed: parse diagnostic (one micro-batch of files)")
-    parse = parse_diagnostic(spark, data, shape.max_files_per_trigger)
-    stats = {e: summary([r["events_per_s"] for r in runs[e]]) for e in ENGINES}
-    # tally events/s over plain events/s = plain seconds over tally seconds, per repetition.
-    ratios = [
-        b["seconds"] / a["seconds"] for a, b in zip(runs["tally"], runs["plain"], strict=True)
-    ]
-    ratio = stats["tally"]["median"] / stats["plain"]["median"]
+    stats = {name: summary([r["events_per_s"] for r in rs]) for name, rs in runs.items()}
+    ratio_durable = _ratio(stats, "tally", "durable")
+    ratio_agg = _ratio(stats, "tally", "agg")
+    lines_ok = all(
+        r["input_lines"] == facts["lines"] for e in ("tally", "tally_prev") for r in runs[e]
+    )
+    files_per_batch = {False: shape.max_files_per_trigger, True: previous_files_per_trigger}
     return {
         "events": backlog.events,
         "files": backlog.files,
-        **_input_facts(manifest),
+        **facts,
         "window_ms": shape.window_ms,
         "lateness_ms": shape.lateness_ms,
         "max_files_per_trigger": shape.max_files_per_trigger,
+        "previous_files_per_trigger": previous_files_per_trigger,
+        "lines_per_batch": facts["lines"] * files_per_batch[False] / backlog.files,
+        "previous_lines_per_batch": facts["lines"] * files_per_batch[True] / backlog.files,
         "repetitions": repetitions,
-        "warm_up": warm_up,
+        "spark_master": env.master,
+        "shuffle_partitions": env.shuffle_partitions,
         "runs": runs,
         "events_per_s": stats,
-        "seconds": {e: summary([r["seconds"] for r in runs[e]]) for e in ENGINES},
-        "ratio_tally_plain": ratio,
-        "ratio_per_repetition": ratios,
-        "target_ratio": TARGET_RATIO,
-        "met": ratio >= TARGET_RATIO,
-        "tally_breakdown": _median_breakdown(runs["tally"]),
-        "parse": parse,
-        "data_dir": str(data),
+        "seconds": {name: summary([r["seconds"] for r in rs]) for name, rs in runs.items()},
+        "peak_rss_mb": {
+            name: max((r["peak_rss_mb"] for r in rs), default=None) for name, rs in runs.items()
+        },
+        "ratio_tally_durable": ratio_durable,
+        "ratio_tally_agg": ratio_agg,
+        "ratio_previous": _ratio(stats, "tally_prev", "agg_prev"),
+        "ratio_per_repetition": {
+            other: [
+                b["seconds"] / a["seconds"] for a, b in zip(runs["tally"], runs[other], strict=True)
+            ]
+            for other in ("durable", "agg")
+        },
+        "target_durable": TARGET_DURABLE,
+        "target_agg": TARGET_AGG,
+        "met_durable": ratio_durable is not None and ratio_durable >= TARGET_DURABLE,
+        "met_agg": ratio_agg is not None and ratio_agg >= TARGET_AGG,
+        "all_lines_accounted": lines_ok,
+        "tally_median_run": _median_run(runs["tally"]),
+        "tally_prev_median_run": _median_run(runs["tally_prev"]),
         "cpu_count": os.cpu_count(),
     }

@@ -1,106 +1,152 @@
-"""Section 3: open-window state and batch duration over a long run.
+"""Section 4 (state over a long run) and target 2 (per-batch fixed cost), from one run.
 
-A backlog spanning many days of event time is streamed with available-now in many small
-micro-batches (10x the speed run's number of batches in full mode). Per micro-batch:
-`stream_progress.open_windows` and the `window_state` / `dedup_state` commit's rows and
-bytes (`operationMetrics` of the overwrite, read from the Delta log), and the batch's wall
-time (timed from the outside). Flat means the last quarter's median is within 1.5x the first
-quarter's, while the event log keeps growing.
+A backlog spanning many days of event time is streamed by one `tally stream --available-now
+--clock arrival` process in small micro-batches (~20k lines each in full mode) and 10x the
+throughput run's number of micro-batches (full: 100 batches of 10 files of 2k lines).
+
+Per micro-batch:
+
+* open windows: `stream_progress.open_windows`;
+* state bytes on disk: the size of `<checkpoint>/tally/state/<batch>` (windows + dedup
+  Parquet files). The stream keeps only its last two batches' state, so a poller looks while
+  the stream runs: every 0.25 s it finds the newest *complete* state directory (both
+  `_SUCCESS` markers) and sums its files once; nearly every batch is seen;
+* batch time: `stream_progress.batch_duration_ms`, and the phases from the stream's DEBUG
+  records (`bench.phases`);
+* driver peak RSS: the same poller samples the RSS of the process tree (Python driver +
+  JVM) and charges it to the batch in flight (the one after the newest complete state).
+
+Flat means last tenth / first tenth of the batches within a tolerance: medians for open
+windows, state bytes and batch time (1.5x: the input's rate varies, the machine is shared),
+the peak for RSS (1.25x). Target 2: the median `batch_duration_ms` at ~20k lines a batch
+<= 1.0 s; the phase table says where the time goes.
+
+Expected duration, full mode on 2 cores: generating 2M events over 10 days in 1,000 files
+~15 s; the run ~4-5 min (100 batches of 1-2 s plus Spark's work between batches, JVM start).
+Quick mode: ~1-2 min.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import statistics
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench.common import (
-    Backlog,
-    StreamShape,
-    Tracer,
-    delta_commits,
-    load_average,
-    log,
-    quarter_medians,
-)
-from bench.speed import generate_backlog, stream_backlog, tally_settings
-from tally import tables as T
+from bench import engines as E
+from bench import phases
+from bench.common import Backlog, StreamShape, dir_bytes, flatness, load_average, log
+from bench.speed import generate_backlog
 
-FLAT_FACTOR = 1.5
-SERIES = ("open_windows", "window_state_bytes", "dedup_rows", "dedup_bytes", "batch_s")
+FIXED_COST_TARGET_MS = 1000
+TENTH = 0.1
+TOLERANCE = {"open_windows": 1.5, "state_bytes": 1.5, "batch_ms": 1.5, "peak_rss_mb": 1.25}
 
 
-def _per_version(table_dir: Path) -> dict[int, tuple[int, int]]:
-    """Version -> (rows, bytes) written by that commit."""
-    out = {}
-    for c in delta_commits(str(table_dir)):
-        if c.metrics:
-            out[c.version] = (
-                int(c.metrics.get("numOutputRows", 0)),
-                int(c.metrics.get("numOutputBytes", 0)),
-            )
-    return out
+class StatePoller:
+    """Called at every poll of the stream's process: records each batch's state size on disk
+    (once, when its directory is first seen complete) and the peak RSS per batch in flight."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.root = checkpoint / "tally" / "state"
+        self.state_bytes: dict[int, dict[str, int]] = {}
+        self.rss: dict[int, int] = {}
+
+    def newest_complete(self) -> int | None:
+        try:
+            ids = sorted((int(n) for n in os.listdir(self.root) if n.isdigit()), reverse=True)
+        except FileNotFoundError:
+            return None
+        for batch in ids:
+            d = self.root / str(batch)
+            if (d / "windows" / "_SUCCESS").exists() and (d / "dedup" / "_SUCCESS").exists():
+                return batch
+        return None
+
+    def __call__(self, _elapsed: float, rss: int) -> None:
+        newest = self.newest_complete()
+        if newest is not None and newest not in self.state_bytes:
+            d = self.root / str(newest)
+            sizes = {part: dir_bytes(d / part) for part in ("windows", "dedup")}
+            if all(v is not None for v in sizes.values()):  # not deleted meanwhile
+                self.state_bytes[newest] = {k: int(v or 0) for k, v in sizes.items()}
+        in_flight = 0 if newest is None else newest + 1
+        self.rss[in_flight] = max(self.rss.get(in_flight, 0), rss)
 
 
-def _flat(series: list[float]) -> dict[str, Any]:
-    first, last = quarter_medians(series)
-    ratio = (last / first) if first and last is not None else (1.0 if not last else None)
-    return {
-        "first_quarter_median": first,
-        "last_quarter_median": last,
-        "ratio": ratio,
-        "flat": ratio is not None and ratio <= FLAT_FACTOR,
-        "max": max(series) if series else None,
-    }
-
-
-def per_batch(spark: SparkSession, warehouse: Path, tracer: Tracer) -> list[dict[str, Any]]:
-    """One sample per micro-batch: its progress row, the state commits it pinned (rows and
-    bytes from the Delta log), its wall time and the event log's size after it."""
-    progress = (
-        T.read_table(spark, str(warehouse), T.STREAM_PROGRESS.name)
-        .orderBy("batch_id")
-        .select(
-            "batch_id",
-            "open_windows",
-            "valid_events",
-            "batch_duration_ms",
-            "window_state_version",
-            "dedup_state_version",
-            "events_version",
-        )
-        .collect()
-    )
-    state = _per_version(warehouse / T.WINDOW_STATE.name)
-    dedup = _per_version(warehouse / T.DEDUP_STATE.name)
-    events_total = _per_version(warehouse / T.EVENTS.name)
-    durations = {s.batch: s.seconds for s in tracer.tops("batch") if s.batch is not None}
-    batches: list[dict[str, Any]] = []
+def per_batch(
+    progress: list[dict[str, Any]],
+    trace: list[dict[str, Any]],
+    poller: StatePoller,
+) -> list[dict[str, Any]]:
+    """One row per (non-drain) micro-batch: progress, state size, phases' sum, peak RSS."""
+    traced = {b["batch"]: b for b in trace}
+    out: list[dict[str, Any]] = []
     log_rows = 0
     for r in progress:
-        rows_bytes = state.get(int(r["window_state_version"]), (0, 0))
-        dedup_rb = dedup.get(int(r["dedup_state_version"]), (0, 0))
-        log_rows += events_total.get(int(r["events_version"]), (0, 0))[0]
-        batches.append(
+        if r["drained"]:
+            continue
+        b = int(r["batch_id"])
+        log_rows += int(r["valid_events"])
+        state = poller.state_bytes.get(b)
+        rss = poller.rss.get(b)
+        out.append(
             {
-                "batch_id": int(r["batch_id"]),
+                "batch_id": b,
+                "input_lines": int(r["input_lines"]),
                 "valid_events": int(r["valid_events"]),
                 "open_windows": int(r["open_windows"]),
-                "window_state_bytes": rows_bytes[1],
-                "dedup_rows": dedup_rb[0],
-                "dedup_bytes": dedup_rb[1],
-                "batch_s": durations.get(int(r["batch_id"])),
-                "batch_duration_ms": int(r["batch_duration_ms"]),
+                "batch_ms": int(r["batch_duration_ms"]),
+                "phases_s": traced[b]["phases"] if b in traced else None,
+                "state_bytes": sum(state.values()) if state else None,
+                "windows_bytes": state["windows"] if state else None,
+                "dedup_bytes": state["dedup"] if state else None,
+                "peak_rss_mb": round(rss / 1e6, 1) if rss else None,
                 "event_log_rows": log_rows,
             }
         )
-    return batches
+    return out
+
+
+def _tenths(batches: list[dict[str, Any]], key: str, peak: bool = False) -> dict[str, Any]:
+    """First vs last tenth of the batches (by order): medians, or peaks with `peak`."""
+    n = max(1, int(len(batches) * TENTH))
+    pick = max if peak else statistics.median
+
+    def edge(part: list[dict[str, Any]]) -> float | None:
+        values = [float(b[key]) for b in part if b[key] is not None]
+        return pick(values) if values else None
+
+    result = flatness(edge(batches[:n]), edge(batches[-n:]), TOLERANCE[key])
+    result["max"] = max((b[key] for b in batches if b[key] is not None), default=None)
+    result["sampled"] = sum(1 for b in batches if b[key] is not None)
+    return result
+
+
+def fixed_cost(batches: list[dict[str, Any]], trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """Target 2: the median batch_duration_ms, and where a batch's time goes."""
+    durations = [b["batch_ms"] for b in batches]
+    median_ms = statistics.median(durations) if durations else None
+    table = phases.phase_table(trace)
+    lines = [b["input_lines"] for b in batches]
+    return {
+        "lines_per_batch": statistics.median(lines) if lines else None,
+        "batches": len(batches),
+        "median_batch_ms": median_ms,
+        "median_traced_s": statistics.median([b["seconds"] for b in trace]) if trace else None,
+        "target_ms": FIXED_COST_TARGET_MS,
+        "met": median_ms is not None and median_ms <= FIXED_COST_TARGET_MS,
+        "phases": table,
+        "appends_median_s": phases.append_medians(trace),
+        "largest_phase": phases.largest_phase(table),
+    }
 
 
 def state_section(
-    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
 ) -> dict[str, Any]:
     data = work / "state_input"
     log(
@@ -108,29 +154,40 @@ def state_section(
         f"{backlog.files} files"
     )
     manifest = generate_backlog(data, backlog)
-    warehouse = work / "state_run" / "warehouse"
-    settings = tally_settings(warehouse, str(data), shape, spark)
-    tracer = Tracer()
+    run_dir = work / "state_run"
+    poller = StatePoller(run_dir / "checkpoint")
     load = load_average()
     log(f"state: streaming {backlog.files // shape.max_files_per_trigger} micro-batches")
-    seconds = stream_backlog(spark, settings, tracer)
-    batches = per_batch(spark, warehouse, tracer)
-    flat = {
-        name: _flat([float(b[name]) for b in batches if b[name] is not None]) for name in SERIES
-    }
-    shutil.rmtree(work / "state_run", ignore_errors=True)
+    run = E.run_tally("state", str(data), run_dir, shape, env, sample=poller)
+    progress = E.progress_rows(spark, run["warehouse"])
+    trace = run["trace_batches"]
+    batches = per_batch(progress, trace, poller)
+    series = {key: _tenths(batches, key) for key in ("open_windows", "state_bytes", "batch_ms")}
+    series["peak_rss_mb"] = _tenths(batches, "peak_rss_mb", peak=True)
+    input_lines = sum(b["input_lines"] for b in batches)
+    shutil.rmtree(run_dir, ignore_errors=True)
     shutil.rmtree(data, ignore_errors=True)
+    log(
+        f"state: {len(batches)} batches in {run['seconds']:.0f} s, median batch "
+        f"{statistics.median([b['batch_ms'] for b in batches]) if batches else 0:.0f} ms"
+    )
     return {
         "events": backlog.events,
         "lines": manifest["lines"],
+        "input_lines": input_lines,
+        "all_lines_accounted": input_lines == manifest["lines"],
         "days": backlog.days,
         "files": backlog.files,
         "max_files_per_trigger": shape.max_files_per_trigger,
         "window_ms": shape.window_ms,
         "lateness_ms": shape.lateness_ms,
-        "seconds": seconds,
+        "seconds": run["seconds"],
+        "peak_rss_mb": run["peak_rss_mb"],
+        "wall_split": run["wall_split"],
         "load_average_before": load,
         "batches": batches,
-        "flat": flat,
-        "met": all(v["flat"] for v in flat.values()),
+        "tenth": TENTH,
+        "flat": series,
+        "met": all(v["flat"] for v in series.values()),
+        "fixed_cost": fixed_cost(batches, trace),
     }

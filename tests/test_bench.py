@@ -1,19 +1,280 @@
-"""Smoke test of `tally bench --quick`, in-process on the session's Spark, so the benchmark
-code cannot rot: every section runs, every engine accounts for its input, and the outputs
-hold numbers."""
+"""The benchmark's own code: the trace parser, the state poller, the flatness check, the big
+file's concatenation and carrying earlier results over (fast, no Spark); and a smoke test of
+`tally bench --quick`, in-process on the session's Spark, so the benchmark cannot rot: every
+section runs, every engine accounts for its input, and the outputs hold numbers."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# -- the stream's phase records ------------------------------------------------------------------
+
+
+def _trace_lines() -> list[str]:
+    return [
+        json.dumps({"t": 100.0, "level": "DEBUG", "msg": "append events: 0.50 s"}),
+        json.dumps({"t": 100.1, "level": "DEBUG", "msg": "append stream_progress: 0.20 s"}),
+        json.dumps(
+            {
+                "t": 101.0,
+                "level": "DEBUG",
+                "msg": "batch 0 phases: read_parse 0.40 s, write 0.60 s, progress 0.30 s",
+            }
+        ),
+        json.dumps({"t": 101.0, "level": "INFO", "msg": "batch 0: 10 valid, 0 late, 1.30 s"}),
+        json.dumps({"t": 102.0, "level": "DEBUG", "msg": "append events: 0.25 s"}),
+        json.dumps(
+            {
+                "t": 103.0,
+                "level": "DEBUG",
+                "msg": "batch 1 phases: (ignored when the record carries the phases)",
+                "phases": {"read_parse": 0.2, "write": 0.3, "progress": 0.1},
+            }
+        ),
+        '{"t": 104.0, "level": "DEBUG", "msg": "batch 2 pha',  # cut short by a kill
+    ]
+
+
+def test_trace_gives_each_batch_its_phases_and_appends(tmp_path: Path) -> None:
+    from bench import phases
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(_trace_lines()) + "\n")
+    batches = phases.read_trace(trace)
+
+    assert [b["batch"] for b in batches] == [0, 1]
+    assert batches[0]["phases"] == {"read_parse": 0.4, "write": 0.6, "progress": 0.3}
+    assert batches[0]["seconds"] == pytest.approx(1.3)
+    # appends logged before a batch's phase record belong to that batch
+    assert batches[0]["appends"] == {"events": 0.5, "stream_progress": 0.2}
+    assert batches[1]["appends"] == {"events": 0.25}
+    assert batches[1]["phases"]["read_parse"] == 0.2
+
+    table = {row["phase"]: row for row in phases.phase_table(batches)}
+    assert list(table) == ["read_parse", "write", "progress"]  # the stream's order
+    assert table["write"]["median_s"] == pytest.approx(0.45)
+    assert table["write"]["total_s"] == pytest.approx(0.9)
+    assert sum(r["share"] for r in table.values()) == pytest.approx(1.0)
+    assert phases.largest_phase(list(table.values()))["phase"] == "write"
+    assert phases.append_medians(batches) == {"events": 0.375, "stream_progress": 0.2}
+
+    split = phases.wall_split(batches, started_epoch=90.0, seconds=20.0)
+    assert split["startup_s"] == pytest.approx(101.0 - 1.3 - 90.0)
+    assert split["in_batches_s"] == pytest.approx(1.9)
+    assert split["between_and_end_s"] == pytest.approx(20.0 - 9.7 - 1.9)
+
+
+def test_trace_handler_writes_the_phase_timer_itself(tmp_path: Path) -> None:
+    from bench.tally_cli import TraceHandler
+
+    class Timer:  # what streaming.job logs: an object with `.seconds`
+        def __init__(self) -> None:
+            self.seconds = {"read_parse": 0.25, "write": 1.5}
+
+        def __str__(self) -> str:
+            return "read_parse 0.25 s, write 1.50 s"
+
+    path = tmp_path / "trace.jsonl"
+    with path.open("w") as out:
+        logger = logging.getLogger("bench-test-trace")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        handler = TraceHandler(out)
+        logger.addHandler(handler)
+        try:
+            logger.debug("batch %d phases: %s", 7, Timer())
+            logger.debug("append %s: %.2f s", "events", 0.5)
+        finally:
+            logger.removeHandler(handler)
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first["msg"] == "batch 7 phases: read_parse 0.25 s, write 1.50 s"
+    assert first["phases"] == {"read_parse": 0.25, "write": 1.5}
+    assert second["msg"] == "append events: 0.50 s" and "phases" not in second
+
+
+# -- state growth ---------------------------------------------------------------------------------
+
+
+def test_state_poller_measures_the_newest_complete_state(tmp_path: Path) -> None:
+    from bench.state import StatePoller
+
+    root = tmp_path / "checkpoint" / "tally" / "state"
+    for batch, complete in ((2, True), (3, True), (4, False)):
+        for part, size in (("windows", 100), ("dedup", 50)):
+            d = root / str(batch) / part
+            d.mkdir(parents=True)
+            (d / "part-0.parquet").write_bytes(b"x" * size * batch)
+            if complete or part == "windows":  # batch 4's dedup is still being written
+                (d / "_SUCCESS").write_bytes(b"")
+    poller = StatePoller(tmp_path / "checkpoint")
+    poller(0.25, 1_000)
+    assert poller.newest_complete() == 3
+    assert poller.state_bytes == {3: {"windows": 300, "dedup": 150}}
+    assert poller.rss == {4: 1_000}  # charged to the batch in flight
+
+    (root / "4" / "dedup" / "_SUCCESS").write_bytes(b"")
+    shutil.rmtree(root / "2")
+    poller(0.5, 3_000)
+    poller(0.75, 2_000)
+    assert poller.state_bytes[4] == {"windows": 400, "dedup": 200}
+    assert poller.rss == {4: 1_000, 5: 3_000}
+
+
+def test_flat_means_last_tenth_within_tolerance_of_first() -> None:
+    from bench.state import _tenths
+
+    def batches(values: list[float]) -> list[dict[str, Any]]:
+        return [{"open_windows": v} for v in values]
+
+    steady = _tenths(batches([100.0] * 10 + [120.0] * 80 + [110.0] * 10), "open_windows")
+    assert steady["flat"] and steady["ratio"] == pytest.approx(1.1)
+    growing = _tenths(batches([float(i) for i in range(1, 101)]), "open_windows")
+    assert not growing["flat"] and growing["ratio"] > 10
+    from_nothing = _tenths(batches([0.0] * 10 + [5.0] * 90), "open_windows")
+    assert not from_nothing["flat"]
+    unsampled = _tenths([{"open_windows": None}] * 20, "open_windows")
+    assert not unsampled["flat"] and unsampled["sampled"] == 0
+
+
+# -- the big file ---------------------------------------------------------------------------------
+
+
+def test_concatenate_keeps_arrival_order_and_the_newest_mtime(tmp_path: Path) -> None:
+    from bench.bigfile import concatenate, events_for_bytes
+    from bench.common import arrival_files
+
+    src = tmp_path / "in"
+    src.mkdir()
+    for i, (text, mtime) in enumerate((("a\nb\n", 3_000), ("c\n", 1_000), ("d\n", 2_000))):
+        path = src / f"arrival-{i:06d}.jsonl"
+        path.write_text(text)
+        os.utime(path, ns=(mtime * 10**6, mtime * 10**6))
+    out = tmp_path / "one" / "all.jsonl"
+    size = concatenate(arrival_files(src), out)
+    assert out.read_text() == "c\nd\na\nb\n"  # modification time order
+    assert size == 8 and out.stat().st_mtime_ns == 3_000 * 10**6
+    assert 17_000_000 < events_for_bytes(2 * 10**9) < 18_000_000
+
+
+# -- carrying earlier results over ----------------------------------------------------------------
+
+
+def _previous(tmp_path: Path, mode: str = "full", fmt: int = 2) -> dict[str, Any]:
+    prev = {
+        "format": fmt,
+        "mode": mode,
+        "started": "2026-11-01 03:00",
+        "measured": {"curve": "2026-10-30 02:00"} if fmt == 2 else {},
+        "speed": {"old": True},
+        "nightly": {"sizes": [], "growth": None},
+        "curve": {"seconds": 1.0},
+    }
+    (tmp_path / "benchmarks.json").write_text(json.dumps(prev))
+    return prev
+
+
+def test_partial_run_keeps_other_sections_with_their_dates(tmp_path: Path) -> None:
+    from bench.findings import findings
+    from bench.report import carry_previous
+
+    _previous(tmp_path)
+    r: dict[str, Any] = {"format": 2, "mode": "full", "measured": {"latency": "2026-11-23 01:00"}}
+    r["latency"] = {"engines": {}}
+    carry_previous(r, tmp_path, ["speed", "nightly", "curve", "bigfile"])
+    assert r["carried"] == ["speed", "nightly", "curve"]
+    assert r["speed"] == {"old": True}
+    assert r["measured"] == {
+        "latency": "2026-11-23 01:00",  # measured now, untouched
+        "speed": "2026-11-01 03:00",  # the earlier run's start
+        "nightly": "2026-11-01 03:00",
+        "curve": "2026-10-30 02:00",  # itself carried before: keeps its own date
+    }
+    assert "bigfile" not in r
+
+    r = {
+        "format": 2,
+        "mode": "full",
+        "nightly": {
+            "sizes": [
+                {
+                    "events": 10,
+                    "reaggregate_s": 1.0,
+                    "diff_s": 1.0,
+                    "validate_s": 3.0,
+                    "report_s": 1.0,
+                    "ratio_json": 2.0,
+                    "ratio_parquet": 4.0,
+                    "duckdb_json": {"seconds": 1.0},
+                }
+            ]
+        },
+        "carried": ["nightly"],
+        "measured": {"nightly": "2026-11-01 03:00"},
+    }
+    (line,) = findings(r)
+    assert line.endswith("(measured 2026-11-01 03:00, carried over)")
+
+
+def test_carry_only_what_fits(tmp_path: Path) -> None:
+    from bench.report import carry_previous
+
+    _previous(tmp_path, mode="quick")
+    r: dict[str, Any] = {"format": 2, "mode": "full"}
+    carry_previous(r, tmp_path, ["nightly"])
+    assert r["carried"] == [] and "nightly" not in r and r["carry_notes"]
+
+    _previous(tmp_path, fmt=1)  # before issue 12: only the unchanged sections carry
+    r = {"format": 2, "mode": "full"}
+    carry_previous(r, tmp_path, ["speed", "nightly", "curve"])
+    assert r["carried"] == ["nightly", "curve"] and "speed" not in r
+    assert r["measured"]["curve"] == "2026-11-01 03:00"
+
+
+def test_report_of_a_partial_run_shows_the_committed_results_as_carried(tmp_path: Path) -> None:
+    from bench.findings import findings
+    from bench.report import JSON_NAME, carry_previous, render_markdown
+    from bench.run import FORMAT, PROJECT_ROOT, SECTIONS
+
+    committed = PROJECT_ROOT / "docs" / JSON_NAME
+    if not committed.is_file():
+        pytest.skip("no committed benchmark results")
+    shutil.copy(committed, tmp_path / JSON_NAME)
+    prev = json.loads(committed.read_text())
+    r: dict[str, Any] = {
+        "format": FORMAT,
+        "mode": prev["mode"],
+        "machine": prev["machine"],
+        "command": "tally bench --only latency",
+        "started": "2030-01-01 00:00",
+        "total_s": 1.0,
+        "preset": {},
+        "sections_s": {},
+    }
+    carry_previous(r, tmp_path, SECTIONS)
+    assert "nightly" in r["carried"] and r["nightly"] == prev["nightly"]
+    r["findings"] = findings(r)
+    md = render_markdown(r, None)
+    date = r["measured"]["nightly"]
+    assert f"## 6. Nightly job (measured {date}, carried over from an earlier run)" in md
+    assert f"| {date} (carried) |" in md
+    assert any(f.endswith(f"(measured {date}, carried over)") for f in r["findings"])
+
+
+# -- the quick benchmark, end to end --------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_quick_benchmark(spark, tmp_path: Path) -> None:
+    from bench.phases import PHASES
     from bench.report import JSON_NAME, MD_NAME, PNG_NAME
-    from bench.run import PROJECT_ROOT, run_bench
+    from bench.run import PROJECT_ROOT, QUICK, run_bench
 
     committed = PROJECT_ROOT / "docs" / MD_NAME
     before = committed.read_bytes() if committed.exists() else None
@@ -27,36 +288,70 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     )
 
     assert r["errors"] == {}
+    assert r["carried"] == []  # a fresh output directory: nothing to carry
 
-    # 1. every engine read every line; tally accounts for every distinct valid event
+    # 1. throughput: every engine ran as a process and read every line
     sp = r["speed"]
-    for run in sp["runs"]["tally"]:
-        assert run["input_lines"] == sp["lines"]
-        assert run["valid_events"] == sp["valid_events"]
-        assert run["quarantined"] == sp["malformed_lines"]
-        # emitted windows + late side output + still-open windows = distinct valid events
-        assert run["accounted_events"] == sp["distinct_events"]
-    for run in sp["runs"]["plain"]:
-        assert run["input_rows"] == sp["lines"] - sp["empty_lines"]  # the JSON reader skips blanks
+    assert sp["all_lines_accounted"]
+    for name in ("tally", "tally_prev"):
+        for run in sp["runs"][name]:
+            assert run["input_lines"] == sp["lines"]
+            assert run["valid_events"] == sp["valid_events"]
+            assert run["quarantined"] == sp["malformed_lines"]
+            # emitted windows + late side output + still-open windows = distinct valid events
+            assert run["accounted_events"] == sp["distinct_events"]
+    assert sp["runs"]["tally"][0]["batches"] == QUICK.speed_files // QUICK.files_per_trigger
+    for name in ("durable", "agg", "agg_prev"):
+        for run in sp["runs"][name]:
+            # the JSON reader skips blank lines
+            assert run["input_rows"] == sp["lines"] - sp["empty_lines"], name
+            assert sp["valid_events"] <= run["output_events"] <= sp["lines"]
+    for run in sp["runs"]["durable"]:
+        assert run["bronze_rows"] == sp["lines"]  # every raw line kept
     for run in sp["runs"]["batch"]:
-        # the plain parse is laxer than tally's contract, never stricter
         assert sp["valid_events"] <= run["output_events"] <= sp["lines"]
-    for engine in ("tally", "plain", "batch"):
-        assert sp["events_per_s"][engine]["median"] > 0
-    assert sp["ratio_tally_plain"] > 0
-    assert sp["parse"]["tally_valid_s"] > 0 and sp["parse"]["plain_s"] > 0
+    for name, stats in sp["events_per_s"].items():
+        assert stats["median"] > 0, name
+        assert sp["peak_rss_mb"][name] > 100, name  # a JVM was measured
+    median = sp["events_per_s"]
+    assert sp["ratio_tally_durable"] == pytest.approx(
+        median["tally"]["median"] / median["durable"]["median"]
+    )
+    run = sp["tally_median_run"]
+    assert {p["phase"] for p in run["phases"]} == set(PHASES)
+    split = run["wall_split"]
+    assert split["startup_s"] > 0
+    assert split["startup_s"] + split["in_batches_s"] <= run["seconds"]
 
-    # 2. latency: windows were measured
+    # 2./4. fixed cost and state from one run of 10x the batches
+    st = r["state"]
+    assert len(st["batches"]) == QUICK.state_files // QUICK.files_per_trigger
+    assert st["all_lines_accounted"]
+    fc = st["fixed_cost"]
+    assert fc["median_batch_ms"] > 0 and fc["met"] == (fc["median_batch_ms"] <= 1000)
+    assert {p["phase"] for p in fc["phases"]} == set(PHASES)
+    assert max(b["open_windows"] for b in st["batches"]) > 0
+    sampled = [b for b in st["batches"] if b["state_bytes"]]
+    assert len(sampled) >= len(st["batches"]) // 2  # the poller saw most batches' state
+    assert all(b["windows_bytes"] > 0 and b["dedup_bytes"] > 0 for b in sampled)
+    assert st["flat"]["peak_rss_mb"]["sampled"] > 0
+    assert set(st["flat"]) == {"open_windows", "state_bytes", "batch_ms", "peak_rss_mb"}
+
+    # 3. latency: windows were measured
     tally_latency = r["latency"]["engines"]["tally"]
     assert tally_latency["windows"] > 0 and tally_latency["p50_ms"] > 0
+    assert r["latency"]["target_ms"] == QUICK.latency_lateness_ms + 2 * QUICK.latency_trigger_ms
 
-    # 3. state sampled per micro-batch
-    st = r["state"]
-    assert len(st["batches"]) >= 4
-    assert max(b["open_windows"] for b in st["batches"]) > 0
-    assert all(b["batch_s"] and b["batch_s"] > 0 for b in st["batches"])
+    # 5. one big file: the same results as the split input
+    bf = r["bigfile"]
+    assert bf["single_file_bytes"] == bf["input_bytes"]
+    # the event log holds every valid event the progress rows counted
+    assert bf["comparison"]["events"]["single"] == bf["runs"]["split"]["valid_events"]
+    assert bf["equal"], bf["comparison"]
+    assert bf["all_lines_accounted"]
+    assert all(run["peak_rss_mb"] > 100 for run in bf["runs"].values())
 
-    # 4./5. nightly per stage, the same totals as DuckDB, balanced; the curve ran
+    # 6./7. nightly per stage, the same totals as DuckDB, balanced; the curve ran
     for size in r["nightly"]["sizes"]:
         for stage in ("reaggregate_s", "diff_s", "validate_s", "report_s"):
             assert size[stage] > 0, stage
@@ -70,20 +365,25 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     md = (out / MD_NAME).read_text()
     for heading in (
         "## Targets",
-        "## 1. Speed layer",
+        "## Findings",
+        "## 1. Throughput",
         "### Where tally's time goes",
-        "## 2. Latency",
-        "## 3. State",
-        "## 4. Nightly job",
-        "## 5. Lateness curve",
+        "## 2. Per-batch fixed cost",
+        "## 3. Latency",
+        "## 4. State",
+        "## 5. One big input file",
+        "## 6. Nightly job",
+        "## 7. Lateness curve",
     ):
         assert heading in md, heading
-    assert f"**{sp['ratio_tally_plain']:.2f}**" in md
+    assert f"**{sp['ratio_tally_durable']:.2f}**" in md
     assert f"{r['nightly']['sizes'][-1]['events']:,}" in md
+    assert len([f for f in r["findings"] if "MISSED" in f or "met" in f]) >= 4
     png = (out / PNG_NAME).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     raw = json.loads((out / JSON_NAME).read_text())
     assert raw["speed"]["lines"] == sp["lines"] and raw["mode"] == "quick"
+    assert set(raw["measured"]) == {"speed", "latency", "state", "bigfile", "nightly", "curve"}
     # the committed results were not touched, and the work directory is gone
     assert (committed.read_bytes() if committed.exists() else None) == before
     assert not (tmp_path / "work").exists()
