@@ -656,7 +656,7 @@ def run_stream(
     """Run the speed layer; returns a one-line summary of the last batch."""
     spark = spark or session_for(settings, "tally-stream")
     # The stream commits small appends every batch: replaying a table's Delta log with one
-    # task instead of several makes each commit cheaper (../docs/benchmarks.md).
+    # task instead of several makes each commit cheaper (measured: docs/benchmarks.md).
     spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     processor = BatchProcessor(spark, params, clock=wall)

@@ -6,7 +6,9 @@ A micro-batch goes through two pure steps with one driver-side step between them
    judged against the watermark after the previous batch.
 2. (driver) the watermark advances from per-partition high-water marks (streaming.watermark).
 3. `close_windows`: on-time and allowed-late events fold into the open-window state; windows
-   whose end the watermark reached are emitted; late events become the named side output.
+   whose end the watermark reached are emitted; late events become the named side output;
+   the ids of non-duplicate events are remembered until their window is past changing by the
+   dedup horizon (they are what step 1 checks duplicates against).
 """
 
 from __future__ import annotations
