@@ -219,6 +219,18 @@ class BatchProcessor:
         self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
         T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
 
+    def close(self) -> None:
+        """Let go of the kept state and the writer threads (the tables are already written)."""
+        self._writers.shutdown(wait=True)
+        self._kept = None
+        self._committed = None
+
+    def __enter__(self) -> BatchProcessor:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     # -- identity -------------------------------------------------------------------------
     def set_app_id(self, app_id: str) -> None:
         self._app_id = app_id
@@ -673,19 +685,20 @@ def run_stream(
         if available_now or drain
         else writer.trigger(processingTime=f"{settings.trigger} milliseconds")
     )
-    query = writer.start()
-    processor.set_app_id(str(query.id))
-    try:
-        if available_now or drain:
-            query.awaitTermination()
-        else:
-            query.awaitTermination(int(timeout_s) if timeout_s is not None else None)
-    finally:
-        if query.isActive:
-            query.stop()
-    if drain:
-        processor.drain()
-    last = processor.previous_progress()
+    with processor:
+        query = writer.start()
+        processor.set_app_id(str(query.id))
+        try:
+            if available_now or drain:
+                query.awaitTermination()
+            else:
+                query.awaitTermination(int(timeout_s) if timeout_s is not None else None)
+        finally:
+            if query.isActive:
+                query.stop()
+        if drain:
+            processor.drain()
+        last = processor.previous_progress()
     if last is None:
         return "no input processed"
     watermark = "end of input (drained)" if last["drained"] else _fmt_ms(last["watermark_ms"])

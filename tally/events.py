@@ -45,6 +45,11 @@ _TEXT_SCHEMA = "MAP<STRING, STRING>"
 ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)"
 _ZONED_ISO = f"^{ZONED_ISO_TIME}$"
 _INTEGER = r"^-?\d+$"
+# The event times the contract accepts: years 0001 to 9999 in UTC, the years ISO-8601's
+# four digits can say. An epoch outside them is bad_event_time (Spark's timestamp would
+# overflow converting far larger ones).
+EVENT_TIME_MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+EVENT_TIME_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 class ParsedEvents(NamedTuple):
@@ -84,8 +89,8 @@ def _fence() -> Column:
     return F.spark_partition_id() >= 0
 
 
-def _event_time(text: Column, line: Column) -> Column:
-    """event_time's JSON text -> timestamp; null unless epoch milliseconds (a JSON integer) or
+def _event_ms(text: Column, line: Column) -> Column:
+    """event_time's JSON text -> epoch ms; null unless epoch milliseconds (a JSON integer) or
     ISO-8601 with a zone. The typed view's text equals the text view's (one converter)."""
     # Only all-digit text is parsed again as a JSON number (null when it was a quoted string):
     # the common ISO case never pays for that second parse.
@@ -95,11 +100,17 @@ def _event_time(text: Column, line: Column) -> Column:
     with_seconds = F.when(F.substring(text, 17, 1) == ":", text).otherwise(
         F.regexp_replace(text, r"^(.{10}[T ]\d{2}:\d{2})(Z|[+-].*)$", "$1:00$2")
     )
-    return (
-        # Zone required: a bare local time is ambiguous, and we do not guess.
-        F.when(text.rlike(_ZONED_ISO), F.try_to_timestamp(with_seconds)).when(
-            text.rlike(_INTEGER), F.timestamp_millis(epoch_ms)
-        )
+    # Zone required: a bare local time is ambiguous, and we do not guess.
+    return F.when(text.rlike(_ZONED_ISO), F.unix_millis(F.try_to_timestamp(with_seconds))).when(
+        text.rlike(_INTEGER), epoch_ms
+    )
+
+
+def _event_time(event_ms: Column) -> Column:
+    """The contract's range checked on epoch ms, before a timestamp exists (converting a far
+    epoch would overflow)."""
+    return F.when(
+        event_ms.between(EVENT_TIME_MIN_MS, EVENT_TIME_MAX_MS), F.timestamp_millis(event_ms)
     )
 
 
@@ -139,7 +150,8 @@ def parse_lines(raw: DataFrame) -> DataFrame:
     # and an expensive value inside F.when is only computed for the rows its condition holds.
     parsed = raw.select(
         *provenance, line, F.from_json(line, _TYPED_SCHEMA, _TYPED_OPTIONS).alias("_typed")
-    ).withColumn("_event_time", _event_time(typed["event_time"], line))
+    ).withColumn("_event_ms", _event_ms(typed["event_time"], line))
+    parsed = parsed.withColumn("_event_time", _event_time(F.col("_event_ms")))
     typed_ok_check = (
         line.startswith("{")
         & line.endswith("}")

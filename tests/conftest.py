@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -28,10 +29,35 @@ def spark() -> Iterator[object]:
             "spark.default.parallelism": "2",
             # Delta replays table logs with 50 tasks by default; tiny test tables need 2.
             "spark.databricks.delta.snapshotPartitions": "2",
+            # One JVM runs every test: a whole run's status history (Spark keeps 1000 SQL
+            # executions and their plan metrics by default) is not worth its heap here.
+            "spark.sql.ui.retainedExecutions": "50",
+            "spark.ui.retainedJobs": "100",
+            "spark.ui.retainedStages": "100",
+            "spark.driver.memory": "2g",
         },
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_spark_memory() -> Iterator[None]:
+    """After each module, drop what its tests left in the one session's JVM: cached frames and
+    blocks, and Delta's cached logs of every table the module created (hundreds of tmp tables
+    over a run fill a 1 GiB driver heap otherwise). A no-op when no session was started."""
+    yield
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    session.catalog.clearCache()
+    jsc = session.sparkContext._jsc
+    for rdd in jsc.getPersistentRDDs().values():
+        rdd.unpersist(True)
+    session._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    gc.collect()  # Python's references to JVM objects go, so the JVM can collect them
 
 
 @pytest.fixture

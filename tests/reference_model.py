@@ -61,6 +61,11 @@ KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 INT64 = (-(2**63), 2**63 - 1)
+# Event times the contract accepts: years 0001 to 9999, UTC.
+EVENT_TIME_MIN_MS = (datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)
+EVENT_TIME_MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - EPOCH) // timedelta(
+    milliseconds=1
+)
 INT32 = (-(2**31), 2**31 - 1)
 
 POLICIES = ("partition-min", "global-max")
@@ -256,7 +261,8 @@ def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
         event_ms = iso_to_ms(when)
     else:
         event_ms = None
-    if event_ms is None:
+    # The contract's years 0001-9999 (UTC); beyond them even an integer is no event time.
+    if event_ms is None or not EVENT_TIME_MIN_MS <= event_ms <= EVENT_TIME_MAX_MS:
         return None, "bad_event_time"
     partition = obj.get("partition")
     if partition is None:

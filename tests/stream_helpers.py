@@ -89,14 +89,14 @@ def run_processor(
     """Batch i = the files of batches[i], processed as micro-batch i; then drain if asked."""
     from streaming.job import BatchProcessor
 
-    proc = BatchProcessor(spark, stream_params(warehouse, params))
-    proc.set_app_id(APP_ID)
-    for batch_id, files in enumerate(batches):
-        directory = input_dir / f"batch-{batch_id:03d}"
-        paths = [write_file(directory, f) for f in files]
-        proc.process(read_raw(spark, paths), batch_id)
-    if drain:
-        proc.drain()
+    with BatchProcessor(spark, stream_params(warehouse, params)) as proc:
+        proc.set_app_id(APP_ID)
+        for batch_id, files in enumerate(batches):
+            directory = input_dir / f"batch-{batch_id:03d}"
+            paths = [write_file(directory, f) for f in files]
+            proc.process(read_raw(spark, paths), batch_id)
+        if drain:
+            proc.drain()
 
 
 # -- reading the tables back ----------------------------------------------------------------

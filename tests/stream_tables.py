@@ -33,6 +33,10 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 T0_MS = (T0 - EPOCH) // timedelta(milliseconds=1)
+EVENT_TIME_MIN_MS = (datetime(1, 1, 1, tzinfo=UTC) - EPOCH) // timedelta(milliseconds=1)
+EVENT_TIME_MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - EPOCH) // timedelta(
+    milliseconds=1
+)
 
 # --- the contract, independently of tally/events.py -----------------------------------------
 
@@ -81,9 +85,11 @@ def classify_line(line: str) -> tuple[str | None, dict[str, Any] | None]:
         if not _ZONED_ISO.match(when):
             return "bad_event_time", None
         try:
-            iso_ms(when)
+            when = iso_ms(when)
         except ValueError:
             return "bad_event_time", None
+    if not EVENT_TIME_MIN_MS <= when <= EVENT_TIME_MAX_MS:  # years 0001-9999 UTC
+        return "bad_event_time", None
     part = obj.get("partition")
     if part is not None and (isinstance(part, bool) or not isinstance(part, int)):
         return "partition_not_integer", None

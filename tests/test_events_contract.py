@@ -89,6 +89,15 @@ QUARANTINED = [
     Bad("event_time a float", line(event_time=1.5e12), "bad_event_time"),
     Bad("event_time a quoted number", line(event_time="1795254137125"), "bad_event_time"),
     Bad("event_time true", line(event_time=True), "bad_event_time"),
+    # Spark's timestamp_millis overflows far before 2^63 ms: the range is checked first.
+    Bad("event_time epoch ms near 2^63", line(event_time=2**63 - 1), "bad_event_time"),
+    Bad("event_time epoch ms in year 10000", line(event_time=253402300800000), "bad_event_time"),
+    Bad("event_time epoch ms before year 1", line(event_time=-62135596800001), "bad_event_time"),
+    Bad(
+        "event_time ISO that is year 10000 in UTC",
+        line(event_time="9999-12-31T23:00:00-05:00"),
+        "bad_event_time",
+    ),
     Bad('partition "3" (quoted)', line(partition="3"), "partition_not_integer"),
     Bad("partition 1.5", line(partition=1.5), "partition_not_integer"),
     # The first matching reason wins, in the documented order.
@@ -157,6 +166,27 @@ VALID = [
         {},
     ),
     Good("pre-1970 epoch ms", line(event_time=-1), "e-1", "merchant-42", 12550, -1, 3, {}),
+    # The contract's range ends are events.
+    Good(
+        "the last ms of year 9999",
+        line(event_time=253402300799999),
+        "e-1",
+        "merchant-42",
+        12550,
+        253402300799999,
+        3,
+        {},
+    ),
+    Good(
+        "the first ms of year 1",
+        line(event_time="0001-01-01T00:00:00Z"),
+        "e-1",
+        "merchant-42",
+        12550,
+        -62135596800000,
+        3,
+        {},
+    ),
     Good(
         "missing partition means 0",
         line(partition=DROP),

@@ -259,7 +259,13 @@ def test_each_batch_committed_once(scenario: Scenario, outputs: Outputs) -> None
     assert [k for k, n in ids.items() if n > 1] == []
     assert len({r["app_id"] for r in progress}) == 1  # one checkpoint, one stream
     batches = sorted(r["batch_id"] for r in progress)
-    assert batches == list(range(FILES // FILES_PER_BATCH + 1))  # + the drain
+    # Batch ids run from 0 without a gap. Usually there are FILES // FILES_PER_BATCH of them
+    # plus the drain, but not always: a kill after Spark's file source logged its next files
+    # and before the batch was planned makes the restart plan those and the next ones as one
+    # batch (Spark's own behaviour). Every line is still in exactly one batch (below).
+    assert batches == list(range(len(batches)))
+    most = FILES // FILES_PER_BATCH + 1  # + the drain
+    assert most - len(scenario.kills) <= len(batches) <= most  # at most one merge per restart
     last = max(progress, key=lambda r: r["batch_id"])
     assert last["drained"] and last["watermark_after"] is None
     assert all(r["watermark_after"] is not None for r in progress if r is not last)

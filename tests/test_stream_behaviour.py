@@ -219,25 +219,25 @@ def run(
     state_batches: tuple[int, ...] = (),
 ) -> Run:
     warehouse = str(root / "warehouse")
-    proc = BatchProcessor(spark, StreamParams(warehouse=warehouse, **params))
-    proc.set_app_id("t")
-    dedup_ids: dict[int, set[str]] = {}
-    open_windows: dict[int, list[tuple[int, str, int, int, int]]] = {}
-    inputs = root / "in"
-    inputs.mkdir(parents=True)
-    for batch_id, (now, lines) in enumerate(batches):
-        path = inputs / f"b{batch_id:03d}.jsonl"
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        ns = at(now) * 1_000_000
-        os.utime(path, ns=(ns, ns))
-        proc.process(read_batch(spark, path), batch_id)
-        if batch_id in state_batches:  # read back the state files the batch wrote
-            read_state(proc.store, batch_id, dedup_ids, open_windows)
-    if drain:
-        assert proc.drain()
-        drain_id = len(batches)
-        if drain_id in state_batches:
-            read_state(proc.store, drain_id, dedup_ids, open_windows)
+    with BatchProcessor(spark, StreamParams(warehouse=warehouse, **params)) as proc:
+        proc.set_app_id("t")
+        dedup_ids: dict[int, set[str]] = {}
+        open_windows: dict[int, list[tuple[int, str, int, int, int]]] = {}
+        inputs = root / "in"
+        inputs.mkdir(parents=True)
+        for batch_id, (now, lines) in enumerate(batches):
+            path = inputs / f"b{batch_id:03d}.jsonl"
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            ns = at(now) * 1_000_000
+            os.utime(path, ns=(ns, ns))
+            proc.process(read_batch(spark, path), batch_id)
+            if batch_id in state_batches:  # read back the state files the batch wrote
+                read_state(proc.store, batch_id, dedup_ids, open_windows)
+        if drain:
+            assert proc.drain()
+            drain_id = len(batches)
+            if drain_id in state_batches:
+                read_state(proc.store, drain_id, dedup_ids, open_windows)
     progress = {r["batch_id"]: r for r in collect_table(spark, warehouse, "stream_progress")}
     return Run(
         warehouse=warehouse,
