@@ -35,6 +35,7 @@ from tally import tables as T
 from tally.events import (
     SPLIT_START,
     ParsedEvents,
+    line_splits,
     number_lines,
     parse_lines,
     split_parsed,
@@ -109,6 +110,7 @@ class BatchInput:
     parsed: ParsedEvents
     input_lines: int
     newest_input_ms: int | None  # newest source file modification time (arrival clock)
+    cached: list[DataFrame]  # unpersisted once the batch is written
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ class BatchProcessor:
         self._committed: dict[str, Any] | None = None
         self._kept: KeptState | None = None
         self._batches_seen = 0
+        self._state_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or "4")
         self.last_phases: dict[str, float] = {}
         # Writes of one batch to different tables go side by side: each is mostly waiting on
         # Delta's commit protocol, not computing.
@@ -382,7 +385,7 @@ class BatchProcessor:
         phases.done("progress")
         self._finish(ctx, step, state, kept)
         self.store.forget_before(batch_id)
-        for frame in (classified.events, batch.lines):
+        for frame in (classified.events, *batch.cached):
             frame.unpersist()
         self.last_phases = phases.seconds
         log.debug("batch %d phases: %s", batch_id, phases)
@@ -418,22 +421,31 @@ class BatchProcessor:
         come from here."""
         if SPLIT_START in raw_batch.columns:  # file lines: numbered here, from their splits
             parsed = parse_lines(with_row_ids(raw_batch)).persist()
-            # Numbering reads the parsed lines twice (split sizes, then each line): from memory.
-            lines = number_lines(parsed).persist()
+            # The split table (one job) also reads and caches every parsed line, and gives the
+            # batch's line count and newest file time: no other pass over the lines. Numbering
+            # is a broadcast join of a few literal rows onto the cache: not worth a second one.
+            splits = line_splits(parsed)
+            lines = number_lines(parsed, splits)
+            cached = [parsed]
+            input_lines = sum(s.lines for s in splits)
+            mtimes = [s.newest_mtime_ms for s in splits if s.newest_mtime_ms is not None]
+            newest_ms = max(mtimes) if mtimes else None
         else:  # the source numbered its lines (`source_line`) itself
-            parsed, lines = None, parse_lines(raw_batch).persist()
-        raw_stats = lines.agg(
-            F.count(F.lit(1)).alias("lines"), F.max(F.unix_millis("source_mtime")).alias("newest")
-        ).first()
-        if parsed is not None:
-            parsed.unpersist()
-        assert raw_stats is not None
+            lines = parse_lines(raw_batch).persist()
+            cached = [lines]
+            raw_stats = lines.agg(
+                F.count(F.lit(1)).alias("lines"),
+                F.max(F.unix_millis("source_mtime")).alias("newest"),
+            ).first()
+            assert raw_stats is not None
+            input_lines, newest_ms = int(raw_stats["lines"]), raw_stats["newest"]
         log.debug("batch %d: read and parse %.2f s", batch_id, time.monotonic() - started)
         return BatchInput(
             lines=lines,
             parsed=split_parsed(lines),
-            input_lines=int(raw_stats["lines"]),
-            newest_input_ms=raw_stats["newest"],
+            input_lines=input_lines,
+            newest_input_ms=newest_ms,
+            cached=cached,
         )
 
     def _prior_state(self, prev: dict[str, Any] | None) -> PriorState:
@@ -496,7 +508,9 @@ class BatchProcessor:
             "ingest_time": F.timestamp_millis(F.lit(ctx.now_ms)),
             "app_id": F.lit(self.app_id),
         }
-        dedup = out.dedup_state.localCheckpoint(eager=True)
+        # Kept ids are the union of the previous batch's and this batch's: without a coalesce
+        # their partitions (and the files of every state write) would grow batch by batch.
+        dedup = out.dedup_state.coalesce(self._state_partitions).localCheckpoint(eager=True)
         # Both come from the checkpointed fold: counting them reads memory, not the batch.
         open_windows, emitted = window_counts(out)
         events = classified.events.withColumns(

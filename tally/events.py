@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, TypeVar
 
-from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession, Window
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
@@ -265,41 +265,80 @@ def with_row_ids(lines: DataFrame) -> DataFrame:
     return lines.withColumn(ROW_ID, F.monotonically_increasing_id())
 
 
-def number_lines(lines: DataFrame) -> DataFrame:
+class LineSplit(NamedTuple):
+    """One file split of a text read: where its lines start in its file."""
+
+    source_file: str
+    split_start: int  # byte offset of the split in its file
+    first_row: int  # ROW_ID of its first line
+    lines: int
+    newest_mtime_ms: int | None  # the file's modification time (the same on every line)
+
+
+def line_splits(lines: DataFrame) -> list[LineSplit]:
+    """The splits of `lines` (from `text_lines`), ordered by file and offset: one small
+    aggregate, a row per split (never per line)."""
+    rows = (
+        with_row_ids(lines)
+        .groupBy("source_file", SPLIT_START)
+        .agg(
+            F.min(ROW_ID).alias("first_row"),
+            F.count(F.lit(1)).alias("lines"),
+            F.max(F.unix_millis("source_mtime")).alias("mtime_ms"),
+        )
+        .collect()
+    )
+    splits = [LineSplit(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return sorted(splits, key=lambda s: (s.source_file, s.split_start))
+
+
+def first_line_numbers(splits: list[LineSplit]) -> dict[tuple[str, int], int]:
+    """(file, split offset) -> the 1-based number of the split's first line: one more than
+    the lines of the file's earlier splits."""
+    before: dict[str, int] = {}
+    numbers = {}
+    for split in sorted(splits, key=lambda s: (s.source_file, s.split_start)):
+        done = before.get(split.source_file, 0)
+        numbers[(split.source_file, split.split_start)] = done + 1
+        before[split.source_file] = done + split.lines
+    return numbers
+
+
+def number_lines(lines: DataFrame, splits: list[LineSplit] | None = None) -> DataFrame:
     """Lines with the helper columns (from `text_lines`; other columns, e.g. `parse_lines`'
     output, are carried through) -> `source_line` (1-based line number in its file, BIGINT)
-    added after `source_file`, helpers dropped.
+    added after `source_file`, helpers dropped. `splits`: `line_splits(lines)`, when the
+    caller already has them.
 
     Within a Spark partition the rows of one file split are contiguous and their row ids step
-    by 1, so `row - first row of the split` is the line's index in its split. One small
-    aggregate (a row per split: first row id, line count; a running sum of the counts of the
-    file's earlier splits) gives each split's first line number, joined back by broadcast.
-    `lines` is evaluated twice (the aggregate and the join): the row ids must be the same both
-    times, so persist `lines` first, or let both evaluations re-read the same files (a batch
-    read of fixed paths, a micro-batch of the file source) straight from `text_lines`. Each
-    file must be read once: two copies of a file would be numbered as one.
+    by 1, so `row - first row of the split` is the line's index in its split. The splits'
+    first line numbers (a row per split, built in the JVM from literals) are joined back by
+    broadcast. `lines` is evaluated twice (the splits and the join): the row ids must be the
+    same both times, so persist `lines` first, or let both evaluations re-read the same files
+    (a batch read of fixed paths, a micro-batch of the file source) straight from
+    `text_lines`. Each file must be read once: two copies of a file would be numbered as one.
     """
     if lines.isStreaming:
         raise ValueError("number_lines: number a micro-batch (foreachBatch), not the stream")
     lines = with_row_ids(lines)
-    earlier = (
-        Window.partitionBy("source_file")
-        .orderBy(SPLIT_START)
-        .rowsBetween(Window.unboundedPreceding, -1)
+    if splits is None:
+        splits = line_splits(lines)
+    numbers = first_line_numbers(splits)
+    # line number = row - (first row - first line number): one offset per split.
+    offsets = F.arrays_zip(
+        F.lit([s.source_file for s in splits]).cast("array<string>"),
+        F.lit([s.split_start for s in splits]).cast("array<bigint>"),
+        F.lit([s.first_row - numbers[(s.source_file, s.split_start)] for s in splits]).cast(
+            "array<bigint>"
+        ),
     )
-    splits = (
-        lines.groupBy("source_file", SPLIT_START)
-        .agg(F.min(ROW_ID).alias("_first_row"), F.count(F.lit(1)).alias("_lines"))
-        .select(
-            "source_file",
-            SPLIT_START,
-            "_first_row",
-            F.coalesce(F.sum("_lines").over(earlier), F.lit(0)).alias("_lines_before"),
-        )
+    split_table = (
+        lines.sparkSession.range(1)
+        .select(F.inline(offsets))
+        .toDF("source_file", SPLIT_START, "_offset")
     )
-    number = F.col("_lines_before") + (F.col(ROW_ID) - F.col("_first_row")) + F.lit(1)
     # Never null (an inner join on a split's own rows); the coalesce keeps the column NOT NULL.
-    number = F.coalesce(number, F.lit(0)).cast("long")
+    number = F.coalesce(F.col(ROW_ID) - F.col("_offset"), F.lit(0)).cast("long")
     columns: list[Column] = []
     for name in lines.columns:
         if name in (SPLIT_START, ROW_ID):
@@ -307,7 +346,7 @@ def number_lines(lines: DataFrame) -> DataFrame:
         columns.append(F.col(name))
         if name == "source_file":
             columns.append(number.alias("source_line"))
-    return lines.join(F.broadcast(splits), ["source_file", SPLIT_START]).select(*columns)
+    return lines.join(F.broadcast(split_table), ["source_file", SPLIT_START]).select(*columns)
 
 
 def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:
