@@ -4,12 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 JARS := .cache/jars
+KAFKA_JARS := .cache/kafka
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install jars lint typecheck floors check test test-fast demo bench bench-quick airflow clean
+.PHONY: help install jars kafka lint typecheck floors check test test-fast demo bench bench-quick airflow clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,13 +23,13 @@ $(STAMP): pyproject.toml constraints.txt
 	scripts/install-browser.sh
 	touch $(STAMP)
 
-$(JARS)/.fetched: jars/pom.xml
-	scripts/fetch-jars.sh $(JARS)
+$(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.pom.xml
+	scripts/fetch-jars.sh $(JARS) $(KAFKA_JARS)
 	touch $@
 
-install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta jars (once; offline afterwards)
+install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka jars (once; offline afterwards)
 
-jars: $(JARS)/.fetched ## fetch the Delta Lake jars with Maven into .cache/jars
+jars: $(JARS)/.fetched ## fetch Delta's and Spark's Kafka jars (.cache/jars) and a Kafka broker (.cache/kafka)
 
 lint: install ## ruff lint + format check
 	$(BIN)/ruff check .
@@ -56,6 +57,9 @@ airflow: install ## start Airflow locally with tally's DAGs (prints the URL and 
 
 bench: install ## full benchmarks into docs/benchmarks.md
 	$(BIN)/tally bench
+
+kafka: install ## start a single-node Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh stop|status)
+	scripts/kafka.sh start
 
 bench-quick: install ## a few-minute benchmark smoke run
 	$(BIN)/tally bench --quick

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Copy the Delta Lake jars (jars/pom.xml) and their runtime dependencies into $1, leaving out
-# what Spark already ships (Hadoop, Jackson, Scala, Parquet, logging, compression), so the
-# session's classpath has one copy of each. Maven caches them in ~/.m2; this runs once.
+# Fetch, once, with Maven (cached in ~/.m2):
+#   $1 (default .cache/jars): the jars tally's Spark sessions load: Delta Lake (jars/pom.xml) and
+#      Spark's Kafka source (jars/kafka-connector.pom.xml), leaving out what pyspark already
+#      ships (Hadoop, Jackson, Scala, Parquet, logging, compression), so the classpath has one
+#      copy of each;
+#   $2 (default .cache/kafka): a Kafka broker for scripts/kafka.sh (jars/kafka-broker.pom.xml),
+#      never on Spark's classpath.
 set -euo pipefail
 out=${1:-.cache/jars}
-mkdir -p "$out"
+broker=${2:-.cache/kafka}
+mkdir -p "$out" "$broker"
+out=$(cd "$out" && pwd)
+broker=$(cd "$broker" && pwd)
 mvn -B -q -f jars/pom.xml dependency:copy-dependencies \
-  -DoutputDirectory="$(cd "$out" && pwd)" -DincludeScope=runtime \
+  -DoutputDirectory="$out" -DincludeScope=runtime \
   -DexcludeGroupIds=org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.scala-lang,org.apache.parquet,org.apache.logging.log4j,org.slf4j,org.xerial.snappy,com.github.luben,io.airlift,commons-logging,org.roaringbitmap
 ls "$out"/delta-spark_*.jar >/dev/null
-echo "Delta jars in $out: $(ls "$out"/*.jar | wc -l) files"
+# The connector's other dependencies (zstd, lz4, snappy, slf4j) are pyspark's own already.
+mvn -B -q -f jars/kafka-connector.pom.xml dependency:copy-dependencies \
+  -DoutputDirectory="$out" -DincludeScope=runtime \
+  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+ls "$out"/spark-sql-kafka-0-10_*.jar >/dev/null
+echo "Spark session jars in $out: $(ls "$out"/*.jar | wc -l) files"
+mvn -B -q -f jars/kafka-broker.pom.xml dependency:copy-dependencies \
+  -DoutputDirectory="$broker" -DincludeScope=runtime
+ls "$broker"/kafka_2.13-*.jar >/dev/null
+echo "Kafka broker jars in $broker: $(ls "$broker"/*.jar | wc -l) files"

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from streaming.logic import WindowOut, WindowParams, classify_events, close_windows
 from streaming.source import open_source
-from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore, empty
+from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
 from tally.events import (
@@ -453,7 +453,9 @@ class BatchProcessor:
         batch: kept in memory by this process, else read from the checkpoint's state files."""
         if prev is None:
             return PriorState(
-                WatermarkState(), empty(self.spark, WINDOWS_DDL), empty(self.spark, DEDUP_DDL)
+                WatermarkState(),
+                T.empty_of(self.spark, WINDOWS_DDL),
+                T.empty_of(self.spark, DEDUP_DDL),
             )
         watermark = WatermarkState(
             prev["watermark_ms"], dict(prev["high_water"] or {}), dict(prev["last_seen"] or {})

@@ -19,27 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+
+from tally.tables import schema_of
 
 WINDOWS_DDL = (
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT, emitted_revision INT"
 )
 DEDUP_DDL = "event_id STRING, window_end TIMESTAMP"
-
-
-def _schema(ddl: str) -> StructType:
-    schema = StructType.fromDDL(ddl)
-    assert isinstance(schema, StructType)
-    return schema
-
-
-def empty(spark: SparkSession, ddl: str) -> DataFrame:
-    """An empty frame of `ddl`, built in the JVM (no Python workers)."""
-    return spark.range(0).select(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in _schema(ddl).fields]
-    )
 
 
 @dataclass(frozen=True)
@@ -118,8 +105,8 @@ class StateStore:
                 )
         reader = self.spark.read
         return (
-            reader.schema(_schema(WINDOWS_DDL)).parquet(f"{base}/windows"),
-            reader.schema(_schema(DEDUP_DDL)).parquet(f"{base}/dedup"),
+            reader.schema(schema_of(WINDOWS_DDL)).parquet(f"{base}/windows"),
+            reader.schema(schema_of(DEDUP_DDL)).parquet(f"{base}/dedup"),
         )
 
     def forget_before(self, batch_id: int) -> None:

@@ -28,9 +28,14 @@ class Table:
     properties: tuple[tuple[str, str], ...] = ()
 
     def schema(self) -> StructType:
-        schema = StructType.fromDDL(self.ddl)
-        assert isinstance(schema, StructType)
-        return schema
+        return schema_of(self.ddl)
+
+
+def schema_of(ddl: str) -> StructType:
+    """The struct type of a DDL column list."""
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    return schema
 
 
 # Tables the stream commits to every micro-batch: a Delta checkpoint every 100 commits instead
@@ -277,8 +282,13 @@ def latest_version(spark: SparkSession, warehouse: str, name: str) -> int:
 
 def empty_frame(spark: SparkSession, table: Table) -> DataFrame:
     """An empty DataFrame of the table's schema, built in the JVM (no Python workers)."""
+    return empty_of(spark, table.ddl)
+
+
+def empty_of(spark: SparkSession, ddl: str) -> DataFrame:
+    """An empty DataFrame of a DDL column list, built in the JVM (no Python workers)."""
     return spark.range(0).select(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in table.schema().fields]
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema_of(ddl).fields]
     )
 
 

@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 from tally.events import (
     LINE_COLUMNS,
     SPLIT_START,
+    LineSplit,
+    first_line_numbers,
     number_lines,
     parse_lines,
     read_jsonl_lines,
@@ -256,3 +258,41 @@ def test_a_file_listed_twice_is_refused(spark: SparkSession, tmp_path: Path) -> 
     path = str(write(tmp_path / "once.jsonl", ["a"]))
     with pytest.raises(ValueError, match="more than once"):
         read_jsonl_lines(spark, [path, path])
+
+
+class FirstLines(NamedTuple):
+    why: str
+    splits: list[tuple[str, int, int]]  # (file, split offset, lines)
+    expected: dict[tuple[str, int], int]  # (file, split offset) -> its first line number
+
+
+FIRST_LINES = [
+    FirstLines("no splits (an empty batch)", [], {}),
+    FirstLines("one split starts at line 1", [("a", 0, 5)], {("a", 0): 1}),
+    FirstLines(
+        "later splits follow the lines of the earlier ones",
+        [("a", 0, 5), ("a", 100, 3), ("a", 200, 1)],
+        {("a", 0): 1, ("a", 100): 6, ("a", 200): 9},
+    ),
+    FirstLines(
+        "order is by offset, not by the order the splits arrive in",
+        [("a", 200, 1), ("a", 0, 5), ("a", 100, 3)],
+        {("a", 0): 1, ("a", 100): 6, ("a", 200): 9},
+    ),
+    FirstLines(
+        "each file counts its own lines",
+        [("a", 0, 5), ("b", 0, 2), ("b", 64, 4), ("a", 100, 3)],
+        {("a", 0): 1, ("a", 100): 6, ("b", 0): 1, ("b", 64): 3},
+    ),
+    FirstLines(
+        "a split holding no line start (one long line crosses it) numbers nothing after it",
+        [("a", 0, 1), ("a", 100, 0), ("a", 200, 2)],
+        {("a", 0): 1, ("a", 100): 2, ("a", 200): 2},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", FIRST_LINES, ids=lambda c: c.why)
+def test_first_line_numbers(case: FirstLines) -> None:
+    splits = [LineSplit(f, start, 0, lines, None) for f, start, lines in case.splits]
+    assert first_line_numbers(splits) == case.expected
