@@ -64,6 +64,20 @@ def default_checkpoint(warehouse: str) -> str:
     return f"{warehouse.rstrip('/')}/_checkpoints/stream"
 
 
+KAFKA_OPTION_PREFIX = "TALLY_KAFKA_OPT_"
+
+
+def kafka_client_options(environ: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client options from the environment: `TALLY_KAFKA_OPT_SASL_MECHANISM=PLAIN` is
+    `sasl.mechanism=PLAIN` (Kafka's option names have dots, never underscores). This is where
+    credentials go (never a settings file, never the repo)."""
+    return {
+        name[len(KAFKA_OPTION_PREFIX) :].lower().replace("_", "."): value
+        for name, value in environ.items()
+        if name.startswith(KAFKA_OPTION_PREFIX) and len(name) > len(KAFKA_OPTION_PREFIX)
+    }
+
+
 def _duration_field(default: str) -> Any:
     return field(default=parse_duration(default), metadata={"kind": "duration"})
 
@@ -86,6 +100,10 @@ class Settings:
     checkpoint: str = ""  # default: <warehouse>/_checkpoints/stream
     input: str = "demo/events"
     source_kind: str = "files"
+    # Kafka (`tally produce`): the broker scripts/kafka.sh starts unless told otherwise. Client
+    # options (security) come from the environment only: see `kafka_client_options`.
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_topic: str = "tally-events"
     spark_master: str = "local[*]"
     max_files_per_trigger: int = 8
     shuffle_partitions: int = 4
@@ -147,6 +165,14 @@ class Settings:
             )
         if not self.warehouse:
             raise SettingsError("warehouse: must not be empty")
+        if not re.fullmatch(r"[^\s,]+:\d+(,[^\s,]+:\d+)*", self.kafka_bootstrap):
+            raise SettingsError(
+                f"kafka_bootstrap: expected HOST:PORT[,HOST:PORT...], got {self.kafka_bootstrap!r}"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.kafka_topic):
+            raise SettingsError(
+                f"kafka_topic: letters, digits, '.', '_' and '-' only, got {self.kafka_topic!r}"
+            )
         if not (0 <= self.late_rate_warn <= self.late_rate_fail <= 1):
             raise SettingsError(
                 "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "

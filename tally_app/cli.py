@@ -32,6 +32,8 @@ SETTING_HELP = {
     "trigger": "processing-time trigger interval, e.g. 5s",
     "shuffle_partitions": "spark.sql.shuffle.partitions for the job",
     "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
+    "kafka_bootstrap": "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
+    "kafka_topic": "Kafka topic",
 }
 
 STREAM_SETTINGS = (
@@ -50,6 +52,7 @@ STREAM_SETTINGS = (
     "trigger",
     "shuffle_partitions",
 )
+PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
 RECONCILE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master")
 CURVE_SETTINGS = (
@@ -114,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = _command(sub, "generate", c.generate, (), help="write a synthetic stream as JSONL")
     c.generate_flags(gen)
+    produce = _command(
+        sub,
+        "produce",
+        c.produce,
+        PRODUCE_SETTINGS,
+        help="publish JSONL input to a Kafka topic, in arrival order",
+    )
+    c.produce_flags(produce)
     stream = _command(
         sub, "stream", c.stream, STREAM_SETTINGS, help="run the speed layer over the input"
     )

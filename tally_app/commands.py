@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -75,6 +76,51 @@ def generate(args: argparse.Namespace, settings: Settings) -> int:
         f"wrote {manifest['lines']} lines in {manifest['files']} files to {args.out} "
         f"({manifest['valid_events']} valid events, {manifest['duplicates']} duplicates, "
         f"{manifest['malformed_lines']} malformed)"
+    )
+    return 0
+
+
+def produce_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="partitions of a topic created here (default: the input's highest + 1)",
+    )
+
+
+def produce(args: argparse.Namespace, settings: Settings) -> int:
+    from tally.produce import ProduceError, input_files, publish
+    from tally.settings import kafka_client_options
+
+    directory = Path(settings.input)
+    if not directory.is_dir():
+        print(f"tally: produce: input directory {directory} not found", file=sys.stderr)
+        return 2
+    paths = input_files(directory)
+    if not paths:
+        print(f"tally: produce: no *.jsonl files in {directory}", file=sys.stderr)
+        return 2
+    if args.partitions is not None and args.partitions <= 0:
+        print(
+            f"tally: bad setting: partitions: must be positive, got {args.partitions}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        sent = publish(
+            settings.kafka_bootstrap,
+            settings.kafka_topic,
+            paths,
+            partitions=args.partitions,
+            client_config=kafka_client_options(os.environ),
+        )
+    except ProduceError as exc:
+        print(f"tally: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"published {sent} records from {len(paths)} files to {settings.kafka_topic} "
+        f"at {settings.kafka_bootstrap}"
     )
     return 0
 

@@ -1,0 +1,140 @@
+"""Publish JSONL input to a Kafka topic in arrival order: for tests, the demo and the benchmark.
+
+Files are taken in arrival order (modification time, then name: the order the file source
+reads them in); each line becomes one record, its value the line's bytes exactly (blank and
+malformed lines too, so the stream's quarantine sees them), sent to the Kafka partition named
+by the line's `partition` field. One partition gets its records in the order they arrived,
+which is what the stream's per-partition watermark assumes. A line that names no usable
+partition (missing field: the contract's default 0; malformed line: 0 too) goes to partition 0.
+
+The record timestamp is the file's modification time, so a replay with the arrival clock sees
+the same arrival times through Kafka as through the files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ProduceError(RuntimeError):
+    """Nothing was published: the message is one line."""
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    key: bytes | None  # the event_id, when the line has one (for log compaction and tools)
+    value: bytes
+    timestamp_ms: int
+
+
+def input_files(directory: Path) -> list[Path]:
+    """The `*.jsonl` files of `directory` in arrival order: modification time, then name."""
+    files = [p for p in directory.iterdir() if p.is_file() and p.suffix == ".jsonl"]
+    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def file_lines(data: bytes) -> list[bytes]:
+    """Lines as the stream's text source reads them: split at "\\n", one "\\r" ending a line
+    dropped, no line after a final "\\n"."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def line_partition(line: bytes) -> int:
+    """The Kafka partition of a line: its `partition` field when that is a non-negative JSON
+    integer, else 0."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return 0
+    if not isinstance(obj, dict):
+        return 0
+    value = obj.get("partition", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return value
+
+
+def line_key(line: bytes) -> bytes | None:
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    event_id = obj.get("event_id") if isinstance(obj, dict) else None
+    return event_id.encode("utf-8") if isinstance(event_id, str) else None
+
+
+def records(paths: Iterable[Path]) -> Iterator[Record]:
+    """Every line of every file, in order, as a record."""
+    for path in paths:
+        timestamp_ms = path.stat().st_mtime_ns // 1_000_000
+        for line in file_lines(path.read_bytes()):
+            yield Record(line_partition(line), line_key(line), line, timestamp_ms)
+
+
+def publish(
+    bootstrap: str,
+    topic: str,
+    paths: list[Path],
+    partitions: int | None = None,
+    client_config: Mapping[str, Any] | None = None,
+) -> int:
+    """Publish the lines of `paths` to `topic` (created with `partitions`, default: enough for
+    the highest partition used, when it does not exist); returns the number of records
+    acknowledged. Refuses, before sending anything, a topic with fewer partitions than the
+    input uses. The files are read twice (partitions first), never held in memory whole."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    config = {"bootstrap.servers": bootstrap, **(client_config or {})}
+    needed = max((r.partition for r in records(paths)), default=0) + 1
+    admin = AdminClient(config)
+    existing = admin.list_topics(timeout=30).topics.get(topic)
+    if existing is None or existing.error is not None:
+        count = partitions or needed
+        if count < needed:
+            raise ProduceError(f"produce: --partitions {count} < {needed}, the input's partitions")
+        futures = admin.create_topics([NewTopic(topic, num_partitions=count, replication_factor=1)])
+        futures[topic].result(timeout=60)
+    elif len(existing.partitions) < needed:
+        raise ProduceError(
+            f"produce: topic {topic} has {len(existing.partitions)} partitions, the input uses "
+            f"{needed}; publish to a topic with at least {needed}"
+        )
+    failures: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    # Idempotence keeps per-partition order across the client's own retries.
+    producer = Producer({**config, "enable.idempotence": True, "linger.ms": 20})
+    sent = 0
+    for record in records(paths):
+        sent += 1
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    timestamp=record.timestamp_ms,
+                    on_delivery=delivered,
+                )
+                break
+            except BufferError:  # the client's queue is full: let it send, then retry
+                producer.poll(0.5)
+        producer.poll(0)
+    remaining = producer.flush(120)
+    if remaining or failures:
+        detail = failures[0] if failures else f"{remaining} records not acknowledged"
+        raise ProduceError(f"produce: delivery failed: {detail}")
+    return sent

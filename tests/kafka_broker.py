@@ -1,0 +1,66 @@
+"""A real Kafka broker for tests: scripts/kafka.sh on a free port, data in a temporary folder,
+stopped by its pid whatever happens."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = PROJECT_ROOT / "scripts" / "kafka.sh"
+
+
+@dataclass(frozen=True)
+class Broker:
+    bootstrap: str
+    home: Path
+    env: dict[str, str]
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(SCRIPT), command], env=self.env, capture_output=True, text=True, timeout=120
+        )
+
+    @property
+    def pid(self) -> int | None:
+        pid_file = self.home / "kafka.pid"
+        return int(pid_file.read_text()) if pid_file.exists() else None
+
+
+def _free_port_pair() -> int:
+    """A port whose successor is free too (the controller listens on PORT + 1)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+@contextmanager
+def kafka_broker(home: Path) -> Iterator[Broker]:
+    port = _free_port_pair()
+    env = {
+        **os.environ,
+        "TALLY_KAFKA_HOME": str(home),
+        "TALLY_KAFKA_PORT": str(port),
+        "TALLY_KAFKA_HEAP": "384m",
+    }
+    broker = Broker(f"127.0.0.1:{port}", home, env)
+    started = broker.run("start")
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"kafka.sh start failed: {started.stderr or started.stdout}")
+        yield broker
+    finally:
+        broker.run("stop")
