@@ -428,7 +428,7 @@ class BatchProcessor:
             lines = number_lines(parsed, splits)
             cached = [parsed]
             input_lines = sum(s.lines for s in splits)
-            mtimes = [s.newest_mtime_ms for s in splits if s.newest_mtime_ms is not None]
+            mtimes = [s.mtime_ms for s in splits if s.mtime_ms is not None]
             newest_ms = max(mtimes) if mtimes else None
         else:  # the source numbered its lines (`source_line`) itself
             lines = parse_lines(raw_batch).persist()

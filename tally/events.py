@@ -272,7 +272,7 @@ class LineSplit(NamedTuple):
     split_start: int  # byte offset of the split in its file
     first_row: int  # ROW_ID of its first line
     lines: int
-    newest_mtime_ms: int | None  # the file's modification time (the same on every line)
+    mtime_ms: int | None  # its file's modification time
 
 
 def line_splits(lines: DataFrame) -> list[LineSplit]:
