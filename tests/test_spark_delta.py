@@ -57,3 +57,37 @@ def test_show_knows_every_table_the_pipeline_writes(spark, warehouse, capsys) ->
     assert main(["show", "no_such_table", "--warehouse", warehouse]) == 2
     err = capsys.readouterr().err
     assert "unknown table 'no_such_table'" in err and "lateness_recommendations" in err
+
+
+def test_events_files_carry_statistics_only_where_readers_skip_files(spark, warehouse) -> None:
+    """The stream's replay check skips files by (app_id, batch_id), time ranges by event_time;
+    statistics on the other columns would only slow every append."""
+    import json
+    from pathlib import Path
+
+    T.ensure_tables(spark, warehouse, (T.EVENTS,))
+    ms = F.lit(1_795_000_000_000) + F.col("id")
+    given = {
+        "event_id": F.concat(F.lit("e-"), F.col("id").cast("string")),
+        "event_time": F.timestamp_millis(ms),
+        "event_date": F.to_date(F.timestamp_millis(ms)),
+        "batch_id": F.lit(7),
+        "app_id": F.lit("app"),
+    }
+    rows = spark.range(2).select(
+        *[
+            given.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in T.EVENTS.schema().fields
+        ]
+    )
+    rows.write.format("delta").mode("append").save(T.table_path(warehouse, "events"))
+    log = Path(T.table_path(warehouse, "events")) / "_delta_log"
+    adds = [
+        json.loads(action["add"]["stats"])
+        for commit in sorted(log.glob("*.json"))
+        for action in map(json.loads, commit.read_text().splitlines())
+        if "add" in action
+    ]
+    assert adds and all(s["numRecords"] >= 1 for s in adds)
+    assert all(set(s["minValues"]) == {"app_id", "batch_id", "event_time"} for s in adds)
+    assert all(s["minValues"]["batch_id"] == 7 for s in adds)
