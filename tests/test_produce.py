@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -94,9 +95,9 @@ def test_kafka_client_options_from_the_environment() -> None:
 
 # -- against a real broker -------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
-        yield running  # type: ignore[misc]
+        yield running
 
 
 def consume_all(bootstrap: str, topic: str, expected: int) -> list[object]:
@@ -193,3 +194,9 @@ def test_publish_refuses_a_topic_with_too_few_partitions(
     assert produce(wide, "t4") == 0  # exists with 6: enough
     assert len(consume_all(broker.bootstrap, "t3", 1)) == 1
     assert len(consume_all(broker.bootstrap, "t4", 4)) == 4
+
+
+def test_the_broker_runs_under_the_scripts_pid(broker: Broker) -> None:
+    status = broker.run("status")
+    assert status.returncode == 0
+    assert broker.pid is not None and f"pid {broker.pid}," in status.stdout
