@@ -90,13 +90,16 @@ def publish(
     the highest partition used, when it does not exist); returns the number of records
     acknowledged. Refuses, before sending anything, a topic with fewer partitions than the
     input uses. The files are read twice (partitions first), never held in memory whole."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     config = {"bootstrap.servers": bootstrap, **(client_config or {})}
     needed = max((r.partition for r in records(paths)), default=0) + 1
     admin = AdminClient(config)
-    existing = admin.list_topics(timeout=30).topics.get(topic)
+    try:
+        existing = admin.list_topics(timeout=15).topics.get(topic)
+    except KafkaException as exc:
+        raise ProduceError(f"produce: cannot reach Kafka at {bootstrap}: {exc}") from None
     if existing is None or existing.error is not None:
         count = partitions or needed
         if count < needed:
