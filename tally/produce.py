@@ -47,27 +47,31 @@ def file_lines(data: bytes) -> list[bytes]:
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
-def line_partition(line: bytes) -> int:
-    """The Kafka partition of a line: its `partition` field when that is a non-negative JSON
-    integer, else 0."""
+def _object(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError):
-        return 0
-    if not isinstance(obj, dict):
-        return 0
-    value = obj.get("partition", 0)
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _partition_of(obj: dict[str, Any] | None) -> int:
+    value = obj.get("partition", 0) if obj is not None else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return 0
     return value
 
 
+def line_partition(line: bytes) -> int:
+    """The Kafka partition of a line: its `partition` field when that is a non-negative JSON
+    integer, else 0."""
+    return _partition_of(_object(line))
+
+
 def line_key(line: bytes) -> bytes | None:
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    event_id = obj.get("event_id") if isinstance(obj, dict) else None
+    """The record key: the line's `event_id` when it is a string."""
+    obj = _object(line)
+    event_id = obj.get("event_id") if obj is not None else None
     return event_id.encode("utf-8") if isinstance(event_id, str) else None
 
 
@@ -76,7 +80,10 @@ def records(paths: Iterable[Path]) -> Iterator[Record]:
     for path in paths:
         timestamp_ms = path.stat().st_mtime_ns // 1_000_000
         for line in file_lines(path.read_bytes()):
-            yield Record(line_partition(line), line_key(line), line, timestamp_ms)
+            obj = _object(line)  # parsed once for both the partition and the key
+            event_id = obj.get("event_id") if obj is not None else None
+            key = event_id.encode("utf-8") if isinstance(event_id, str) else None
+            yield Record(_partition_of(obj), key, line, timestamp_ms)
 
 
 def publish(
@@ -104,8 +111,12 @@ def publish(
         count = partitions or needed
         if count < needed:
             raise ProduceError(f"produce: --partitions {count} < {needed}, the input's partitions")
+        # Replication factor 1 suits the local broker; create production topics yourself.
         futures = admin.create_topics([NewTopic(topic, num_partitions=count, replication_factor=1)])
-        futures[topic].result(timeout=60)
+        try:
+            futures[topic].result(timeout=60)
+        except KafkaException as exc:
+            raise ProduceError(f"produce: cannot create topic {topic}: {exc}") from None
     elif len(existing.partitions) < needed:
         raise ProduceError(
             f"produce: topic {topic} has {len(existing.partitions)} partitions, the input uses "
