@@ -27,7 +27,13 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.logic import WindowOut, WindowParams, classify_events, close_windows
+from streaming.logic import (
+    WindowOut,
+    WindowParams,
+    classify_events,
+    close_windows,
+    event_partitions,
+)
 from streaming.source import open_source
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
@@ -473,7 +479,11 @@ class BatchProcessor:
         """Arrival status of every valid event, against the watermark before this batch."""
         p = self.params
         events = classify_events(
-            batch.parsed.valid, prior.watermark.watermark_ms, p.window, prior.dedup_state
+            batch.parsed.valid,
+            prior.watermark.watermark_ms,
+            p.window,
+            prior.dedup_state,
+            partitions=event_partitions(batch.input_lines, self._state_partitions),
         ).persist()
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
         classified = Classified(events, self._batch_stats(events, skew_limit_ms), skew_limit_ms)

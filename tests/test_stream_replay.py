@@ -118,10 +118,14 @@ COUNTERS = [
 
 @pytest.fixture(scope="module")
 def replay(spark, tmp_path_factory) -> dict[str, Any]:
+    return run_replay(spark, tmp_path_factory.mktemp("replay"))
+
+
+def run_replay(spark, root) -> dict[str, Any]:
+    """The replay through `run_stream` into `root`: its summary and every table."""
     from streaming.job import run_stream
     from tally.settings import Settings
 
-    root = tmp_path_factory.mktemp("replay")
     for f in FILES:
         H.write_file(root / "input", f)
     settings = Settings(
@@ -277,3 +281,40 @@ def test_the_model_computes_the_same_expectations() -> None:
         )
         for p in model.progress
     ] == COUNTERS
+
+
+def test_a_batch_shuffled_into_more_partitions_gives_the_same_tables(
+    spark, tmp_path_factory, replay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch too big for Spark's shuffle partitions is shuffled into more (one per
+    `LINES_PER_SHUFFLE_PARTITION` lines, so that each task's sort stays small): here one per
+    line, 3 partitions against 2; every table must be the same as the plain run's."""
+    import streaming.logic as logic
+
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert logic.event_partitions(3, 2) is None  # the plain run: Spark's partitions
+    monkeypatch.setattr(logic, "LINES_PER_SHUFFLE_PARTITION", 1)
+    assert logic.event_partitions(3, 2) == 3
+    again = run_replay(spark, tmp_path_factory.mktemp("replay_partitions"))["out"]
+    plain = replay["out"]
+    for table in ("events", "quarantine", "late_events", "aggregates", "progress"):
+        assert sorted(getattr(again, table), key=repr) == sorted(getattr(plain, table), key=repr)
+    assert again.events and again.late_events  # not vacuous
+
+
+@pytest.mark.parametrize(
+    ("lines", "shuffle_partitions", "expected"),
+    [
+        (0, 4, None),  # an empty batch: Spark's partitions
+        (200_000, 4, None),  # the throughput benchmark's batches fit Spark's 4 partitions
+        (2_000_000, 4, None),  # exactly 4 partitions' worth: no more needed
+        (2_000_001, 4, 5),  # one line over: a fifth partition
+        (17_600_000, 4, 36),  # the 2 GB file as one batch
+        (17_600_000, 64, None),  # a user who asked for more partitions keeps them
+    ],
+)
+def test_event_partitions(lines: int, shuffle_partitions: int, expected: int | None) -> None:
+    from streaming.logic import LINES_PER_SHUFFLE_PARTITION, event_partitions
+
+    assert LINES_PER_SHUFFLE_PARTITION == 500_000  # the cases above are computed with it
+    assert event_partitions(lines, shuffle_partitions) == expected
