@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.findings import closing_notes
+
 MD_NAME, PNG_NAME, JSON_NAME = "benchmarks.md", "benchmarks.png", "benchmarks.json"
 # Sections whose results kept their shape since format 1 (before issue 12): still carried.
 UNCHANGED_SINCE_FORMAT_1 = ("nightly", "curve")
@@ -654,6 +656,9 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
     out += _targets(r)
     if r.get("findings"):
         out += ["## Findings", "", *[f"- {f}" for f in r["findings"]], ""]
+    closing = closing_notes(r)
+    if closing:
+        out += ["## What would close the misses", "", *[f"- {c}" for c in closing], ""]
     if r.get("speed"):
         out += _speed(r["speed"], _when(r, "speed"))
     if r.get("state") and r["state"].get("fixed_cost"):

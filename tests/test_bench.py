@@ -267,6 +267,42 @@ def test_report_of_a_partial_run_shows_the_committed_results_as_carried(tmp_path
     assert any(f.endswith(f"(measured {date}, carried over)") for f in r["findings"])
 
 
+def test_each_missed_speed_target_says_what_would_close_it() -> None:
+    """One note per missed target (throughput, fixed cost, latency), quoting the measured
+    phases; none once the targets are met."""
+    from bench.findings import closing_notes
+
+    r: dict[str, Any] = {
+        "speed": {
+            "met_durable": False,
+            "met_agg": True,
+            "tally_median_run": {
+                "phases": [
+                    {"phase": "read_parse", "total_s": 27.15},
+                    {"phase": "classify", "total_s": 17.2},
+                    {"phase": "write", "total_s": 28.06},
+                ]
+            },
+        },
+        "state": {
+            "fixed_cost": {"median_batch_ms": 3100, "met": False, "appends_median_s": {"a": 1.1}}
+        },
+        "latency": {"engines": {"tally": {"met": False}}},
+    }
+    notes = closing_notes(r)
+    assert [n.split(":")[0] for n in notes] == [
+        "Throughput",
+        "Per-batch fixed cost (3.1 s)",
+        "Latency",
+    ]
+    assert "`read_parse` 27.1 s, `classify` 17.2 s, `write` 28.1 s" in notes[0]
+    assert "the slowest median 1.10 s" in notes[1]
+    r["speed"]["met_durable"] = True
+    r["state"]["fixed_cost"]["met"] = True
+    r["latency"]["engines"]["tally"]["met"] = True
+    assert closing_notes(r) == []
+
+
 # -- the quick benchmark, end to end --------------------------------------------------------------
 
 
