@@ -12,6 +12,8 @@ broker=${2:-.cache/kafka}
 mkdir -p "$out" "$broker"
 out=$(cd "$out" && pwd)
 broker=$(cd "$broker" && pwd)
+# Copies of another version (an older pin) must not stay beside the new ones on a classpath.
+rm -f "$out"/*.jar "$broker"/*.jar
 mvn -B -q -f jars/pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$out" -DincludeScope=runtime \
   -DexcludeGroupIds=org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.scala-lang,org.apache.parquet,org.apache.logging.log4j,org.slf4j,org.xerial.snappy,com.github.luben,io.airlift,commons-logging,org.roaringbitmap

@@ -16,6 +16,7 @@ first in the checkpoint.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ from streaming.logic import (
     close_windows,
     event_partitions,
 )
-from streaming.source import open_source
+from streaming.source import KafkaSpec, open_source
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
@@ -47,7 +48,7 @@ from tally.events import (
     split_parsed,
     with_row_ids,
 )
-from tally.settings import Settings, default_checkpoint
+from tally.settings import Settings, default_checkpoint, kafka_client_options
 from tally.spark import session_for
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -682,6 +683,18 @@ def window_counts(out: WindowOut) -> tuple[int, int]:
     return int(rows["open"] or 0), int(rows["emitted"] or 0)
 
 
+def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
+    """The Kafka source's settings, client options (security) from the environment."""
+    return KafkaSpec(
+        bootstrap=settings.kafka_bootstrap,
+        topic=settings.kafka_topic,
+        starting_offsets=settings.kafka_starting_offsets,
+        max_records_per_trigger=settings.max_records_per_trigger,
+        max_record_bytes=settings.max_record_bytes,
+        client_options=kafka_client_options(environ),
+    )
+
+
 def run_stream(
     settings: Settings,
     available_now: bool = False,
@@ -699,7 +712,11 @@ def run_stream(
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     processor = BatchProcessor(spark, params, clock=wall)
     source = open_source(
-        spark, settings.source_kind, settings.input, settings.max_files_per_trigger
+        spark,
+        settings.source_kind,
+        settings.input,
+        settings.max_files_per_trigger,
+        kafka=kafka_spec(settings, os.environ),
     )
     writer = (
         source.writeStream.foreachBatch(processor)

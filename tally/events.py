@@ -18,8 +18,12 @@ from pyspark.sql.streaming import DataStreamReader
 
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 
+# Reasons a source gives a record before it is a line of text (Kafka: a tombstone, bytes
+# that are not UTF-8, a value over `max_record_bytes`); they come before every other reason.
+SOURCE_REASONS = ("null_value", "not_utf8", "oversized_value")
 # Reasons, checked in this order; the first that applies is recorded.
 QUARANTINE_REASONS = (
+    *SOURCE_REASONS,
     "empty_line",
     "invalid_json",
     "missing_event_id",
@@ -44,6 +48,12 @@ _TEXT_SCHEMA = "MAP<STRING, STRING>"
 # An ISO-8601 time with a zone, the contract's text form of event_time (unanchored).
 ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)"
 _ZONED_ISO = f"^{ZONED_ISO_TIME}$"
+# Optional columns of a source's raw frame that `parse_lines` consumes: the reason a record was
+# refused before parsing (one of SOURCE_REASONS), and the partition the source read it from,
+# which then is the event's watermark `partition` (the payload's own `partition`, if any, is
+# kept as data in `extra`).
+SOURCE_REASON = "source_reason"
+SOURCE_PARTITION = "source_partition"
 _INTEGER = r"^-?\d+$"
 # The event times the contract accepts: years 0001 to 9999 in UTC, the years ISO-8601's
 # four digits can say. An epoch outside them is bad_event_time (Spark's timestamp would
@@ -142,14 +152,20 @@ def parse_lines(raw: DataFrame) -> DataFrame:
     Persist the result when both outputs of `split_parsed` are used: otherwise each output
     reads and parses every line again.
     """
-    provenance = [c for c in raw.columns if c != "raw_line"]
+    seams = (SOURCE_REASON, SOURCE_PARTITION)
+    provenance = [c for c in raw.columns if c not in ("raw_line", *seams)]
+    given = {c: F.col(c) if c in raw.columns else F.lit(None) for c in seams}
     line = F.col("raw_line")
     typed = F.col("_typed")
     event_time = F.col("_event_time")
     # Each step is its own projection: a column used several times is computed once per row,
     # and an expensive value inside F.when is only computed for the rows its condition holds.
     parsed = raw.select(
-        *provenance, line, F.from_json(line, _TYPED_SCHEMA, _TYPED_OPTIONS).alias("_typed")
+        *provenance,
+        line,
+        given[SOURCE_REASON].cast("string").alias("_source_reason"),
+        given[SOURCE_PARTITION].cast("int").alias("_source_partition"),
+        F.from_json(line, _TYPED_SCHEMA, _TYPED_OPTIONS).alias("_typed"),
     ).withColumn("_event_ms", _event_ms(typed["event_time"], line))
     parsed = parsed.withColumn("_event_time", _event_time(F.col("_event_ms")))
     typed_ok_check = (
@@ -175,7 +191,9 @@ def parse_lines(raw: DataFrame) -> DataFrame:
         .withColumn("_fast", typed_ok & (~maybe_unknown | F.col("_fields").isNotNull()))
         .withColumn(
             "_reason",
-            F.when(~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line)),
+            F.when(F.col("_source_reason").isNotNull(), F.col("_source_reason")).when(
+                ~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line)
+            ),
         )
     )
     # Compact: typed columns for valid lines, the raw text only for quarantined ones.
@@ -184,12 +202,22 @@ def parse_lines(raw: DataFrame) -> DataFrame:
     extra = F.when(fields.isNull(), F.create_map().cast(_TEXT_SCHEMA)).otherwise(
         F.map_filter(fields, lambda k, _v: ~k.isin(*KNOWN_FIELDS))
     )
+    payload_partition = F.coalesce(typed["partition"], F.lit(0))
+    source_partition = F.col("_source_partition")
+    if SOURCE_PARTITION in raw.columns:  # the payload's partition is data, not the watermark's
+        extra = F.when(
+            typed["partition"].isNotNull(),
+            F.map_concat(
+                extra, F.create_map(F.lit("partition"), typed["partition"].cast("string"))
+            ),
+        ).otherwise(extra)
+    partition = F.coalesce(source_partition, payload_partition)
     return checked.select(
         F.when(valid, typed["event_id"]).alias("event_id"),
         F.when(valid, typed["key"]).alias("key"),
         F.when(valid, typed["amount"]).cast("long").alias("amount"),
         F.when(valid, event_time).alias("event_time"),
-        F.when(valid, F.coalesce(typed["partition"], F.lit(0))).cast("int").alias("partition"),
+        F.when(valid, partition).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
         *provenance,
         F.when(~valid, line).alias("raw_line"),

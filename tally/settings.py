@@ -19,7 +19,8 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 WATERMARK_POLICIES = ("partition-min", "global-max")
-SOURCE_KINDS = ("files",)
+SOURCE_KINDS = ("files", "kafka")
+KAFKA_STARTING_OFFSETS = ("earliest", "latest")
 SPARK_RUNNERS = ("local", "submit")
 
 
@@ -104,6 +105,11 @@ class Settings:
     # options (security) come from the environment only: see `kafka_client_options`.
     kafka_bootstrap: str = "127.0.0.1:19092"
     kafka_topic: str = "tally-events"
+    # where a new checkpoint starts reading the topic (afterwards the checkpoint's offsets)
+    kafka_starting_offsets: str = "earliest"
+    max_records_per_trigger: int = 200_000  # Kafka records per micro-batch
+    # a Kafka record value longer than this is quarantined (oversized_value), never parsed
+    max_record_bytes: int = 1_048_576
     spark_master: str = "local[*]"
     max_files_per_trigger: int = 8
     shuffle_partitions: int = 4
@@ -159,6 +165,14 @@ class Settings:
             raise SettingsError(
                 f"max_files_per_trigger: must be positive, got {self.max_files_per_trigger}"
             )
+        if self.kafka_starting_offsets not in KAFKA_STARTING_OFFSETS:
+            raise SettingsError(
+                "kafka_starting_offsets: expected one of "
+                f"{', '.join(KAFKA_STARTING_OFFSETS)}, got {self.kafka_starting_offsets!r}"
+            )
+        for name in ("max_records_per_trigger", "max_record_bytes"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
         if self.shuffle_partitions <= 0:
             raise SettingsError(
                 f"shuffle_partitions: must be positive, got {self.shuffle_partitions}"

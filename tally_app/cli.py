@@ -34,7 +34,13 @@ SETTING_HELP = {
     "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
     "kafka_bootstrap": "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
     "kafka_topic": "Kafka topic",
+    "source_kind": "where events come from: files (the input directory) or kafka (the topic)",
+    "kafka_starting_offsets": "earliest or latest: where a new checkpoint starts in the topic",
+    "max_records_per_trigger": "Kafka records per micro-batch",
+    "max_record_bytes": "a Kafka record value longer than this is quarantined (oversized_value)",
 }
+# Shorter flags some settings also answer to.
+FLAG_ALIASES = {"source_kind": ("--source",)}
 
 STREAM_SETTINGS = (
     "window",
@@ -51,6 +57,12 @@ STREAM_SETTINGS = (
     "max_files_per_trigger",
     "trigger",
     "shuffle_partitions",
+    "source_kind",
+    "kafka_bootstrap",
+    "kafka_topic",
+    "kafka_starting_offsets",
+    "max_records_per_trigger",
+    "max_record_bytes",
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
@@ -76,8 +88,8 @@ Command = Callable[[argparse.Namespace, Settings], int]
 def setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
     """Flags that override settings; they default to None so file/env values survive."""
     for name in names:
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=SETTING_HELP.get(name))
+        flags = ("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()))
+        parser.add_argument(*flags, dest=name, default=None, help=SETTING_HELP.get(name))
 
 
 def _command(

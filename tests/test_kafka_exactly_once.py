@@ -1,0 +1,214 @@
+"""Exactly once from Kafka offsets: the real `tally stream --source kafka` process, SIGKILLed
+and restarted on its checkpoint, and the broker itself stopped (SIGTERM) and started again
+while the stream runs.
+
+A generated stream (3,000 events over 3 source partitions, `tally produce`d into a topic of 4
+partitions: one never gets a record) is read 400 records a micro-batch:
+
+1. SIGKILL mid-batch: `events` committed batch 0, `stream_progress` did not;
+2. SIGKILL at a random-ish moment (seeded) after a batch completed;
+3. the broker is stopped and started again under a running stream, which must carry on;
+
+then one last run with `--drain` completes the stream. An uninterrupted run of the same topic
+into another warehouse and checkpoint (running alongside, through the broker restart too) is
+the reference: the tables must be equal, every record in exactly one batch.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_broker import Broker, kafka_broker
+from pyspark.sql import SparkSession
+from stream_tables import StreamProcess, collect_table, delta_version, stream_command
+
+from tally.generate import generate
+from tally.produce import input_files, publish
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "exactly-once"
+RECORDS_PER_BATCH = 400
+STEP_TIMEOUT_S = 1200.0
+TABLES = ("events", "quarantine", "late_events", "stream_aggregates", "stream_progress")
+
+
+@dataclass
+class Scenario:
+    warehouse: str
+    reference: str
+    records: int
+    manifest: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def kafka_command(broker: Broker, warehouse: Path, drain: bool = False) -> list[str]:
+    return [
+        *stream_command("unused", str(warehouse), drain),
+        "--source",
+        "kafka",
+        "--kafka-bootstrap",
+        broker.bootstrap,
+        "--kafka-topic",
+        TOPIC,
+        "--max-records-per-trigger",
+        str(RECORDS_PER_BATCH),
+    ]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    root = tmp_path_factory.mktemp("kafka_exactly_once")
+    manifest = generate(
+        out=str(root / "in"),
+        events=3000,
+        partitions=3,
+        seed=31,
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        duration_ms=20 * 60_000,
+        files=12,
+        keys=20,
+        progress=False,
+    )
+    with kafka_broker(root / "kafka") as broker:
+        records = publish(broker.bootstrap, TOPIC, input_files(root / "in"), partitions=4)
+        wh, ref_wh = root / "warehouse", root / "reference"
+        s = Scenario(str(wh), str(ref_wh), records, manifest)
+        started: list[StreamProcess] = []
+
+        def start(target: Path, log: str, drain: bool = False) -> StreamProcess:
+            proc = StreamProcess(kafka_command(broker, target, drain), root / log)
+            started.append(proc)
+            return proc
+
+        try:
+            reference = start(ref_wh, "reference.log", drain=True)
+
+            # 1. mid-batch: events has batch 0, stream_progress has nothing yet.
+            p = start(wh, "run1.log")
+            killed = p.kill_when(
+                lambda: (
+                    delta_version(wh, "events") >= 1 and delta_version(wh, "stream_progress") == 0
+                ),
+                STEP_TIMEOUT_S,
+            )
+            s.steps.append({"step": "kill mid-batch", "done": killed})
+            assert killed, p.tail()
+
+            # 2. random-ish: some seconds after this run's first batch completed.
+            p = start(wh, "run2.log")
+            delay = random.Random(11).uniform(1.0, 8.0)
+            base = delta_version(wh, "stream_progress")
+            advanced: dict[str, float] = {}
+
+            def some_time_after_a_batch() -> bool:
+                if not advanced and delta_version(wh, "stream_progress") > base:
+                    advanced["at"] = time.monotonic()
+                return bool(advanced) and time.monotonic() - advanced["at"] >= delay
+
+            killed = p.kill_when(some_time_after_a_batch, STEP_TIMEOUT_S)
+            s.steps.append({"step": f"kill {delay:.1f} s after a batch", "done": killed})
+            assert killed, p.tail()
+
+            # 3. the broker goes away under a running stream (SIGTERM) and comes back.
+            p = start(wh, "run3.log")
+            base = delta_version(wh, "stream_progress")
+            deadline = time.monotonic() + STEP_TIMEOUT_S
+            while delta_version(wh, "stream_progress") <= base and time.monotonic() < deadline:
+                time.sleep(0.2)
+            stopped = broker.run("stop")
+            time.sleep(3)
+            restarted = broker.run("start")
+            s.steps.append(
+                {"step": "broker restart", "done": stopped.returncode == restarted.returncode == 0}
+            )
+            assert restarted.returncode == 0, restarted.stderr
+            assert p.wait(STEP_TIMEOUT_S) == 0, p.tail()
+
+            # 4. to the end, with a drain.
+            p = start(wh, "run4.log", drain=True)
+            assert p.wait(STEP_TIMEOUT_S) == 0, p.tail()
+            assert reference.wait(STEP_TIMEOUT_S) == 0, reference.tail()
+            yield s
+        finally:
+            for proc in started:
+                if proc.running():
+                    proc.kill()
+
+
+@pytest.fixture(scope="module")
+def tables(spark: SparkSession, scenario: Scenario) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    return {
+        "killed": {t: collect_table(spark, scenario.warehouse, t) for t in TABLES},
+        "reference": {t: collect_table(spark, scenario.reference, t) for t in TABLES},
+    }
+
+
+def test_the_faults_happened(scenario: Scenario) -> None:
+    assert [s["done"] for s in scenario.steps] == [True, True, True], scenario.steps
+
+
+def test_every_record_once(scenario: Scenario, tables: dict[str, Any]) -> None:
+    killed = tables["killed"]
+    lines = [
+        (r["source_file"], r["source_line"]) for t in ("events", "quarantine") for r in killed[t]
+    ]
+    assert len(lines) == scenario.records == len(set(lines))  # each offset exactly once
+    assert len(killed["quarantine"]) == scenario.manifest["malformed_lines"]
+    progress = killed["stream_progress"]
+    assert sum(r["input_lines"] for r in progress) == scenario.records
+    assert sorted(r["batch_id"] for r in progress) == list(range(len(progress)))
+    assert len(progress) > 3 and progress  # several batches, then the drain
+    # the record partitions only: the topic's fourth partition never had one
+    assert {p for r in progress for p in (r["partition_high_water"] or {})} == {0, 1, 2}
+
+
+def _comparable(t: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[Any, ...]]]:
+    def rows(name: str, *columns: str) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r[c] for c in columns) for r in t[name])
+
+    return {
+        "events": rows(
+            "events", "source_file", "source_line", "event_id", "arrival_status", "batch_id"
+        ),
+        "quarantine": rows("quarantine", "source_file", "source_line", "reason", "batch_id"),
+        "late": rows("late_events", "event_id", "batch_id", "lateness_ms"),
+        "aggregates": rows(
+            "stream_aggregates",
+            "window_start",
+            "window_end",
+            "key",
+            "event_count",
+            "amount_sum",
+            "revision",
+            "batch_id",
+        ),
+        "progress": rows(
+            "stream_progress",
+            "batch_id",
+            "processing_time",
+            "watermark_after",
+            "input_lines",
+            "valid_events",
+            "late_events",
+            "duplicate_events",
+            "quarantined_lines",
+            "drained",
+        ),
+    }
+
+
+def test_same_tables_as_an_uninterrupted_run(tables: dict[str, Any]) -> None:
+    killed, reference = _comparable(tables["killed"]), _comparable(tables["reference"])
+    for name in killed:
+        assert killed[name] == reference[name], name
+    assert killed["late"] and killed["aggregates"]  # not vacuous
+    assert Counter(r[3] for r in killed["events"])["duplicate"] > 0
