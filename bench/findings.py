@@ -16,6 +16,7 @@ def findings(r: dict[str, Any]) -> list[str]:
         ("state", _fixed_cost),
         ("latency", _latency),
         ("state", _state),
+        ("kafka", _kafka),
         ("bigfile", _bigfile),
         ("nightly", _nightly),
     )
@@ -182,6 +183,22 @@ def _state(st: dict[str, Any]) -> list[str]:
             "state is bounded by the watermark and the dedup horizon, not by the length of "
             "the stream."
         )
+    return [text]
+
+
+# -- Kafka --------------------------------------------------------------------------------------
+
+
+def _kafka(k: dict[str, Any]) -> list[str]:
+    t, p = k["runs"]["tally"], k["runs"]["plain"]
+    text = (
+        f"Kafka ({k['records']:,} records pre-filled in {k['partitions']} partitions, "
+        f"{k['records_per_trigger']:,} records a micro-batch, whole processes): tally "
+        f"{t['events_per_s']:,.0f} records/s, plain Spark Kafka -> withWatermark + window -> "
+        f"Delta {p['events_per_s']:,.0f}: ratio {k['ratio']:.2f} (no target)."
+    )
+    if not k["all_records_accounted"]:
+        text += " tally's `input_lines` does NOT add up to the records published."
     return [text]
 
 

@@ -1,9 +1,10 @@
 """The plain Spark engines tally is measured against, as a user would write them; each runs as
 its own process, so every engine pays its JVM start like `tally stream` does:
 
-    python -m bench.plain_job --mode durable|agg|batch --input DIR --out DIR --result FILE
+    python -m bench.plain_job --mode durable|agg|batch|kafka --input DIR --out DIR --result FILE
         [--files-per-trigger N] [--window-ms MS] [--lateness-ms MS]
         [--spark-master URL] [--shuffle-partitions N]
+        [--kafka-bootstrap HOST:PORT --kafka-topic T --records-per-trigger N]
 
 * `durable`: one session, two streaming queries on the same input started side by side, both
   available-now with the same files per trigger: a bronze query appending every raw line to
@@ -14,6 +15,9 @@ its own process, so every engine pays its JVM start like `tally stream` does:
   sum per key, append mode into Delta. Late rows are dropped silently; no dedup, no
   quarantine, no event log.
 * `batch`: `read.json` + the same aggregation into Delta: the ceiling on this machine.
+* `kafka`: the aggregation query reading a Kafka topic instead of files (`--input` is the
+  topic): Spark's Kafka source from the earliest offsets, `--records-per-trigger` records a
+  micro-batch, the value parsed with `from_json`, then `withWatermark` + `window` into Delta.
 
 The session is `tally.spark.build_session` with the master, shuffle partitions and jars tally
 runs with. The result file (JSON) holds what the queries' own progress reports say (input
@@ -37,7 +41,7 @@ from bench.common import StreamShape
 
 PLAIN_SCHEMA = "event_id STRING, key STRING, amount BIGINT, event_time STRING, partition INT"
 BRONZE_SCHEMA = f"{PLAIN_SCHEMA}, _corrupt STRING"
-MODES = ("durable", "agg", "batch")
+MODES = ("durable", "agg", "batch", "kafka")
 AGG_TABLE, BRONZE_TABLE, BATCH_TABLE = "plain_aggregates", "plain_bronze", "batch_aggregates"
 
 
@@ -109,6 +113,40 @@ def start_plain_query(
     return _trigger(writer, trigger_ms).start(str(run_dir / AGG_TABLE))
 
 
+def start_kafka_query(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    records_per_trigger: int,
+    run_dir: Path,
+    shape: StreamShape,
+) -> Any:
+    """The aggregation query over a Kafka topic (available-now), into
+    `run_dir/plain_aggregates`."""
+    records = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", records_per_trigger)
+        .load()
+    )
+    parsed = records.select(
+        F.from_json(F.col("value").cast("string"), PLAIN_SCHEMA).alias("e")
+    ).select("e.*")
+    totals = window_totals(
+        plain_events(parsed).withWatermark("event_time", f"{shape.lateness_ms} milliseconds"),
+        shape.window_ms,
+    )
+    writer = (
+        totals.writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", str(run_dir / "checkpoint"))
+        .queryName("bench_plain_kafka")
+    )
+    return writer.trigger(availableNow=True).start(str(run_dir / AGG_TABLE))
+
+
 def start_bronze_query(
     spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape
 ) -> Any:
@@ -161,9 +199,20 @@ def query_report(query: Any) -> dict[str, Any]:
 
 
 def run_mode(
-    spark: SparkSession, mode: str, input_dir: str, out: Path, shape: StreamShape
+    spark: SparkSession,
+    mode: str,
+    input_dir: str,
+    out: Path,
+    shape: StreamShape,
+    kafka: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Run one engine to the end of its input; its queries' reports."""
+    """Run one engine to the end of its input (`kafka`: bootstrap and records per trigger,
+    `input_dir` then being the topic); its queries' reports."""
+    if mode == "kafka":
+        assert kafka is not None, "--mode kafka needs --kafka-bootstrap"
+        query = start_kafka_query(spark, kafka[0], input_dir, kafka[1], out, shape)
+        query.awaitTermination()
+        return {"agg": query_report(query)}
     if mode == "batch":
         events = plain_events(spark.read.schema(PLAIN_SCHEMA).json(input_dir))
         window_totals(events, shape.window_ms).write.format("delta").mode("overwrite").save(
@@ -190,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lateness-ms", type=int, default=30_000)
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--kafka-bootstrap", help="--mode kafka: the broker")
+    parser.add_argument("--records-per-trigger", type=int, default=200_000)
     args = parser.parse_args(argv)
 
     from tally.spark import build_session
@@ -205,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t1 = time.monotonic()
-    queries = run_mode(spark, args.mode, args.input, out, shape)
+    kafka = (args.kafka_bootstrap, args.records_per_trigger) if args.kafka_bootstrap else None
+    queries = run_mode(spark, args.mode, args.input, out, shape, kafka)
     result = {
         "mode": args.mode,
         "session_s": session_s,

@@ -40,7 +40,7 @@ from bench.findings import findings
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("speed", "latency", "state", "bigfile", "nightly", "curve")
+SECTIONS = ("speed", "latency", "state", "kafka", "bigfile", "nightly", "curve")
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,8 @@ class Preset:
 
 
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
-# (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, nightly ~22 min,
-# curve ~20 s, bigfile ~15-20 min: about an hour.
+# (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
+# nightly ~22 min, curve ~20 s, bigfile ~15-20 min: about an hour.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -219,6 +219,7 @@ class BenchRun:
                 ("speed", self.speed),
                 ("latency", self.latency),
                 ("state", self.state),
+                ("kafka", self.kafka),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -257,6 +258,13 @@ class BenchRun:
 
         self.results["state"] = state.state_section(
             self.spark, self.work, self.preset.state_backlog, self.preset.shape, self.env
+        )
+
+    def kafka(self) -> None:
+        from bench import kafka_source
+
+        self.results["kafka"] = kafka_source.kafka_section(
+            self.spark, self.work, self.preset.speed_backlog, self.preset.shape, self.env
         )
 
     def bigfile(self) -> None:

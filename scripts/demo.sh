@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
 # make demo: generate a day of events, stream it, reconcile it, print the summary.
+# TALLY_DEMO_SOURCE=kafka runs it through a Kafka broker: scripts/kafka.sh starts one (data in
+# $demo/kafka), `tally produce` publishes the events, `tally stream --source kafka` reads them,
+# and the broker is stopped by its pid at the end, whatever happens.
 set -euo pipefail
 demo=${TALLY_DEMO_DIR:-demo}
 day=2026-11-20
+source_kind=${TALLY_DEMO_SOURCE:-files}
+case "$source_kind" in files | kafka) ;; *)
+  echo "demo: TALLY_DEMO_SOURCE must be files or kafka, got $source_kind" >&2
+  exit 2
+  ;;
+esac
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rm -rf "$demo"
 echo "== 1. generate a day of events ($demo/events)"
 tally generate --out "$demo/events" --events "${TALLY_DEMO_EVENTS:-100000}" --partitions 8 \
   --seed 7 --start "${day}T00:00:00Z" --duration 1d --files 48
-echo "== 2. speed layer: stream the backlog, drain at end of input"
-tally stream --input "$demo/events" --warehouse "$demo/warehouse" --window 60s --lateness 30s \
-  --idle-timeout 10m --max-files-per-trigger 8 --available-now --drain --clock arrival
+source_args=(--input "$demo/events" --max-files-per-trigger 8)
+if [ "$source_kind" = kafka ]; then
+  export TALLY_KAFKA_HOME="$PWD/$demo/kafka"
+  port=${TALLY_KAFKA_PORT:-19092}
+  echo "== 1b. Kafka: start a broker on 127.0.0.1:$port, publish the events (topic tally-demo)"
+  trap '"$here/kafka.sh" stop >/dev/null || true' EXIT
+  "$here/kafka.sh" start
+  tally produce --input "$demo/events" --kafka-bootstrap "127.0.0.1:$port" \
+    --kafka-topic tally-demo --partitions 8
+  source_args=(--source kafka --kafka-bootstrap "127.0.0.1:$port" --kafka-topic tally-demo
+    --max-records-per-trigger 20000)
+fi
+echo "== 2. speed layer ($source_kind): stream the backlog, drain at end of input"
+tally stream "${source_args[@]}" --warehouse "$demo/warehouse" --window 60s --lateness 30s \
+  --idle-timeout 10m --available-now --drain --clock arrival
 echo "== 3. per-batch progress"
 tally show stream_progress --warehouse "$demo/warehouse" --limit 20 | cut -c1-160
 echo "== 4. nightly reconciliation for $day: re-aggregate, diff, validate (GX), report"

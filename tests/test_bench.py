@@ -378,6 +378,16 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     assert tally_latency["windows"] > 0 and tally_latency["p50_ms"] > 0
     assert r["latency"]["target_ms"] == QUICK.latency_lateness_ms + 2 * QUICK.latency_trigger_ms
 
+    # 8. Kafka: both engines read every published record
+    ka = r["kafka"]
+    assert ka["records"] == ka["lines"] == sp["lines"]
+    assert ka["all_records_accounted"] and ka["tally"]["input_lines"] == ka["records"]
+    assert ka["tally"]["accounted_events"] == sp["distinct_events"]
+    assert sp["valid_events"] <= ka["plain"]["output_events"] <= ka["records"]
+    assert ka["ratio"] == pytest.approx(
+        ka["runs"]["tally"]["events_per_s"] / ka["runs"]["plain"]["events_per_s"]
+    )
+
     # 5. one big file: the same results as the split input
     bf = r["bigfile"]
     assert bf["single_file_bytes"] == bf["input_bytes"]
@@ -408,6 +418,7 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         "## 3. Latency",
         "## 4. State",
         "## 5. One big input file",
+        "## 8. Kafka: a pre-filled topic",
         "## 6. Nightly job",
         "## 7. Lateness curve",
     ):

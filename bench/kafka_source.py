@@ -1,0 +1,176 @@
+"""Section 8 (kafka): throughput from a pre-filled Kafka topic.
+
+The throughput section's backlog (`tally generate`, full mode 2M events over 8 source
+partitions) is published with `tally produce` into a topic of 8 partitions on a broker that
+`scripts/kafka.sh` starts for the section (data in the work directory, stopped by its pid
+whatever happens). Then, each as its own OS process timed from start to exit (JVM start
+included), with the same number of records a micro-batch as the throughput run's lines a
+micro-batch:
+
+(a) tally: `tally stream --source kafka --available-now --clock arrival` (the real command
+    line): everything tally does for files, the Kafka partition as the watermark partition;
+(b) plain Spark: Spark's Kafka source -> `from_json` -> `withWatermark` + `window` -> Delta
+    (append), available-now (`bench.plain_job --mode kafka`).
+
+No target is set for this section; the ratio is reported beside the file-source one.
+
+Expected duration, full mode on 2 cores: generating ~15 s, publishing ~30-60 s, each tally run
+~100 s, each plain run ~30-40 s: ~5 min with one repetition.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from bench import engines as E
+from bench.common import Backlog, StreamShape, log, run_process, stopwatch
+from bench.speed import generate_backlog
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "bench-events"
+PARTITIONS = 8
+
+
+def _free_port_pair() -> int:
+    """A port whose successor is free too (the broker's controller listens on PORT + 1)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+@contextmanager
+def broker(home: Path) -> Iterator[str]:
+    """scripts/kafka.sh on a free port with its data in `home`; yields the bootstrap."""
+    script = str(PROJECT_ROOT / "scripts" / "kafka.sh")
+    port = _free_port_pair()
+    env = {**os.environ, "TALLY_KAFKA_HOME": str(home), "TALLY_KAFKA_PORT": str(port)}
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [script, command], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    started = run("start")
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"kafka.sh start: {started.stderr.strip() or started.stdout}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        run("stop")
+
+
+def records_per_trigger(lines: int, files: int, files_per_trigger: int) -> int:
+    """The throughput run's lines a micro-batch, as records a micro-batch."""
+    batches = -(-files // files_per_trigger)
+    return -(-lines // batches)
+
+
+def _tally(bootstrap: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv, per: int) -> Any:
+    argv = [
+        *E.tally_argv(run_dir / "trace.jsonl", "unused", run_dir, shape, env),
+        "--source",
+        "kafka",
+        "--kafka-bootstrap",
+        bootstrap,
+        "--kafka-topic",
+        TOPIC,
+        "--max-records-per-trigger",
+        str(per),
+    ]
+    return run_process("tally_kafka", argv, run_dir / "logs", timeout_s=env.timeout_s)
+
+
+def _plain(bootstrap: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv, per: int) -> Any:
+    import sys
+
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.plain_job",
+        "--mode",
+        "kafka",
+        "--input",
+        TOPIC,
+        "--out",
+        str(run_dir / "out"),
+        "--result",
+        str(run_dir / "result.json"),
+        "--window-ms",
+        str(shape.window_ms),
+        "--lateness-ms",
+        str(shape.lateness_ms),
+        "--spark-master",
+        env.master,
+        "--shuffle-partitions",
+        str(env.shuffle_partitions),
+        "--kafka-bootstrap",
+        bootstrap,
+        "--records-per-trigger",
+        str(per),
+    ]
+    return run_process("plain_kafka", argv, run_dir / "logs", timeout_s=env.timeout_s)
+
+
+def kafka_section(
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
+) -> dict[str, Any]:
+    from tally.produce import input_files, publish
+
+    input_dir = work / "kafka_input"
+    log(f"kafka: generating {backlog.events:,} events in {backlog.files} files")
+    manifest = generate_backlog(input_dir, backlog)
+    lines = int(manifest["lines"])
+    per = records_per_trigger(lines, backlog.files, shape.max_files_per_trigger)
+    with broker(work / "kafka_broker") as bootstrap:
+        with stopwatch() as t:
+            published = publish(bootstrap, TOPIC, input_files(input_dir), partitions=PARTITIONS)
+        log(f"kafka: published {published:,} records in {t['s']:.0f} s")
+        runs: dict[str, dict[str, Any]] = {}
+        for name, runner in (("tally", _tally), ("plain", _plain)):
+            run_dir = work / f"kafka_{name}"
+            proc = runner(bootstrap, run_dir, shape, env, per)
+            runs[name] = {
+                "seconds": proc.seconds,
+                "peak_rss_mb": round(proc.peak_rss_bytes / 1e6, 1),
+                "events_per_s": published / proc.seconds,
+            }
+            log(f"kafka: {name} {proc.seconds:.0f} s, {published / proc.seconds:,.0f} records/s")
+        tally = E.tally_accounting(
+            spark, str(work / "kafka_tally" / "warehouse"), str(work / "kafka_tally" / "checkpoint")
+        )
+        plain = E.plain_outputs(spark, "agg", str(work / "kafka_plain" / "out"))
+    shutil.rmtree(input_dir, ignore_errors=True)
+    for name in runs:
+        shutil.rmtree(work / f"kafka_{name}", ignore_errors=True)
+    return {
+        "events": backlog.events,
+        "lines": lines,
+        "records": published,
+        "partitions": PARTITIONS,
+        "records_per_trigger": per,
+        "publish_s": t["s"],
+        "window_ms": shape.window_ms,
+        "lateness_ms": shape.lateness_ms,
+        "runs": runs,
+        "tally": tally,
+        "plain": plain,
+        "ratio": runs["tally"]["events_per_s"] / runs["plain"]["events_per_s"],
+        "all_records_accounted": tally["input_lines"] == published,
+    }
