@@ -35,7 +35,7 @@ from streaming.logic import (
     close_windows,
     event_partitions,
 )
-from streaming.source import KafkaSpec, open_source
+from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
@@ -705,6 +705,12 @@ def run_stream(
     wall: Clock = wall_clock,
 ) -> str:
     """Run the speed layer; returns a one-line summary of the last batch."""
+    kafka = kafka_spec(settings, os.environ)
+    if settings.source_kind == "kafka":  # before the session: an unreadable topic stops here
+        try:
+            kafka_topic_partitions(kafka)
+        except SourceError as exc:
+            raise StreamError(f"stream: {exc}") from None
     spark = spark or session_for(settings, "tally-stream")
     # The stream commits small appends every batch: replaying a table's Delta log with one
     # task instead of several makes each commit cheaper (measured: docs/benchmarks.md).
@@ -712,11 +718,7 @@ def run_stream(
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     processor = BatchProcessor(spark, params, clock=wall)
     source = open_source(
-        spark,
-        settings.source_kind,
-        settings.input,
-        settings.max_files_per_trigger,
-        kafka=kafka_spec(settings, os.environ),
+        spark, settings.source_kind, settings.input, settings.max_files_per_trigger, kafka=kafka
     )
     writer = (
         source.writeStream.foreachBatch(processor)

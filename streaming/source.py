@@ -83,6 +83,28 @@ def kafka_lines(records: DataFrame, max_record_bytes: int) -> DataFrame:
     )
 
 
+def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = 15.0) -> int:
+    """How many partitions the topic has; raises `SourceError` (one line) when the broker
+    cannot be reached within `timeout_s` or the topic does not exist, before anything starts
+    (Spark's own source would retry for minutes, then fail with a stack trace)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**spec.client_options, "bootstrap.servers": spec.bootstrap})
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise SourceError(f"cannot reach Kafka at {spec.bootstrap}: {exc}") from None
+    found = topics.get(spec.topic)
+    if found is None or found.error is not None:
+        raise SourceError(f"Kafka topic {spec.topic!r} does not exist at {spec.bootstrap}")
+    return len(found.partitions)
+
+
+class SourceError(RuntimeError):
+    """The source cannot be read (one-line message)."""
+
+
 def kafka_source(spark: SparkSession, spec: KafkaSpec) -> DataFrame:
     """The topic's records as numbered raw lines (`kafka_lines`), at most
     `max_records_per_trigger` a micro-batch; offsets live in the query's checkpoint."""

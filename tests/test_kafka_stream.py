@@ -422,3 +422,31 @@ def test_global_max_marks_the_lagging_partition_late(lag_runs: dict[str, H.Outpu
     assert watermarks(out) == [89, 99, 109, 119, 129, 139, 149, 159, 169, 179]
     assert sorted(e.event_id for e in out.late_events) == ["b1p2", "b2p2", "b3p2", "b4p2"]
     assert all(e.partition == 2 for e in out.late_events)
+
+
+@pytest.mark.slow
+def test_an_unreadable_kafka_source_stops_with_one_line(
+    broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing topic or an unreachable broker: exit 2 and one line, before any session."""
+    from kafka_broker import _free_port_pair
+
+    from tally_app.cli import main
+
+    base = ["stream", "--source", "kafka", "--warehouse", str(tmp_path / "wh"), "--available-now"]
+    nobody = f"127.0.0.1:{_free_port_pair()}"
+    cases = [
+        (
+            [*base, "--kafka-bootstrap", broker.bootstrap, "--kafka-topic", "no-such-topic"],
+            f"tally: stream: Kafka topic 'no-such-topic' does not exist at {broker.bootstrap}",
+        ),
+        (
+            [*base, "--kafka-bootstrap", nobody, "--kafka-topic", "t"],
+            f"tally: stream: cannot reach Kafka at {nobody}: ",
+        ),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(message) and "\n" not in err, err
+    assert not (tmp_path / "wh").exists()  # nothing was written
