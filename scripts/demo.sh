@@ -19,7 +19,9 @@ tally generate --out "$demo/events" --events "${TALLY_DEMO_EVENTS:-100000}" --pa
   --seed 7 --start "${day}T00:00:00Z" --duration 1d --files 48
 source_args=(--input "$demo/events" --max-files-per-trigger 8)
 if [ "$source_kind" = kafka ]; then
-  export TALLY_KAFKA_HOME="$PWD/$demo/kafka"
+  mkdir -p "$demo/kafka"
+  TALLY_KAFKA_HOME=$(cd "$demo/kafka" && pwd)
+  export TALLY_KAFKA_HOME
   port=${TALLY_KAFKA_PORT:-19092}
   echo "== 1b. Kafka: start a broker on 127.0.0.1:$port, publish the events (topic tally-demo)"
   trap '"$here/kafka.sh" stop >/dev/null || true' EXIT
