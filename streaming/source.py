@@ -83,6 +83,10 @@ def kafka_lines(records: DataFrame, max_record_bytes: int) -> DataFrame:
     )
 
 
+class SourceError(RuntimeError):
+    """The source cannot be read (one-line message)."""
+
+
 def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = 15.0) -> int:
     """How many partitions the topic has; raises `SourceError` (one line) when the broker
     cannot be reached within `timeout_s` or the topic does not exist, before anything starts
@@ -99,10 +103,6 @@ def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = 15.0) -> int:
     if found is None or found.error is not None:
         raise SourceError(f"Kafka topic {spec.topic!r} does not exist at {spec.bootstrap}")
     return len(found.partitions)
-
-
-class SourceError(RuntimeError):
-    """The source cannot be read (one-line message)."""
 
 
 def kafka_source(spark: SparkSession, spec: KafkaSpec) -> DataFrame:

@@ -138,7 +138,7 @@ def stream_flags(parser: argparse.ArgumentParser) -> None:
         choices=("wall", "arrival"),
         default="wall",
         help="processing time: the wall clock, or the newest input file's modification time "
-        "(replays of recorded arrivals)",
+        "(Kafka: record timestamp) of the micro-batch (replays of recorded arrivals)",
     )
     parser.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
 
