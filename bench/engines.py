@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,13 +94,14 @@ def run_tally(
     env: EngineEnv,
     drain: bool = False,
     sample: Sampler | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One `tally stream` process over the whole input; its wall time, peak RSS and the
-    micro-batches' phases from its trace."""
+    """One `tally stream` process over the whole input (`extra`: more stream flags); its wall
+    time, peak RSS and the micro-batches' phases from its trace."""
     trace = run_dir / "trace.jsonl"
     proc = run_process(
         name,
-        tally_argv(trace, input_dir, run_dir, shape, env, drain),
+        [*tally_argv(trace, input_dir, run_dir, shape, env, drain), *extra],
         run_dir / "logs",
         sample=sample,
         timeout_s=env.timeout_s,
@@ -190,9 +191,16 @@ def progress_rows(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
 
 
 def run_plain(
-    name: str, mode: str, input_dir: str, run_dir: Path, shape: StreamShape, env: EngineEnv
+    name: str,
+    mode: str,
+    input_dir: str,
+    run_dir: Path,
+    shape: StreamShape,
+    env: EngineEnv,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One `bench.plain_job` process; its wall time, peak RSS and its queries' reports."""
+    """One `bench.plain_job` process (`extra`: more of its flags); its wall time, peak RSS and
+    its queries' reports."""
     result = run_dir / "result.json"
     argv = [
         sys.executable,
@@ -216,6 +224,7 @@ def run_plain(
         env.master,
         "--shuffle-partitions",
         str(env.shuffle_partitions),
+        *extra,
     ]
     proc = run_process(name, argv, run_dir / "logs", timeout_s=env.timeout_s)
     report = json.loads(result.read_text(encoding="utf-8"))

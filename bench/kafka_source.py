@@ -32,7 +32,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from bench import engines as E
-from bench.common import Backlog, StreamShape, log, run_process, stopwatch
+from bench.common import Backlog, StreamShape, log, stopwatch
 from bench.speed import generate_backlog
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ TOPIC = "bench-events"
 PARTITIONS = 8
 
 
-def _free_port_pair() -> int:
+def free_port_pair() -> int:
     """A port whose successor is free too (the broker's controller listens on PORT + 1)."""
     for _ in range(50):
         with socket.socket() as s:
@@ -59,7 +59,7 @@ def _free_port_pair() -> int:
 def broker(home: Path) -> Iterator[str]:
     """scripts/kafka.sh on a free port with its data in `home`; yields the bootstrap."""
     script = str(PROJECT_ROOT / "scripts" / "kafka.sh")
-    port = _free_port_pair()
+    port = free_port_pair()
     env = {**os.environ, "TALLY_KAFKA_HOME": str(home), "TALLY_KAFKA_PORT": str(port)}
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
@@ -82,52 +82,6 @@ def records_per_trigger(lines: int, files: int, files_per_trigger: int) -> int:
     return -(-lines // batches)
 
 
-def _tally(bootstrap: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv, per: int) -> Any:
-    argv = [
-        *E.tally_argv(run_dir / "trace.jsonl", "unused", run_dir, shape, env),
-        "--source",
-        "kafka",
-        "--kafka-bootstrap",
-        bootstrap,
-        "--kafka-topic",
-        TOPIC,
-        "--max-records-per-trigger",
-        str(per),
-    ]
-    return run_process("tally_kafka", argv, run_dir / "logs", timeout_s=env.timeout_s)
-
-
-def _plain(bootstrap: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv, per: int) -> Any:
-    import sys
-
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.plain_job",
-        "--mode",
-        "kafka",
-        "--input",
-        TOPIC,
-        "--out",
-        str(run_dir / "out"),
-        "--result",
-        str(run_dir / "result.json"),
-        "--window-ms",
-        str(shape.window_ms),
-        "--lateness-ms",
-        str(shape.lateness_ms),
-        "--spark-master",
-        env.master,
-        "--shuffle-partitions",
-        str(env.shuffle_partitions),
-        "--kafka-bootstrap",
-        bootstrap,
-        "--records-per-trigger",
-        str(per),
-    ]
-    return run_process("plain_kafka", argv, run_dir / "logs", timeout_s=env.timeout_s)
-
-
 def kafka_section(
     spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
 ) -> dict[str, Any]:
@@ -142,16 +96,43 @@ def kafka_section(
         with stopwatch() as t:
             published = publish(bootstrap, TOPIC, input_files(input_dir), partitions=PARTITIONS)
         log(f"kafka: published {published:,} records in {t['s']:.0f} s")
+        kafka = ["--kafka-bootstrap", bootstrap]
+        done = {
+            "tally": E.run_tally(
+                "tally_kafka",
+                "unused",
+                work / "kafka_tally",
+                shape,
+                env,
+                extra=[
+                    *kafka,
+                    "--source",
+                    "kafka",
+                    "--kafka-topic",
+                    TOPIC,
+                    "--max-records-per-trigger",
+                    str(per),
+                ],
+            ),
+            "plain": E.run_plain(
+                "plain_kafka",
+                "kafka",
+                TOPIC,
+                work / "kafka_plain",
+                shape,
+                env,
+                extra=[*kafka, "--records-per-trigger", str(per)],
+            ),
+        }
         runs: dict[str, dict[str, Any]] = {}
-        for name, runner in (("tally", _tally), ("plain", _plain)):
-            run_dir = work / f"kafka_{name}"
-            proc = runner(bootstrap, run_dir, shape, env, per)
+        for name, run in done.items():
+            seconds = run["seconds"]
             runs[name] = {
-                "seconds": proc.seconds,
-                "peak_rss_mb": round(proc.peak_rss_bytes / 1e6, 1),
-                "events_per_s": published / proc.seconds,
+                "seconds": seconds,
+                "peak_rss_mb": run["peak_rss_mb"],
+                "events_per_s": published / seconds,
             }
-            log(f"kafka: {name} {proc.seconds:.0f} s, {published / proc.seconds:,.0f} records/s")
+            log(f"kafka: {name} {seconds:.0f} s, {published / seconds:,.0f} records/s")
         tally = E.tally_accounting(
             spark, str(work / "kafka_tally" / "warehouse"), str(work / "kafka_tally" / "checkpoint")
         )

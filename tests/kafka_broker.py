@@ -4,12 +4,15 @@ stopped by its pid whatever happens."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.kafka_source import free_port_pair
+
+__all__ = ["Broker", "free_port_pair", "kafka_broker"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = PROJECT_ROOT / "scripts" / "kafka.sh"
@@ -32,24 +35,9 @@ class Broker:
         return int(pid_file.read_text()) if pid_file.exists() else None
 
 
-def _free_port_pair() -> int:
-    """A port whose successor is free too (the controller listens on PORT + 1)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports")
-
-
 @contextmanager
 def kafka_broker(home: Path) -> Iterator[Broker]:
-    port = _free_port_pair()
+    port = free_port_pair()
     env = {
         **os.environ,
         "TALLY_KAFKA_HOME": str(home),

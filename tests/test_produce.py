@@ -205,12 +205,12 @@ def test_the_broker_runs_under_the_scripts_pid(broker: Broker) -> None:
 def test_an_unreachable_broker_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kafka_broker import _free_port_pair
+    from kafka_broker import free_port_pair
 
     from tally_app.cli import main
 
     (tmp_path / "a.jsonl").write_text('{"event_id":"a"}\n')
-    nobody = f"127.0.0.1:{_free_port_pair()}"
+    nobody = f"127.0.0.1:{free_port_pair()}"
     code = main(["produce", "--kafka-bootstrap", nobody, "--input", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 1
