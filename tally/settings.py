@@ -111,6 +111,11 @@ class Settings:
     # a Kafka record value longer than this is quarantined (oversized_value), never parsed
     max_record_bytes: int = 1_048_576
     spark_master: str = "local[*]"
+    # S3-compatible object storage for s3a:// warehouses and checkpoints. Credentials never
+    # live here: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the default provider chain.
+    s3_endpoint: str = ""  # e.g. http://127.0.0.1:19000 ("" = AWS's own endpoints)
+    s3_region: str = ""  # "" = the provider chain's region (AWS_REGION)
+    s3_path_style: bool = False  # bucket in the path, not the host name (most S3 servers)
     max_files_per_trigger: int = 8
     shuffle_partitions: int = 4
     report_timezone: str = "UTC"
@@ -179,6 +184,10 @@ class Settings:
             )
         if not self.warehouse:
             raise SettingsError("warehouse: must not be empty")
+        if self.s3_endpoint and not re.fullmatch(r"https?://[^\s/]+/?", self.s3_endpoint):
+            raise SettingsError(
+                f"s3_endpoint: expected http(s)://HOST[:PORT], got {self.s3_endpoint!r}"
+            )
         if not re.fullmatch(r"[^\s,]+:\d+(,[^\s,]+:\d+)*", self.kafka_bootstrap):
             raise SettingsError(
                 f"kafka_bootstrap: expected HOST:PORT[,HOST:PORT...], got {self.kafka_bootstrap!r}"
@@ -288,6 +297,8 @@ def _coerce(name: str, raw: Any) -> Any:
     if f.metadata.get("kind") == "duration":
         return parse_duration(raw, name)
     kind = f.type if isinstance(f.type, str) else f.type.__name__
+    if kind == "bool":
+        return _coerce_bool(name, raw)
     try:
         if kind == "int":
             if isinstance(raw, bool | float):
@@ -302,6 +313,19 @@ def _coerce(name: str, raw: Any) -> Any:
     if not isinstance(raw, str):
         raise SettingsError(f"{name}: expected text, got {raw!r}")
     return raw
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _coerce_bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise SettingsError(f"{name}: expected true or false, got {raw!r}")
 
 
 def given_values(

@@ -122,9 +122,31 @@ def build_session(
     return spark
 
 
+def object_store_conf(endpoint: str, region: str, path_style: bool) -> dict[str, str]:
+    """Spark settings for s3a:// paths on an S3-compatible store. Credentials are not among
+    them: Hadoop's default provider chain reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or a
+    profile, or an instance role) in each JVM, driver and executors alike."""
+    conf: dict[str, str] = {}
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint.rstrip("/")
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+            endpoint.startswith("https://")
+        ).lower()
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    if path_style:
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+    return conf
+
+
 def session_for(settings: Settings, app_name: str) -> SparkSession:
-    """The session an entry point runs with: the settings' master and shuffle partitions
-    (getOrCreate: inside a process that already runs Spark, that session)."""
+    """The session an entry point runs with: the settings' master, shuffle partitions and
+    object store (getOrCreate: inside a process that already runs Spark, that session)."""
     return build_session(
-        settings.spark_master, app_name=app_name, shuffle_partitions=settings.shuffle_partitions
+        settings.spark_master,
+        app_name=app_name,
+        shuffle_partitions=settings.shuffle_partitions,
+        extra_conf=object_store_conf(
+            settings.s3_endpoint, settings.s3_region, settings.s3_path_style
+        ),
     )

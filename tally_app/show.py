@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from tally import tables as T
 from tally.settings import Settings
-from tally.spark import build_session
+from tally.spark import build_session, object_store_conf
 
 
 def show_table(
@@ -28,7 +28,14 @@ def show_table(
         known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))
         print(f"tally: unknown table {name!r} (tables: {known})", file=sys.stderr)
         return 2
-    spark = build_session(settings.spark_master, app_name="tally-show", ui=False)
+    spark = build_session(
+        settings.spark_master,
+        app_name="tally-show",
+        ui=False,
+        extra_conf=object_store_conf(
+            settings.s3_endpoint, settings.s3_region, settings.s3_path_style
+        ),
+    )
     if not T.exists(spark, settings.warehouse, name):
         print(f"tally: no table {name!r} in {settings.warehouse} yet", file=sys.stderr)
         return 2

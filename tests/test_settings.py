@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
+from tally.spark import object_store_conf
 from tally_app.cli import main
 
 
@@ -96,6 +97,10 @@ def test_cli_bad_flag_stops_before_anything_starts(tmp_path, capsys) -> None:
         ({"TALLY_HEALTH_LAG_FACTOR": "0"}, "health_lag_factor: must be positive"),
         ({"TALLY_HEALTH_IDLE_MAX": "ten"}, "health_idle_max: expected a duration"),
         ({"TALLY_LATENESS_CANDIDATES": "1s,soon"}, "lateness_candidates: expected a duration"),
+        # a typo must not silently mean "virtual-hosted buckets"
+        ({"TALLY_S3_PATH_STYLE": "ture"}, "s3_path_style: expected true or false"),
+        # an endpoint without a scheme would be read as a host on AWS's default port
+        ({"TALLY_S3_ENDPOINT": "127.0.0.1:19000"}, "s3_endpoint: expected http(s)://HOST[:PORT]"),
     ],
 )
 def test_orchestration_and_health_settings_are_checked_at_load(
@@ -114,3 +119,28 @@ def test_output_locations_beside_a_local_warehouse(tmp_path) -> None:
         overrides={"warehouse": "s3a://bucket/wh"},
     )
     assert (chosen.report_location, chosen.gx_location) == ("/srv/reports", "/srv/gx")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True),  # the documented spelling
+        ("False", False),  # case does not matter
+        ("1", True),  # what shells and compose files often pass
+        ("no", False),
+    ],
+)
+def test_boolean_settings_from_the_environment(raw: str, expected: bool) -> None:
+    assert load_settings(env={"TALLY_S3_PATH_STYLE": raw}).s3_path_style is expected
+
+
+def test_object_store_conf_names_no_credentials() -> None:
+    conf = object_store_conf("http://127.0.0.1:19000", "us-east-1", path_style=True)
+    assert conf == {
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:19000",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+    }
+    # AWS's own endpoints: nothing to set, the provider chain does the rest
+    assert object_store_conf("", "", path_style=False) == {}
