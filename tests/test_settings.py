@@ -100,7 +100,7 @@ def test_cli_bad_flag_stops_before_anything_starts(tmp_path, capsys) -> None:
         # a typo must not silently mean "virtual-hosted buckets"
         ({"TALLY_S3_PATH_STYLE": "ture"}, "s3_path_style: expected true or false"),
         # an endpoint without a scheme would be read as a host on AWS's default port
-        ({"TALLY_S3_ENDPOINT": "127.0.0.1:19000"}, "s3_endpoint: expected http(s)://HOST[:PORT]"),
+        ({"TALLY_S3_ENDPOINT": "127.0.0.1:19000"}, r"s3_endpoint: expected http\(s\)://HOST"),
     ],
 )
 def test_orchestration_and_health_settings_are_checked_at_load(
