@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	scripts/install-browser.sh
 	touch $(STAMP)
 
-$(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.pom.xml
+$(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.pom.xml jars/s3.pom.xml
 	scripts/fetch-jars.sh $(JARS) $(KAFKA_JARS)
 	touch $@
 

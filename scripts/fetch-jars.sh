@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fetch, once, with Maven (cached in ~/.m2):
-#   $1 (default .cache/jars): the jars tally's Spark sessions load: Delta Lake (jars/pom.xml) and
-#      Spark's Kafka source (jars/kafka-connector.pom.xml), leaving out what pyspark already
-#      ships (Hadoop, Jackson, Scala, Parquet, logging, compression), so the classpath has one
-#      copy of each;
+#   $1 (default .cache/jars): the jars tally's Spark sessions load: Delta Lake (jars/pom.xml),
+#      Spark's Kafka source (jars/kafka-connector.pom.xml) and S3A (jars/s3.pom.xml), leaving
+#      out what pyspark already ships (Hadoop, Jackson, Scala, Parquet, logging, compression,
+#      Netty), so the classpath has one copy of each;
 #   $2 (default .cache/kafka): a Kafka broker for scripts/kafka.sh (jars/kafka-broker.pom.xml),
 #      never on Spark's classpath.
 set -euo pipefail
@@ -23,6 +23,13 @@ mvn -B -q -f jars/kafka-connector.pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$out" -DincludeScope=runtime \
   -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
 ls "$out"/spark-sql-kafka-0-10_*.jar >/dev/null
+# S3A for s3a:// paths (jars/s3.pom.xml): hadoop-aws and a lean AWS SDK v2 set, 13 MB, not the
+# SDK's 642 MB bundle. Netty, httpclient, commons-codec and logging are pyspark's own, and so is
+# Hadoop (the pom excludes every Hadoop artifact but hadoop-aws).
+mvn -B -q -f jars/s3.pom.xml dependency:copy-dependencies \
+  -DoutputDirectory="$out" -DincludeScope=runtime \
+  -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,org.slf4j,commons-logging
+ls "$out"/hadoop-aws-*.jar "$out"/s3-2.*.jar >/dev/null
 echo "Spark session jars in $out: $(ls "$out"/*.jar | wc -l) files"
 mvn -B -q -f jars/kafka-broker.pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$broker" -DincludeScope=runtime
