@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install jars kafka lint typecheck floors check test test-fast demo bench bench-quick airflow clean
+.PHONY: help install jars kafka cluster lint typecheck floors check test test-fast demo bench bench-quick airflow clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ bench: install ## full benchmarks into docs/benchmarks.md
 
 kafka: install ## start a single-node Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh stop|status)
 	scripts/kafka.sh start
+
+cluster: install ## start a Spark standalone master + worker on spark://127.0.0.1:7077 (scripts/cluster.sh stop|status)
+	scripts/cluster.sh start
 
 bench-quick: install ## a few-minute benchmark smoke run
 	$(BIN)/tally bench --quick
