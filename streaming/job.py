@@ -15,6 +15,7 @@ first in the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streaming.lease import LeaseError, WarehouseLease, lease_store, this_process
 from streaming.logic import (
     WindowOut,
     WindowParams,
@@ -210,10 +212,19 @@ class PhaseTimer:
 class BatchProcessor:
     """The foreachBatch function: one micro-batch in, idempotent Delta writes out."""
 
-    def __init__(self, spark: SparkSession, params: StreamParams, clock: Clock = wall_clock):
+    def __init__(
+        self,
+        spark: SparkSession,
+        params: StreamParams,
+        clock: Clock = wall_clock,
+        guard: Callable[[], None] | None = None,
+    ):
         self.spark = spark
         self.params = params
         self.clock = clock
+        # Called before a batch reads and again before it writes: raises if this process may
+        # no longer write the warehouse (its lease was taken over).
+        self.guard = guard or (lambda: None)
         self.store = StateStore(spark, params.checkpoint_location)
         self._app_id: str | None = None
         self._app_id_ready = threading.Event()
@@ -361,6 +372,7 @@ class BatchProcessor:
         watermark for it (`watermark_after` and the drained windows' `watermark_at_emit` are
         NULL, `drained` is true).
         """
+        self.guard()
         started = time.monotonic()
         phases = PhaseTimer(started)
         prev = self._previous_batch(batch_id)
@@ -385,6 +397,7 @@ class BatchProcessor:
             materialize=lambda df: df.localCheckpoint(eager=True),
         )
         phases.done("windows")
+        self.guard()
         state, kept = self._write_batch(ctx, batch, classified, out)
         phases.done("write")
         progress = self._progress_values(ctx, batch, classified, step, state)
@@ -695,6 +708,29 @@ def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
     )
 
 
+def warehouse_lease(
+    settings: Settings, wall: Clock
+) -> contextlib.AbstractContextManager[WarehouseLease | None]:
+    """The warehouse's stream lease, taken now (StreamError naming the owner if it is not
+    free), or nothing when `stream_lease` is off."""
+    if not settings.stream_lease:
+        return contextlib.nullcontext()
+    lease = WarehouseLease(
+        lease_store(
+            settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
+        ),
+        settings.warehouse,
+        this_process(settings.checkpoint_location),
+        settings.lease_ttl,
+        now_ms=lambda: int(wall().timestamp() * 1000),
+    )
+    try:
+        lease.acquire()
+    except LeaseError as exc:
+        raise StreamError(str(exc)) from None
+    return lease
+
+
 def run_stream(
     settings: Settings,
     available_now: bool = False,
@@ -711,12 +747,41 @@ def run_stream(
             kafka_topic_partitions(kafka)
         except SourceError as exc:
             raise StreamError(f"stream: {exc}") from None
+    # Before the session too: a second stream on this warehouse stops before it writes.
+    with warehouse_lease(settings, wall) as lease:
+        try:
+            last = _run_query(
+                settings, kafka, available_now, drain, clock, timeout_s, spark, wall, lease
+            )
+        except Exception:
+            if lease is not None and lease.lost:
+                raise StreamError(lease.lost) from None
+            raise
+    if last is None:
+        return "no input processed"
+    watermark = "end of input (drained)" if last["drained"] else _fmt_ms(last["watermark_ms"])
+    return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
+
+
+def _run_query(
+    settings: Settings,
+    kafka: KafkaSpec,
+    available_now: bool,
+    drain: bool,
+    clock: str,
+    timeout_s: float | None,
+    spark: SparkSession | None,
+    wall: Clock,
+    lease: WarehouseLease | None,
+) -> dict[str, Any] | None:
+    """Start the streaming query, wait for it as asked, drain; the last committed batch."""
     spark = spark or session_for(settings, "tally-stream")
     # The stream commits small appends every batch: replaying a table's Delta log with one
     # task instead of several makes each commit cheaper (measured: docs/benchmarks.md).
     spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
     params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
-    processor = BatchProcessor(spark, params, clock=wall)
+    guard = lease.check if lease is not None else None
+    processor = BatchProcessor(spark, params, clock=wall, guard=guard)
     source = open_source(
         spark, settings.source_kind, settings.input, settings.max_files_per_trigger, kafka=kafka
     )
@@ -733,6 +798,8 @@ def run_stream(
     with processor:
         query = writer.start()
         processor.set_app_id(str(query.id))
+        if lease is not None:
+            lease.set_query_id(str(query.id))
         try:
             if available_now or drain:
                 query.awaitTermination()
@@ -744,10 +811,7 @@ def run_stream(
         if drain:
             processor.drain()
         last = processor.previous_progress()
-    if last is None:
-        return "no input processed"
-    watermark = "end of input (drained)" if last["drained"] else _fmt_ms(last["watermark_ms"])
-    return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
+    return last
 
 
 def _fmt_ms(ms: int | None) -> str:

@@ -100,6 +100,10 @@ class Settings:
     warehouse: str = "warehouse"
     checkpoint: str = ""  # default: <warehouse>/_checkpoints/stream
     input: str = "demo/events"
+    # one stream per warehouse (streaming.lease): a stream that stopped renewing its lease for
+    # this long may be replaced by another (at once when its process is provably gone)
+    stream_lease: bool = True
+    lease_ttl: int = _duration_field("60s")
     source_kind: str = "files"
     # Kafka (`tally produce`): the broker scripts/kafka.sh starts unless told otherwise. Client
     # options (security) come from the environment only: see `kafka_client_options`.
@@ -178,6 +182,10 @@ class Settings:
         for name in ("max_records_per_trigger", "max_record_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
+        if self.stream_lease and self.lease_ttl < 1_000:
+            raise SettingsError(
+                f"lease_ttl: must be at least 1s, got {format_duration(self.lease_ttl)}"
+            )
         if self.shuffle_partitions <= 0:
             raise SettingsError(
                 f"shuffle_partitions: must be positive, got {self.shuffle_partitions}"

@@ -38,6 +38,8 @@ SETTING_HELP = {
     "kafka_starting_offsets": "earliest or latest: where a new checkpoint starts in the topic",
     "max_records_per_trigger": "Kafka records per micro-batch",
     "max_record_bytes": "a Kafka record value longer than this is quarantined (oversized_value)",
+    "stream_lease": "true (default): refuse to start while another stream owns the warehouse",
+    "lease_ttl": "a stream that stopped renewing its warehouse lease this long may be replaced",
 }
 # Shorter flags some settings also answer to.
 FLAG_ALIASES = {"source_kind": ("--source",)}
@@ -63,6 +65,8 @@ STREAM_SETTINGS = (
     "kafka_starting_offsets",
     "max_records_per_trigger",
     "max_record_bytes",
+    "stream_lease",
+    "lease_ttl",
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
