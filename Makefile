@@ -10,10 +10,10 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install jars kafka cluster lint typecheck floors check test test-fast demo bench bench-quick airflow clean
+.PHONY: help install jars kafka s3 cluster lint typecheck floors check test test-fast demo bench bench-quick airflow clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.po
 
 install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka jars (once; offline afterwards)
 
-jars: $(JARS)/.fetched ## fetch Delta's and Spark's Kafka jars (.cache/jars) and a Kafka broker (.cache/kafka)
+jars: $(JARS)/.fetched ## fetch Delta's, Spark's Kafka and S3A jars (.cache/jars) and a Kafka broker (.cache/kafka)
 
 lint: install ## ruff lint + format check
 	$(BIN)/ruff check .
@@ -60,6 +60,9 @@ bench: install ## full benchmarks into docs/benchmarks.md
 
 kafka: install ## start a single-node Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh stop|status)
 	scripts/kafka.sh start
+
+s3: install ## start an in-memory S3 endpoint on 127.0.0.1:19000 (scripts/s3.sh stop|status|bucket NAME)
+	scripts/s3.sh start
 
 cluster: install ## start a Spark standalone master + worker on spark://127.0.0.1:7077 (scripts/cluster.sh stop|status)
 	scripts/cluster.sh start
