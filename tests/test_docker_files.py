@@ -353,24 +353,38 @@ def test_docker_compose_config_accepts_the_file(tmp_path: Path) -> None:
         pytest.skip("no Docker Compose client on this machine")
     names = sorted(set(REQUIRED_VARIABLE.findall(COMPOSE.read_text())))
     env = {**os.environ, **{n: "x" for n in names}}
+    no_env_file = tmp_path / "empty.env"  # not a developer's docker/.env
+    no_env_file.write_text("")
+    config = [*client, "-f", str(COMPOSE), "--env-file", str(no_env_file), "config"]
     ok = subprocess.run(
-        [*client, "-f", str(COMPOSE), "config", "--quiet"],
+        [*config, "--format", "json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert ok.returncode == 0, ok.stderr
+    resolved = json.loads(ok.stdout)["services"]
+    assert set(resolved) == SERVICES
+    # the merge keys reached every service: Compose's view equals the one tested below
+    for name in SERVICES:
+        assert resolved[name].get("environment", {}).keys() == environment(services()[name]).keys()
+    # without the credentials it refuses to start, naming the missing one
+    missing = subprocess.run(
+        [*config, "--quiet"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "POSTGRES_PASSWORD"},
+        timeout=120,
+    )
+    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+    # a dependency on a service that does not exist (the schema cannot see that)
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(COMPOSE.read_text().replace("depends_on: [s3]", "depends_on: [s4]", 1))
+    bad = subprocess.run(
+        [*client, "-f", str(broken), "--env-file", str(no_env_file), "config", "--quiet"],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
-    assert ok.returncode == 0, ok.stderr
-    # without the credentials it refuses to start, naming the missing one
-    missing = subprocess.run(
-        [*client, "-f", str(COMPOSE), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in env.items() if k != "POSTGRES_PASSWORD"},
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+    assert bad.returncode != 0 and "s4" in bad.stderr
 
 
 def test_compose_file_declares_the_stack() -> None:
