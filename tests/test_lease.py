@@ -16,6 +16,7 @@ from streaming.lease import (
     LeaseError,
     LeaseRecord,
     LocalLeaseStore,
+    S3LeaseStore,
     WarehouseLease,
     decide,
     generation_of,
@@ -183,3 +184,56 @@ def test_old_generations_are_tidied(tmp_path: Path) -> None:
 def test_a_store_without_atomic_create_is_refused() -> None:
     with pytest.raises(LeaseError, match=r"no atomic create-if-absent known for hdfs://"):
         lease_store("hdfs://namenode/wh")
+
+
+# -- the same contract on an S3 API server (moto, started by scripts/s3.sh) -------------------
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory):
+    from s3_server import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        server.bucket("lease")
+        yield server
+
+
+def test_s3_create_is_exclusive_under_a_race(s3) -> None:
+    store = S3LeaseStore(s3.client(), "lease", "race/_lease/stream")
+    results: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def claim(i: int) -> None:
+        client_store = S3LeaseStore(s3.client(), "lease", "race/_lease/stream")
+        barrier.wait()
+        results.append(client_store.create(0, f"claimant {i}".encode()))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]
+    assert store.generations() == [0]
+    assert store.read(0) in {f"claimant {i}".encode() for i in range(8)}
+
+
+def test_s3a_warehouse_lease_end_to_end(s3, monkeypatch: pytest.MonkeyPatch) -> None:
+    # boto3 reads the credentials from the environment, as in production
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, s3.env[name])
+    warehouse = "s3a://lease/teams/payments/wh"
+    clock = FakeClock()
+
+    def lease(holder: Holder) -> WarehouseLease:
+        store = lease_store(warehouse, s3.endpoint, "us-east-1", s3_path_style=True)
+        return WarehouseLease(store, warehouse, holder, TTL, clock)
+
+    with lease(this_process("cp")) as first:
+        with pytest.raises(LeaseError, match="is owned by a running stream"):
+            lease(this_process("cp")).acquire()
+        first.check()
+    assert lease(this_process("cp")).acquire().generation == 1  # released: at once
+    keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket="lease")["Contents"]]
+    assert sorted(k for k in keys if k.startswith("teams/")) == [
+        "teams/payments/wh/_lease/stream/000000000000.json",
+        "teams/payments/wh/_lease/stream/000000000001.json",
+    ]
