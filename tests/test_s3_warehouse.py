@@ -1,0 +1,299 @@
+"""A whole day on S3: `tally stream`, `tally reconcile` and `tally report` as a user runs them,
+with the warehouse and the stream's checkpoint on `s3a://` (moto's S3 server, scripts/s3.sh),
+then the tables read back from the bucket with Delta time travel.
+
+The CLI processes get the endpoint as settings (TALLY_S3_ENDPOINT, TALLY_S3_REGION,
+TALLY_S3_PATH_STYLE) and dummy credentials as AWS_* in their environment only.
+With _TALLY_TEST_S3_COMPARE=1 the same stream and reconcile also run on a local warehouse and
+the wall times of both are printed (`pytest -rP`); CI runs the S3 side only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from s3_server import REGION, S3Server, s3_server
+from stream_tables import InputLine, collect, identity_check, read, read_input
+
+from tally import tables as T
+from tally.generate import generate
+
+pytestmark = pytest.mark.slow
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+WINDOW_MS = 60_000
+DAY = "2026-11-20"
+COMPARE = os.environ.get("_TALLY_TEST_S3_COMPARE") == "1"
+TIMEOUT_S = 900  # per command; generous for a loaded machine, a stuck run still fails
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def describe(self) -> str:
+        return f"$ tally {' '.join(self.argv)}\nexit {self.returncode}\n{self.stdout}{self.stderr}"
+
+
+@dataclass
+class Day:
+    server: S3Server
+    bucket: str
+    root: Path  # the commands' working directory
+    warehouse: str  # s3a://BUCKET/wh
+    local_warehouse: str  # the comparison's (only with _TALLY_TEST_S3_COMPARE=1)
+    lines: list[InputLine]
+    manifest: dict[str, Any]
+    commands: dict[str, Command] = field(default_factory=dict)
+
+
+def tally(day: Day, *argv: str) -> Command:
+    env = {
+        **day.server.env,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "TALLY_SPARK_MASTER": "local[2]",
+        "TALLY_SHUFFLE_PARTITIONS": "2",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "tally_app.cli", *argv],
+        cwd=day.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    seconds = time.monotonic() - started
+    return Command(list(argv), done.returncode, done.stdout, done.stderr, seconds)
+
+
+def stream_argv(day: Day, warehouse: str) -> list[str]:
+    # The checkpoint is the default one, inside the warehouse: s3a:// too.
+    return [
+        "stream",
+        "--input",
+        str(day.root / "in"),
+        "--warehouse",
+        warehouse,
+        "--window",
+        "60s",
+        "--lateness",
+        "30s",
+        "--max-files-per-trigger",
+        "2",
+        "--available-now",
+        "--drain",
+        "--clock",
+        "arrival",
+    ]
+
+
+def reconcile_argv(warehouse: str, out: Path) -> list[str]:
+    return ["reconcile", "--date", DAY, "--warehouse", warehouse, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
+    root = tmp_path_factory.mktemp("s3_warehouse")
+    manifest = generate(
+        out=str(root / "in"),
+        events=2000,
+        partitions=3,
+        seed=5,
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        duration_ms=20 * 60_000,
+        files=4,
+        keys=20,
+        progress=False,
+    )
+    with s3_server(root / "s3") as server:
+        bucket = f"tally-{uuid.uuid4().hex[:12]}"  # the test JVM caches a file system per bucket
+        server.bucket(bucket)
+        d = Day(
+            server,
+            bucket,
+            root,
+            f"s3a://{bucket}/wh",
+            str(root / "local" / "wh"),
+            read_input(root / "in"),
+            manifest,
+        )
+        d.commands["stream"] = tally(d, *stream_argv(d, d.warehouse))
+        d.commands["reconcile"] = tally(d, *reconcile_argv(d.warehouse, root / "reports"))
+        d.commands["report"] = tally(
+            d, "report", "--date", DAY, "--warehouse", d.warehouse, "--out", str(root / "report")
+        )
+        if COMPARE:
+            d.commands["local stream"] = tally(d, *stream_argv(d, d.local_warehouse))
+            d.commands["local reconcile"] = tally(
+                d, *reconcile_argv(d.local_warehouse, root / "local" / "reports")
+            )
+        yield d
+
+
+@pytest.fixture(scope="module")
+def s3_spark(spark: SparkSession, day: Day) -> Iterator[SparkSession]:
+    """The test session, able to read the bucket. Its JVM was started (tests/conftest.py)
+    without AWS_* in its environment and without an endpoint, and other tests share it, so it
+    is told at run time and for this bucket only: Hadoop's per-bucket keys
+    `fs.s3a.bucket.<bucket>.*` override the global `fs.s3a.*` for that bucket alone, and set as
+    session conf they reach every Hadoop configuration the session builds for a read
+    (SessionState.newHadoopConf copies the session conf into it). The access and secret keys
+    are read by SimpleAWSCredentialsProvider, part of S3A's default provider chain. Afterwards
+    the keys are unset and the bucket's cached file system closed (Hadoop caches one per
+    bucket, keyed by URI, not by configuration: hence a fresh bucket name per run)."""
+    prefix = f"fs.s3a.bucket.{day.bucket}."
+    conf = {
+        "endpoint": day.server.endpoint,
+        "endpoint.region": REGION,
+        "path.style.access": "true",
+        "connection.ssl.enabled": "false",
+        "access.key": day.server.env["AWS_ACCESS_KEY_ID"],
+        "secret.key": day.server.env["AWS_SECRET_ACCESS_KEY"],
+    }
+    for key, value in conf.items():
+        spark.conf.set(prefix + key, value)
+    try:
+        yield spark
+    finally:
+        jvm = spark._jvm
+        assert jvm is not None
+        hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
+        jvm.org.apache.hadoop.fs.Path(f"s3a://{day.bucket}/").getFileSystem(hadoop_conf).close()
+        for key in conf:
+            spark.conf.unset(prefix + key)
+
+
+# -- the commands ------------------------------------------------------------------------------
+def test_the_day_runs_on_s3(day: Day) -> None:
+    for name, command in day.commands.items():  # shown with -rP
+        print(f"{name}: {command.seconds:.1f} s, exit {command.returncode}")
+    stream = day.commands["stream"]
+    assert stream.returncode == 0, stream.describe()
+    assert "(drained)" in stream.stdout and day.warehouse in stream.stdout
+    reconcile = day.commands["reconcile"]
+    # The generator plants data-quality faults (a clock 30 min ahead; the drained backlog's
+    # watermark lag) that the suites catch (exit 1); the books must balance all the same.
+    assert reconcile.returncode in (0, 1), reconcile.describe()
+    assert "unexplained 0 windows" in reconcile.stdout and "BALANCED" in reconcile.stdout
+    if reconcile.returncode == 1:  # the one line names a failed expectation, not the books
+        assert "tally: validate:" in reconcile.stderr, reconcile.describe()
+    report = day.commands["report"]
+    assert report.returncode == 0, report.describe()
+    assert (day.root / "report" / f"report-{DAY}.html").is_file()
+    assert (day.root / "reports" / f"report-{DAY}.html").is_file()
+
+
+def test_tables_and_checkpoint_are_in_the_bucket_and_nothing_on_local_disk(day: Day) -> None:
+    listed = day.server.client().get_paginator("list_objects_v2")
+    keys = {
+        obj["Key"]
+        for page in listed.paginate(Bucket=day.bucket, Prefix="wh/")
+        for obj in page.get("Contents", [])
+    }
+    first_commit = "_delta_log/00000000000000000000.json"
+    for table in (*T.STREAMING_TABLES, *T.RECONCILE_TABLES, T.VALIDATION_RESULTS):
+        assert f"wh/{table.name}/{first_commit}" in keys, table.name
+    checkpoint = "wh/_checkpoints/stream"
+    assert f"{checkpoint}/commits/0" in keys  # Spark's own checkpoint
+    assert any(k.startswith(f"{checkpoint}/tally/state/") for k in keys)  # the stream's state
+    # A local-path slip would have made `s3a:/BUCKET/wh` a directory where the command ran.
+    local = day.root / "local"
+    assert not (day.root / "s3a:").exists() and not (PROJECT_ROOT / "s3a:").exists()
+    stray = [
+        p
+        for p in day.root.rglob("*")
+        if p.name in ("_delta_log", "_checkpoints", day.bucket) and local not in p.parents
+    ]
+    assert stray == []
+
+
+# -- the tables, read back ---------------------------------------------------------------------
+def test_events_hold_every_valid_line_and_quarantine_the_rest(
+    s3_spark: SparkSession, day: Day
+) -> None:
+    valid = sum(1 for line in day.lines if line.obj is not None)
+    assert valid == day.manifest["valid_events"] + day.manifest["duplicates"]
+    events = read(s3_spark, day.warehouse, "events")
+    assert events.count() == valid
+    assert events.select("source_file", "source_line").distinct().count() == valid
+    assert read(s3_spark, day.warehouse, "quarantine").count() == day.manifest["malformed_lines"]
+
+
+def test_time_travel_on_s3(s3_spark: SparkSession, day: Day) -> None:
+    from delta.tables import DeltaTable
+
+    latest = T.latest_version(s3_spark, day.warehouse, "events")
+    history = DeltaTable.forPath(s3_spark, T.table_path(day.warehouse, "events")).history()
+    assert sorted(r["version"] for r in history.select("version").collect()) == list(
+        range(latest + 1)
+    )
+    assert latest >= 2  # created empty, then one commit per micro-batch with events
+    assert T.read_table(s3_spark, day.warehouse, "events", version=0).count() == 0
+    # Version 1 is micro-batch 0's append: exactly the rows the latest version says batch 0 wrote.
+    at_v1 = T.read_table(s3_spark, day.warehouse, "events", version=1)
+    now = T.read_table(s3_spark, day.warehouse, "events")
+    first_batch = now.where(F.col("batch_id") == 0).count()
+    assert 0 < first_batch < now.count()
+    assert at_v1.count() == first_batch
+    assert at_v1.where(F.col("batch_id") != 0).count() == 0
+    # The nightly pinned the version it read, on S3 too.
+    runs = read(s3_spark, day.warehouse, "reconciliation_runs").collect()
+    assert [(str(r["business_date"]), r["events_version"], r["balanced"]) for r in runs] == [
+        (DAY, latest, True)
+    ]
+
+
+def test_accounting_identity_holds_on_s3(s3_spark: SparkSession, day: Day) -> None:
+    rows = collect(identity_check(s3_spark, day.warehouse, WINDOW_MS))
+    assert rows and [r for r in rows if not r["ok"]] == []
+    assert any(r["late_count"] > 0 for r in rows)  # the identity is not all on-time
+
+
+def test_no_unexplained_window(s3_spark: SparkSession, day: Day) -> None:
+    statuses = {
+        r["status"]: r["n"]
+        for r in read(s3_spark, day.warehouse, "reconciliation")
+        .where(F.col("business_date") == F.lit(DAY).cast("date"))
+        .groupBy("status")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    }
+    assert statuses.get("UNEXPLAINED", 0) == 0 and statuses.get("MATCH", 0) > 0
+    [summary] = read(s3_spark, day.warehouse, "reconciliation_summary").collect()
+    assert summary["unexplained_windows"] == 0 and summary["unexplained_amount"] == 0
+    assert summary["batch_count"] == day.manifest["valid_events"]
+    assert summary["gap_count"] == summary["explained_count"] > 0
+    suites = read(s3_spark, day.warehouse, "validation_results").select("suite").distinct()
+    assert suites.count() > 0
+
+
+def test_same_books_as_a_local_warehouse(day: Day) -> None:
+    if not COMPARE:
+        pytest.skip("set _TALLY_TEST_S3_COMPARE=1 to run the same commands on a local warehouse")
+    timings = {name: round(c.seconds, 1) for name, c in day.commands.items()}
+    print(json.dumps(timings))  # shown with -rP
+    for name in ("local stream", "local reconcile"):
+        assert day.commands[name].returncode == day.commands[name.split()[1]].returncode
+    # The reconciliation's one-line description, warehouse-free, is the same on both.
+    s3_line = day.commands["reconcile"].stdout.splitlines()[0]
+    local_line = day.commands["local reconcile"].stdout.splitlines()[0]
+    assert s3_line == local_line
