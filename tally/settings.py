@@ -115,6 +115,11 @@ class Settings:
     # a Kafka record value longer than this is quarantined (oversized_value), never parsed
     max_record_bytes: int = 1_048_576
     spark_master: str = "local[*]"
+    # On a cluster (ignored in local mode): the heap of each executor ("" = Spark's 1g) and, on
+    # a standalone cluster, the cores one application may hold (0 = all the cluster offers; cap
+    # it so a long-running stream leaves cores for the nightly jobs on the same cluster).
+    spark_executor_memory: str = ""
+    spark_cores_max: int = 0
     # S3-compatible object storage for s3a:// warehouses and checkpoints. Credentials never
     # live here: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the default provider chain.
     s3_endpoint: str = ""  # e.g. http://127.0.0.1:19000 ("" = AWS's own endpoints)
@@ -189,6 +194,17 @@ class Settings:
         if self.shuffle_partitions <= 0:
             raise SettingsError(
                 f"shuffle_partitions: must be positive, got {self.shuffle_partitions}"
+            )
+        if self.spark_executor_memory and not re.fullmatch(
+            r"\d+[kmgt]?", self.spark_executor_memory, re.IGNORECASE
+        ):
+            raise SettingsError(
+                "spark_executor_memory: expected a size like 512m or 2g, got "
+                f"{self.spark_executor_memory!r}"
+            )
+        if self.spark_cores_max < 0:
+            raise SettingsError(
+                f"spark_cores_max: must not be negative (0 = no cap), got {self.spark_cores_max}"
             )
         if not self.warehouse:
             raise SettingsError("warehouse: must not be empty")

@@ -139,14 +139,28 @@ def object_store_conf(endpoint: str, region: str, path_style: bool) -> dict[str,
     return conf
 
 
+def cluster_conf(executor_memory: str, cores_max: int) -> dict[str, str]:
+    """What an application asks a cluster manager for, when told: each executor's heap and
+    (standalone) the cores it may hold in all. Nothing by default, so local mode and Spark's
+    own defaults (`$SPARK_CONF_DIR/spark-defaults.conf`, spark-submit's flags) stay as they are."""
+    conf: dict[str, str] = {}
+    if executor_memory:
+        conf["spark.executor.memory"] = executor_memory
+    if cores_max > 0:
+        conf["spark.cores.max"] = str(cores_max)
+    return conf
+
+
 def session_for(settings: Settings, app_name: str) -> SparkSession:
-    """The session an entry point runs with: the settings' master, shuffle partitions and
-    object store (getOrCreate: inside a process that already runs Spark, that session)."""
+    """The session an entry point runs with: the settings' master, shuffle partitions, object
+    store and executor resources (getOrCreate: inside a process that already runs Spark, that
+    session)."""
     return build_session(
         settings.spark_master,
         app_name=app_name,
         shuffle_partitions=settings.shuffle_partitions,
-        extra_conf=object_store_conf(
-            settings.s3_endpoint, settings.s3_region, settings.s3_path_style
-        ),
+        extra_conf={
+            **object_store_conf(settings.s3_endpoint, settings.s3_region, settings.s3_path_style),
+            **cluster_conf(settings.spark_executor_memory, settings.spark_cores_max),
+        },
     )

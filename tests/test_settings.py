@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
-from tally.spark import object_store_conf
+from tally.spark import cluster_conf, object_store_conf
 from tally_app.cli import main
 
 
@@ -101,6 +101,9 @@ def test_cli_bad_flag_stops_before_anything_starts(tmp_path, capsys) -> None:
         ({"TALLY_S3_PATH_STYLE": "ture"}, "s3_path_style: expected true or false"),
         # an endpoint without a scheme would be read as a host on AWS's default port
         ({"TALLY_S3_ENDPOINT": "127.0.0.1:19000"}, r"s3_endpoint: expected http\(s\)://HOST"),
+        # spark-submit's spelling of a size; "2 GB" would only fail once a cluster is asked
+        ({"TALLY_SPARK_EXECUTOR_MEMORY": "2 GB"}, "spark_executor_memory: expected a size"),
+        ({"TALLY_SPARK_CORES_MAX": "-1"}, "spark_cores_max: must not be negative"),
     ],
 )
 def test_orchestration_and_health_settings_are_checked_at_load(
@@ -144,3 +147,11 @@ def test_object_store_conf_names_no_credentials() -> None:
     }
     # AWS's own endpoints: nothing to set, the provider chain does the rest
     assert object_store_conf("", "", path_style=False) == {}
+
+
+def test_cluster_conf_asks_only_for_what_is_set() -> None:
+    # unset: local mode, spark-defaults.conf and spark-submit's flags decide
+    assert cluster_conf("", 0) == {}
+    assert cluster_conf("768m", 2) == {"spark.executor.memory": "768m", "spark.cores.max": "2"}
+    settings = load_settings(env={"TALLY_SPARK_EXECUTOR_MEMORY": "2G"})
+    assert (settings.spark_executor_memory, settings.spark_cores_max) == ("2G", 0)
