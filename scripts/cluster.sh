@@ -103,8 +103,6 @@ start() {
   SPARK_HOME=$(spark_home)
   export SPARK_HOME SPARK_LOCAL_IP=$HOST SPARK_DAEMON_MEMORY=$DAEMON_MEMORY
   unset SPARK_NO_DAEMONIZE
-  # Executors inherit the worker's environment: Python workers must run this virtualenv.
-  export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$PYTHON}
   export SPARK_MASTER_OPTS="${SPARK_MASTER_OPTS:-} -Dspark.master.rest.enabled=false"
   mkdir -p "$HOME_DIR/work"
   rm -f "$HOME_DIR/master.pid" "$HOME_DIR/worker.pid"
