@@ -597,3 +597,22 @@ def test_what_must_survive_a_restart_is_on_a_named_volume() -> None:
         for volume in service.get("volumes", []):
             target = volume.split(":")[1]
             assert any(target == d or target.startswith(d + "/") for d in created), (name, target)
+
+
+def test_what_only_the_image_installs_is_pinned_and_agrees_with_constraints() -> None:
+    constraints = {
+        line.split("==")[0].lower(): line.split("==")[1]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    pins = [
+        line.split("#")[0].strip()
+        for line in (DOCKER / "requirements-image.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
+    assert pins
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        assert version, f"{pin}: not pinned"
+        name = name.split("[")[0].lower()
+        assert constraints.get(name, version) == version, (pin, constraints[name])
