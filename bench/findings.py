@@ -17,6 +17,7 @@ def findings(r: dict[str, Any]) -> list[str]:
         ("latency", _latency),
         ("state", _state),
         ("kafka", _kafka),
+        ("scaleout", _scaleout),
         ("bigfile", _bigfile),
         ("nightly", _nightly),
     )
@@ -199,6 +200,23 @@ def _kafka(k: dict[str, Any]) -> list[str]:
     )
     if not k["all_records_accounted"]:
         text += " tally's `input_lines` does NOT add up to the records published."
+    return [text]
+
+
+# -- 9. scale-out --------------------------------------------------------------------------------
+
+
+def _scaleout(so: dict[str, Any]) -> list[str]:
+    runs = ", ".join(
+        f"{name} stream {run['stream_s']:.1f} s (×{run['stream_ratio']:.2f}), reconcile "
+        f"{run['reconcile_s']:.1f} s (×{run['reconcile_ratio']:.2f})"
+        for name, run in so["runs"].items()
+    )
+    text = (
+        f"Scale-out ({so['events']:,} events; S3 server up in {so['startup_s']['s3']:.1f} s, "
+        f"cluster in {so['startup_s']['cluster']:.1f} s): {runs}; the books are "
+        + ("equal in every configuration." if so["books_equal"] else "NOT equal.")
+    )
     return [text]
 
 

@@ -210,6 +210,16 @@ def _targets(r: dict[str, Any]) -> list[str]:
             f"{_n(ka['runs']['plain']['events_per_s'])} records/s)",
             None,
         )
+    so = r.get("scaleout")
+    if so:
+        slowest = max(so["runs"].items(), key=lambda kv: kv[1]["stream_ratio"])
+        row(
+            "scaleout",
+            "9. scale-out (no target): same books on a cluster and on S3; stream wall time ÷ local",
+            ("equal books" if so["books_equal"] else "**UNEQUAL books**")
+            + f"; slowest {slowest[0]} ×{slowest[1]['stream_ratio']:.2f}",
+            None,
+        )
     cu = r.get("curve")
     if cu:
         row(
@@ -570,6 +580,47 @@ def _kafka(ka: dict[str, Any], when: str) -> list[str]:
     return out
 
 
+# -- 9. scale-out -------------------------------------------------------------------------------
+
+_SCALEOUT_LABELS = {
+    "local": "local[2], local disk",
+    "cluster": "standalone cluster, local disk",
+    "s3": "local[2], s3a:// (moto)",
+    "cluster_s3": "standalone cluster, s3a:// (moto)",
+}
+
+
+def _scaleout(so: dict[str, Any], when: str) -> list[str]:
+    out = _section(
+        "9. Scale-out: a standalone cluster and S3" + when,
+        f"One generated input ({so['events']:,} events, {so['lines']:,} lines in {so['files']} "
+        f"files, {so['files_per_trigger']} files a micro-batch). `scripts/s3.sh` (moto's S3 "
+        f"server) started in {_s(so['startup_s']['s3'])} s and `scripts/cluster.sh` (a "
+        f"standalone master and one 2-core worker) in {_s(so['startup_s']['cluster'])} s (until "
+        "the worker registered). Each configuration runs `tally stream --available-now --drain "
+        "--clock arrival` and then `tally reconcile` as processes, timed from start to exit.",
+    )
+    rows = [
+        [
+            _SCALEOUT_LABELS.get(name, name),
+            _s(run["stream_s"]),
+            f"×{run['stream_ratio']:.2f}",
+            _s(run["reconcile_s"]),
+            f"×{run['reconcile_ratio']:.2f}",
+        ]
+        for name, run in so["runs"].items()
+    ]
+    out += _table(["configuration", "stream s", "÷ local", "reconcile s", "÷ local"], rows)
+    books = next(iter(so["runs"].values()))["books"]
+    out += [
+        "The reconciliation's books are "
+        + ("equal in every configuration" if so["books_equal"] else "**not equal**")
+        + f": {books}",
+        "",
+    ]
+    return out
+
+
 # -- 6./7. nightly and curve ----------------------------------------------------------------------
 
 
@@ -708,6 +759,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += _state(r["state"], _when(r, "state"))
     if r.get("kafka"):
         out += _kafka(r["kafka"], _when(r, "kafka"))
+    if r.get("scaleout"):
+        out += _scaleout(r["scaleout"], _when(r, "scaleout"))
     if r.get("bigfile"):
         out += _bigfile(r["bigfile"], _when(r, "bigfile"))
     if r.get("nightly") or r.get("curve"):

@@ -3,10 +3,11 @@
 
     run_bench(spark, quick=False, out_dir=..., work_dir=None, keep=False, command=..., only=...)
 
-Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), bigfile (5),
-nightly, curve. Full mode writes into `docs/` by default and takes about an hour on a 2-core
-machine (speed ~10 min, latency ~4 min, state ~5 min, nightly ~22 min, curve ~20 s, bigfile
-~15-20 min, run last); `--quick` (~6-12 min, used by the smoke test) writes into a new temporary
+Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
+scaleout (a standalone cluster and S3), bigfile (5), nightly, curve. Full mode writes into
+`docs/` by default and takes over an hour on a 2-core machine (speed ~10 min, latency ~4 min,
+state ~5 min, kafka ~5 min, scaleout ~8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min,
+run last); `--quick` (~6-12 min, used by the smoke test) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
 some sections (`--only`) keeps the other sections' results of the same mode from the
 output directory's benchmarks.json, each labelled with the date it was measured. Data goes
@@ -40,7 +41,7 @@ from bench.findings import findings
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("speed", "latency", "state", "kafka", "bigfile", "nightly", "curve")
+SECTIONS = ("speed", "latency", "state", "kafka", "scaleout", "bigfile", "nightly", "curve")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class Preset:
     curve_size: int
     nightly_shared_events: int  # a nightly size generated in 100 files (0: none)
     nightly_files_per_batch: int  # micro-batches of the nightly section's batch load
+    # 9. scale-out: the same commands on a standalone cluster and on S3
+    scaleout_events: int
+    scaleout_files: int
+    scaleout_configurations: tuple[str, ...]
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -122,7 +127,7 @@ class Preset:
 
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
 # (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
-# nightly ~22 min, curve ~20 s, bigfile ~15-20 min: about an hour.
+# scaleout ~8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min: over an hour.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -153,6 +158,11 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "curve_size": (5_000_000, 20_000),
     "nightly_shared_events": (5_000_000, 0),
     "nightly_files_per_batch": (20, 2),
+    # 9. scale-out: full 200k events in 20 files (2 batches of ~100k lines) in all four
+    # configurations; quick: cluster + S3 only (the code runs; the ratios need a full run)
+    "scaleout_events": (200_000, 4_000),
+    "scaleout_files": (20, 4),
+    "scaleout_configurations": (("local", "cluster", "s3", "cluster_s3"), ("cluster_s3",)),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -220,6 +230,7 @@ class BenchRun:
                 ("latency", self.latency),
                 ("state", self.state),
                 ("kafka", self.kafka),
+                ("scaleout", self.scaleout),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -265,6 +276,17 @@ class BenchRun:
 
         self.results["kafka"] = kafka_source.kafka_section(
             self.spark, self.work, self.preset.speed_backlog, self.preset.shape, self.env
+        )
+
+    def scaleout(self) -> None:
+        from bench import scaleout
+
+        p = self.preset
+        self.results["scaleout"] = scaleout.scaleout_section(
+            self.work,
+            Backlog(p.scaleout_events, p.scaleout_files, seed=29),
+            p.shape,
+            p.scaleout_configurations,
         )
 
     def bigfile(self) -> None:

@@ -388,6 +388,16 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         ka["runs"]["tally"]["events_per_s"] / ka["runs"]["plain"]["events_per_s"]
     )
 
+    # 9. scale-out: the day reconciles on the cluster with the warehouse on S3
+    so = r["scaleout"]
+    assert list(so["runs"]) == list(QUICK.scaleout_configurations)
+    books = so["runs"]["cluster_s3"]["books"]
+    assert f"batch {QUICK.scaleout_events:,} events" in books, books
+    assert "unexplained 0 windows" in books and "BALANCED" in books, books
+    assert so["runs"]["cluster_s3"]["warehouse"].startswith("s3a://")
+    assert so["runs"]["cluster_s3"]["master"].startswith("spark://127.0.0.1:")
+    assert all(0 < t < 120 for t in so["startup_s"].values())
+
     # 5. one big file: the same results as the split input
     bf = r["bigfile"]
     assert bf["single_file_bytes"] == bf["input_bytes"]
@@ -419,6 +429,7 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         "## 4. State",
         "## 5. One big input file",
         "## 8. Kafka: a pre-filled topic",
+        "## 9. Scale-out: a standalone cluster and S3",
         "## 6. Nightly job",
         "## 7. Lateness curve",
     ):
