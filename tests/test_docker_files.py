@@ -4,8 +4,10 @@ so this checks what can be checked without one:
 - the image: every COPY source exists; the files the COPY lines name, copied alone into an empty
   directory, run the command line (`tally --help`, every command's `--help`, `tally bench`
   included) and import every module, none of them from the repository itself; hadolint;
-- the compose file: the compose-spec JSON schema (check-jsonschema), `docker compose config`
-  where a Compose client exists; and its consistency with the repository (the services, every
+- the compose file: the compose-spec JSON schema (check-jsonschema; `docker compose config`
+  was run once by hand, README "A deployable stack": no Compose client is installed by the
+  project, and a test that skips where it is missing would assert nothing in CI); and its
+  consistency with the repository (the services, every
   TALLY_* variable a real setting with a valid value, every AIRFLOW__ option one Airflow knows,
   the Spark connection resolving to the cluster's master, credentials only from the
   environment, a volume for everything that must survive a restart).
@@ -333,58 +335,6 @@ def test_compose_file_matches_the_compose_spec_schema(tmp_path: Path) -> None:
         broken.write_text(text.replace(old, new, 1))
         bad = run_tool(checker, "--builtin-schema", "vendor.compose-spec", broken)
         assert bad.returncode != 0 and reported in bad.stdout, (new, bad.stdout)
-
-
-def compose_client() -> list[str] | None:
-    for argv in (["docker", "compose"], ["docker-compose"]):
-        if shutil.which(argv[0]) is None:
-            continue
-        probe = subprocess.run([*argv, "version"], capture_output=True, text=True, timeout=60)
-        if probe.returncode == 0:
-            return argv
-    return None
-
-
-def test_docker_compose_config_accepts_the_file(tmp_path: Path) -> None:
-    """Compose's own loader (interpolation, merge keys, references between services and
-    volumes), where a Compose client exists; it needs no engine."""
-    client = compose_client()
-    if client is None:
-        pytest.skip("no Docker Compose client on this machine")
-    names = sorted(set(REQUIRED_VARIABLE.findall(COMPOSE.read_text())))
-    env = {**os.environ, **{n: "x" for n in names}}
-    no_env_file = tmp_path / "empty.env"  # not a developer's docker/.env
-    no_env_file.write_text("")
-    config = [*client, "-f", str(COMPOSE), "--env-file", str(no_env_file), "config"]
-    ok = subprocess.run(
-        [*config, "--format", "json"], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert ok.returncode == 0, ok.stderr
-    resolved = json.loads(ok.stdout)["services"]
-    assert set(resolved) == SERVICES
-    # the merge keys reached every service: Compose's view equals the one tested below
-    for name in SERVICES:
-        assert resolved[name].get("environment", {}).keys() == environment(services()[name]).keys()
-    # without the credentials it refuses to start, naming the missing one
-    missing = subprocess.run(
-        [*config, "--quiet"],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in env.items() if k != "POSTGRES_PASSWORD"},
-        timeout=120,
-    )
-    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
-    # a dependency on a service that does not exist (the schema cannot see that)
-    broken = tmp_path / "compose.yaml"
-    broken.write_text(COMPOSE.read_text().replace("depends_on: [s3]", "depends_on: [s4]", 1))
-    bad = subprocess.run(
-        [*client, "-f", str(broken), "--env-file", str(no_env_file), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert bad.returncode != 0 and "s4" in bad.stderr
 
 
 def test_compose_file_declares_the_stack() -> None:
