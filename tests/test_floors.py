@@ -4,8 +4,6 @@ above it (bench/, dags/) and without Airflow, and the Docker image's file set st
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -88,35 +86,3 @@ def test_show_runs_without_airflow(spark, warehouse, tmp_path) -> None:
     assert "batch_id" in result.stdout and "watermark_after" in result.stdout
     # the command prints its result, not Spark's or the JVM's log lines
     assert result.stderr == ""
-
-
-def _docker_copies() -> list[str]:
-    """The repository paths the Dockerfile copies into the image."""
-    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    return [
-        src
-        for line in dockerfile.splitlines()
-        if (m := re.match(r"^COPY\s+(.+)\s+\S+$", line))
-        for src in m.group(1).split()
-    ]
-
-
-def test_the_docker_file_set_starts_the_cli(tmp_path) -> None:
-    image = tmp_path / "image"
-    image.mkdir()
-    for src in _docker_copies():
-        source = ROOT / src.rstrip("/")
-        if source.is_dir():
-            shutil.copytree(source, image / source.name)
-        else:
-            shutil.copy2(source, image / source.name)
-    assert not (image / "bench").exists()  # the image does not ship the benchmarks
-    code = "import sys; from tally_app.cli import main; sys.exit(main(sys.argv[1:]))"
-    result = _python(code, "--help", path=[str(image), SITE_PACKAGES], cwd=image)
-    assert result.returncode == 0, result.stderr
-    for command in ("generate", "stream", "show", "reconcile", "validate", "report"):
-        assert command in result.stdout
-    assert "bench" not in result.stdout.split("positional arguments")[1].split("options")[0]
-    # and the nightly sequence imports there too
-    nightly = _python("import tally_app.nightly", path=[str(image), SITE_PACKAGES], cwd=image)
-    assert nightly.returncode == 0, nightly.stderr
