@@ -4,14 +4,13 @@ then the tables read back from the bucket with Delta time travel.
 
 The CLI processes get the endpoint as settings (TALLY_S3_ENDPOINT, TALLY_S3_REGION,
 TALLY_S3_PATH_STYLE) and dummy credentials as AWS_* in their environment only.
-With _TALLY_TEST_S3_COMPARE=1 the same stream and reconcile also run on a local warehouse and
-the wall times of both are printed (`pytest -rP`); CI runs the S3 side only.
+The same commands on a local warehouse and on a cluster, timed side by side in one run, are
+the benchmark's section 9 (`tally bench --only scaleout`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -36,7 +35,6 @@ pytestmark = pytest.mark.slow
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WINDOW_MS = 60_000
 DAY = "2026-11-20"
-COMPARE = os.environ.get("_TALLY_TEST_S3_COMPARE") == "1"
 TIMEOUT_S = 900  # per command; generous for a loaded machine, a stuck run still fails
 
 
@@ -58,7 +56,6 @@ class Day:
     bucket: str
     root: Path  # the commands' working directory
     warehouse: str  # s3a://BUCKET/wh
-    local_warehouse: str  # the comparison's (only with _TALLY_TEST_S3_COMPARE=1)
     lines: list[InputLine]
     manifest: dict[str, Any]
     commands: dict[str, Command] = field(default_factory=dict)
@@ -132,7 +129,6 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
             bucket,
             root,
             f"s3a://{bucket}/wh",
-            str(root / "local" / "wh"),
             read_input(root / "in"),
             manifest,
         )
@@ -141,11 +137,6 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
         d.commands["report"] = tally(
             d, "report", "--date", DAY, "--warehouse", d.warehouse, "--out", str(root / "report")
         )
-        if COMPARE:
-            d.commands["local stream"] = tally(d, *stream_argv(d, d.local_warehouse))
-            d.commands["local reconcile"] = tally(
-                d, *reconcile_argv(d.local_warehouse, root / "local" / "reports")
-            )
         yield d
 
 
@@ -215,13 +206,21 @@ def test_tables_and_checkpoint_are_in_the_bucket_and_nothing_on_local_disk(day: 
     checkpoint = "wh/_checkpoints/stream"
     assert f"{checkpoint}/commits/0" in keys  # Spark's own checkpoint
     assert any(k.startswith(f"{checkpoint}/tally/state/") for k in keys)  # the stream's state
+    # the stream held the warehouse's lease in the bucket (a conditional PUT) and released it
+    lease = json.loads(
+        day.server.client()
+        .get_object(Bucket=day.bucket, Key="wh/_lease/stream/000000000000.json")["Body"]
+        .read()
+    )
+    assert (
+        lease["released"] and lease["holder"]["checkpoint"] == f"{day.warehouse}/{checkpoint[3:]}"
+    )
     # A local-path slip would have made `s3a:/BUCKET/wh` a directory where the command ran.
-    local = day.root / "local"
     assert not (day.root / "s3a:").exists() and not (PROJECT_ROOT / "s3a:").exists()
     stray = [
         p
         for p in day.root.rglob("*")
-        if p.name in ("_delta_log", "_checkpoints", day.bucket) and local not in p.parents
+        if p.name in ("_delta_log", "_checkpoints", "_lease", day.bucket)
     ]
     assert stray == []
 
@@ -284,16 +283,3 @@ def test_no_unexplained_window(s3_spark: SparkSession, day: Day) -> None:
     assert summary["gap_count"] == summary["explained_count"] > 0
     suites = read(s3_spark, day.warehouse, "validation_results").select("suite").distinct()
     assert suites.count() > 0
-
-
-def test_same_books_as_a_local_warehouse(day: Day) -> None:
-    if not COMPARE:
-        pytest.skip("set _TALLY_TEST_S3_COMPARE=1 to run the same commands on a local warehouse")
-    timings = {name: round(c.seconds, 1) for name, c in day.commands.items()}
-    print(json.dumps(timings))  # shown with -rP
-    for name in ("local stream", "local reconcile"):
-        assert day.commands[name].returncode == day.commands[name.split()[1]].returncode
-    # The reconciliation's one-line description, warehouse-free, is the same on both.
-    s3_line = day.commands["reconcile"].stdout.splitlines()[0]
-    local_line = day.commands["local reconcile"].stdout.splitlines()[0]
-    assert s3_line == local_line
