@@ -27,7 +27,7 @@ $(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.po
 	scripts/fetch-jars.sh $(JARS) $(KAFKA_JARS)
 	touch $@
 
-install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka jars (once; offline afterwards)
+install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka + S3A jars (once; offline afterwards)
 
 jars: $(JARS)/.fetched ## fetch Delta's, Spark's Kafka and S3A jars (.cache/jars) and a Kafka broker (.cache/kafka)
 
