@@ -90,9 +90,13 @@ wait_for() { # wait_for WHAT SECONDS CONDITION...: poll until CONDITION holds or
 worker_registered() { [ "$(alive_workers)" -ge 1 ]; }
 
 start() {
-  if pid=$(running_pid master); then
+  if pid=$(running_pid master) && running_pid worker >/dev/null; then
     echo "cluster.sh: already running (master pid $pid, $MASTER_URL)"
     return 0
+  fi
+  if running_pid master >/dev/null || running_pid worker >/dev/null; then
+    echo "cluster.sh: partly running; stopping what is left first"
+    stop >/dev/null
   fi
   for p in "$PORT" "$UI_PORT" "$WORKER_UI_PORT"; do
     if port_open "$p"; then
