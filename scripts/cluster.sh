@@ -15,8 +15,9 @@
 # web UI, JSON at /json/), TALLY_CLUSTER_WORKER_UI_PORT (18081), TALLY_CLUSTER_WORKER_PORT
 # (0: any free port), TALLY_CLUSTER_CORES (2: cores the worker offers),
 # TALLY_CLUSTER_MEMORY (3g: memory the worker offers to executors), TALLY_CLUSTER_DAEMON_MEMORY
-# (512m: heap of the master and worker JVMs themselves). The master's REST submission port
-# (6066) stays closed. No authentication: everything listens on the loopback interface only.
+# (512m: heap of the master and worker JVMs themselves), TALLY_CLUSTER_APP_TTL (86400: seconds
+# a finished application's directory is kept). The master's REST submission port (6066) stays
+# closed. No authentication: everything listens on the loopback interface only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -108,6 +109,9 @@ start() {
   export SPARK_HOME SPARK_LOCAL_IP=$HOST SPARK_DAEMON_MEMORY=$DAEMON_MEMORY
   unset SPARK_NO_DAEMONIZE
   export SPARK_MASTER_OPTS="${SPARK_MASTER_OPTS:-} -Dspark.master.rest.enabled=false"
+  # Each application's directory holds a copy of every shipped jar (~36 MB): keep a day's.
+  export SPARK_WORKER_OPTS="${SPARK_WORKER_OPTS:-} -Dspark.worker.cleanup.enabled=true \
+-Dspark.worker.cleanup.appDataTtl=${TALLY_CLUSTER_APP_TTL:-86400}"
   mkdir -p "$HOME_DIR/work"
   rm -f "$HOME_DIR/master.pid" "$HOME_DIR/worker.pid"
   launch master org.apache.spark.deploy.master.Master \
