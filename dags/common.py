@@ -181,8 +181,10 @@ def _submit_task(stage: str, task_id: str, *, outlets: Sequence[Asset], doc_md: 
 
     jars = delta_jars()
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    # A run triggered without a logical date has no data interval in its context at all (not
+    # None): `is defined` first, or the template fails on the undefined name.
     interval = (
-        "data_interval_start if data_interval_start "
+        "data_interval_start if data_interval_start is defined and data_interval_start "
         "else dag_run.run_after - macros.timedelta(days=1)"
     )
     return SparkSubmitOperator(
@@ -193,7 +195,8 @@ def _submit_task(stage: str, task_id: str, *, outlets: Sequence[Asset], doc_md: 
             "--interval-start",
             "{{ (" + interval + ").isoformat() }}",
             "--interval-end",
-            "{{ (data_interval_end if data_interval_end else dag_run.run_after).isoformat() }}",
+            "{{ (data_interval_end if data_interval_end is defined and data_interval_end "
+            "else dag_run.run_after).isoformat() }}",
             "--dag-id",
             "{{ dag.dag_id }}",
             "--task-id",
@@ -210,7 +213,15 @@ def _submit_task(stage: str, task_id: str, *, outlets: Sequence[Asset], doc_md: 
             "spark.pyspark.python": python,
             "spark.pyspark.driver.python": python,
         },
-        env_vars={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python},
+        env_vars={
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            # A task process blocks Airflow's database for its children
+            # (AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=airflow-db-not-allowed:///), and the
+            # submitted app imports Airflow (alert delivery): Airflow's own switch for a Python
+            # subprocess of a task lets it import without a database.
+            "PYTHON_OPERATORS_VIRTUAL_ENV_MODE": "1",
+        },
         outlets=list(outlets),
         doc_md=doc_md,
     )

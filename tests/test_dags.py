@@ -6,6 +6,7 @@ Also the pure parts of the alerting: health evaluation, alert fields, delivery c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -409,3 +410,53 @@ def test_slack_webhook_receives_the_alert_when_configured(monkeypatch, webhook) 
     alert = Alert("late-event rate above threshold", "5.000%", "1.000%", severity="error")
     assert send([alert], env={"AIRFLOW_CONN_TALLY_SLACK": conn}) == ["slack"]
     assert received == [{"text": alert.message()}]
+
+
+def test_submitted_arguments_render_for_runs_with_and_without_a_data_interval(
+    monkeypatch, tmp_path
+) -> None:
+    """A run triggered from the UI without a logical date has no `data_interval_*` in its
+    template context at all; the arguments still render (yesterday relative to run_after)."""
+    from airflow.sdk.execution_time import macros
+
+    bag = load_bag(monkeypatch, TALLY_SPARK_RUNNER="submit", TALLY_WAREHOUSE=str(tmp_path))
+    dag = bag.dags[H.NIGHTLY]
+    task = dag.get_task("reaggregate")
+    template_env = dag.get_template_env()
+    run_after = datetime(2026, 11, 21, 0, 30, tzinfo=UTC)
+    base = {
+        "dag_run": SimpleNamespace(run_after=run_after),
+        "macros": macros,
+        "dag": dag,
+        "task": task,
+        "run_id": "manual__1",
+    }
+    scheduled = {
+        **base,
+        "data_interval_start": datetime(2026, 11, 20, 0, 30, tzinfo=UTC),
+        "data_interval_end": datetime(2026, 11, 21, 0, 30, tzinfo=UTC),
+    }
+
+    def rendered(context: dict[str, Any]) -> list[str]:
+        return [template_env.from_string(a).render(**context) for a in task.application_args]
+
+    manual = rendered(base)
+    assert manual[manual.index("--interval-start") + 1] == "2026-11-20T00:30:00+00:00"
+    assert manual[manual.index("--interval-end") + 1] == "2026-11-21T00:30:00+00:00"
+    assert rendered(scheduled) == manual  # the same day either way
+
+
+def test_the_submitted_app_starts_inside_a_task_process(monkeypatch, tmp_path) -> None:
+    """A task process blocks Airflow's database for its children; the submitted app imports
+    Airflow (alert delivery) and must start all the same, with the operator's environment."""
+    bag = load_bag(monkeypatch, TALLY_SPARK_RUNNER="submit", TALLY_WAREHOUSE=str(tmp_path))
+    task = bag.dags[H.NIGHTLY].get_task("reaggregate")
+    blocked = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///"}
+    app = [sys.executable, task.application, "--help"]
+    without = subprocess.run(app, env=blocked, capture_output=True, text=True, timeout=120)
+    assert without.returncode != 0 and "SQLAlchemy URL" in without.stderr  # the trap is real
+    started = subprocess.run(
+        app, env={**blocked, **task.env_vars}, capture_output=True, text=True, timeout=120
+    )
+    assert started.returncode == 0, started.stderr
+    assert "--interval-start" in started.stdout
