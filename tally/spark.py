@@ -125,7 +125,9 @@ def build_session(
 def object_store_conf(endpoint: str, region: str, path_style: bool) -> dict[str, str]:
     """Spark settings for s3a:// paths on an S3-compatible store. Credentials are not among
     them: Hadoop's default provider chain reads AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or an
-    instance role; not ~/.aws profiles) in each JVM, driver and executors alike."""
+    instance role; not ~/.aws profiles). On a cluster Spark also copies the driver's AWS_*
+    keys into the Hadoop configuration it ships with the tasks, so executors get them too:
+    enable spark.authenticate and network encryption where the cluster is not loopback."""
     conf: dict[str, str] = {}
     if endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = endpoint.rstrip("/")

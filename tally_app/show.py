@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from tally import tables as T
 from tally.settings import Settings
-from tally.spark import build_session, object_store_conf
+from tally.spark import build_session, cluster_conf, object_store_conf
 
 
 def show_table(
@@ -32,9 +32,10 @@ def show_table(
         settings.spark_master,
         app_name="tally-show",
         ui=False,
-        extra_conf=object_store_conf(
-            settings.s3_endpoint, settings.s3_region, settings.s3_path_style
-        ),
+        extra_conf={
+            **object_store_conf(settings.s3_endpoint, settings.s3_region, settings.s3_path_style),
+            **cluster_conf(settings.spark_executor_memory, settings.spark_cores_max),
+        },
     )
     if not T.exists(spark, settings.warehouse, name):
         print(f"tally: no table {name!r} in {settings.warehouse} yet", file=sys.stderr)
