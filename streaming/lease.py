@@ -385,8 +385,18 @@ class WarehouseLease:
             self.store.overwrite(record.generation, self.record.to_json())
 
     def check(self) -> None:
-        """Before a batch writes: still ours? (LeaseError otherwise.)"""
-        self.renew()
+        """Before a batch writes: still ours? (LeaseError otherwise.) A store that fails to
+        answer is tolerated while our last heartbeat is younger than half the ttl: nobody may
+        take the lease before it expires, so a passing hiccup need not stop the stream."""
+        try:
+            self.renew()
+        except Exception as exc:
+            record = self.record
+            if record is None or self.now_ms() - record.heartbeat_ms >= record.ttl_ms // 2:
+                raise LeaseError(
+                    f"stream: cannot renew the lease on warehouse {self.warehouse}: {exc}"
+                ) from exc
+            log.warning("lease check failed, last heartbeat still fresh: %s", exc)
         if self._lost:
             raise LeaseError(self._lost)
 
@@ -409,7 +419,10 @@ class WarehouseLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.release()
+        try:
+            self.release()
+        except Exception as exc:  # never mask how the stream ended; the lease will expire
+            log.warning("lease release failed (it expires after its ttl): %s", exc)
 
     def release(self) -> None:
         """A clean stop: mark our record released, so the next stream need not wait."""

@@ -237,3 +237,30 @@ def test_s3a_warehouse_lease_end_to_end(s3, monkeypatch: pytest.MonkeyPatch) -> 
         "teams/payments/wh/_lease/stream/000000000000.json",
         "teams/payments/wh/_lease/stream/000000000001.json",
     ]
+
+
+class FlakyStore(LocalLeaseStore):
+    """A local store whose listing fails while `failing` is set (an object store's hiccup)."""
+
+    failing = False
+
+    def generations(self) -> list[int]:
+        if self.failing:
+            raise OSError("503 Slow Down")
+        return super().generations()
+
+
+def test_a_store_hiccup_is_tolerated_while_the_heartbeat_is_fresh(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = FlakyStore(str(tmp_path / "lease"))
+    lease = WarehouseLease(store, str(tmp_path), this_process("cp"), TTL, clock)
+    lease.acquire()
+    store.failing = True
+    clock.ms += TTL // 2 - 1
+    lease.check()  # nobody can have taken it yet: the batch goes on
+    clock.ms += 1
+    with pytest.raises(LeaseError, match=r"cannot renew the lease on warehouse .*503 Slow Down"):
+        lease.check()
+    store.failing = False
+    lease.check()  # the store answers again: renewed
+    assert LeaseRecord.from_json(store.read(0) or b"").heartbeat_ms == clock.ms
