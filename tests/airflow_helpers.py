@@ -90,6 +90,20 @@ def migrate_db() -> None:
     marker.touch()
 
 
+def forget_active_assets() -> None:
+    """Airflow keeps one active asset per name. Test modules share this AIRFLOW_HOME's
+    database, each with its own warehouse: once one module's nightly run registered
+    `tally_reconciliation` at its warehouse's URI, the next module's asset of that name (another
+    URI) would stay inactive and its publish task fail. A module that runs the DAG starts by
+    forgetting which asset was active (the next DAG sync activates its own)."""
+    from airflow.models.asset import AssetActive
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(AssetActive))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -215,6 +215,7 @@ def test_nightly_dag_submits_its_stages_to_the_cluster(
     for key, value in settings.items():
         monkeypatch.setenv(key, value)
     H.migrate_db()
+    H.forget_active_assets()
     bag = DagBag(dag_folder=str(H.DAGS_DIR))
     assert bag.import_errors == {}
     dag = bag.dags[H.NIGHTLY]

@@ -81,6 +81,7 @@ def parse_nightly() -> Any:
     from airflow.dag_processing.dagbag import DagBag
 
     H.migrate_db()
+    H.forget_active_assets()
     bag = DagBag(dag_folder=str(H.DAGS_DIR))
     assert bag.import_errors == {}
     return bag.dags[H.NIGHTLY]
