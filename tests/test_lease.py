@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from streaming.lease import (
     Holder,
     LeaseError,
     LeaseRecord,
+    LeaseStore,
     LocalLeaseStore,
     S3LeaseStore,
     WarehouseLease,
@@ -81,21 +83,28 @@ def test_records_round_trip() -> None:
     assert LeaseRecord.from_json(record().to_json()) == record()
 
 
-def test_local_create_is_exclusive_under_a_race(tmp_path: Path) -> None:
-    store = LocalLeaseStore(str(tmp_path / "lease"))
+def race_for_generation_zero(store: Callable[[], LeaseStore], claimants: int = 8) -> list[bool]:
+    """`claimants` threads released together, each creating generation 0 in its own store
+    object; the sorted results (one True: the winner)."""
     results: list[bool] = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(claimants)
 
     def claim(i: int) -> None:
+        mine = store()
         barrier.wait()
-        results.append(store.create(0, f"claimant {i}".encode()))
+        results.append(mine.create(0, f"claimant {i}".encode()))
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(claimants)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(results) == [False] * 7 + [True]
+    return sorted(results)
+
+
+def test_local_create_is_exclusive_under_a_race(tmp_path: Path) -> None:
+    store = LocalLeaseStore(str(tmp_path / "lease"))
+    assert race_for_generation_zero(lambda: store) == [False] * 7 + [True]
     assert store.generations() == [0]
     assert list((tmp_path / "lease").iterdir()) == [tmp_path / "lease" / "000000000000.json"]
 
@@ -197,23 +206,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_s3_create_is_exclusive_under_a_race(s3) -> None:
-    store = S3LeaseStore(s3.client(), "lease", "race/_lease/stream")
-    results: list[bool] = []
-    barrier = threading.Barrier(8)
+    def store() -> S3LeaseStore:  # one client per claimant, as separate processes would have
+        return S3LeaseStore(s3.client(), "lease", "race/_lease/stream")
 
-    def claim(i: int) -> None:
-        client_store = S3LeaseStore(s3.client(), "lease", "race/_lease/stream")
-        barrier.wait()
-        results.append(client_store.create(0, f"claimant {i}".encode()))
-
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results) == [False] * 7 + [True]
-    assert store.generations() == [0]
-    assert store.read(0) in {f"claimant {i}".encode() for i in range(8)}
+    assert race_for_generation_zero(store) == [False] * 7 + [True]
+    assert store().generations() == [0]
+    assert store().read(0) in {f"claimant {i}".encode() for i in range(8)}
 
 
 def test_s3a_warehouse_lease_end_to_end(s3, monkeypatch: pytest.MonkeyPatch) -> None:
