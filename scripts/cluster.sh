@@ -21,6 +21,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/pidfile.sh
+. "$ROOT/scripts/pidfile.sh"
 PYTHON=${TALLY_CLUSTER_PYTHON:-$ROOT/.venv/bin/python}
 HOME_DIR=${TALLY_CLUSTER_HOME:-$ROOT/.cluster}
 PORT=${TALLY_CLUSTER_PORT:-7077}
@@ -34,12 +36,7 @@ HOST=127.0.0.1
 MASTER_URL="spark://$HOST:$PORT"
 UI_URL="http://$HOST:$UI_PORT"
 
-running_pid() { # running_pid master|worker
-  local file="$HOME_DIR/$1.pid" pid
-  [ -f "$file" ] || return 1
-  pid=$(cat "$file")
-  kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
+running_pid() { pid_alive "$HOME_DIR/$1.pid"; } # running_pid master|worker
 
 port_open() {
   (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
@@ -125,25 +122,7 @@ start() {
     "worker pid $(cat "$HOME_DIR/worker.pid"), $CORES cores, $MEMORY; logs $HOME_DIR)"
 }
 
-stop_one() { # stop_one master|worker
-  local name=$1 pid
-  if ! pid=$(running_pid "$name"); then
-    rm -f "$HOME_DIR/$name.pid"
-    return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 60); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$HOME_DIR/$name.pid"
-      echo "cluster.sh: $name stopped (pid $pid)"
-      return 0
-    fi
-    sleep 0.5
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$HOME_DIR/$name.pid"
-  echo "cluster.sh: $name killed (pid $pid did not stop within 30 s)"
-}
+stop_one() { stop_pid "$HOME_DIR/$1.pid" "cluster.sh: $1"; } # stop_one master|worker
 
 stop() {
   # The worker first: it stops its executors; then the master.

@@ -14,6 +14,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/pidfile.sh
+. "$ROOT/scripts/pidfile.sh"
 JARS=${TALLY_KAFKA_JARS:-$ROOT/.cache/kafka}
 HOME_DIR=${TALLY_KAFKA_HOME:-$ROOT/.kafka}
 PORT=${TALLY_KAFKA_PORT:-19092}
@@ -24,12 +26,7 @@ PID_FILE="$HOME_DIR/kafka.pid"
 PROPS="$HOME_DIR/server.properties"
 LOG="$HOME_DIR/kafka.log"
 
-running_pid() {
-  [ -f "$PID_FILE" ] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
+running_pid() { pid_alive "$PID_FILE"; }
 
 port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -94,25 +91,7 @@ start() {
   exit 1
 }
 
-stop() {
-  if ! pid=$(running_pid); then
-    echo "kafka.sh: stopped"
-    rm -f "$PID_FILE"
-    return 0
-  fi
-  kill -TERM "$pid"
-  for _ in $(seq 1 60); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PID_FILE"
-      echo "kafka.sh: stopped (pid $pid)"
-      return 0
-    fi
-    sleep 0.5
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$PID_FILE"
-  echo "kafka.sh: killed (pid $pid did not stop within 30 s)"
-}
+stop() { stop_pid "$PID_FILE" kafka.sh; }
 
 case "${1:-}" in
   start) start ;;

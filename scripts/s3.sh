@@ -17,18 +17,15 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/pidfile.sh
+. "$ROOT/scripts/pidfile.sh"
 BIN=$ROOT/.venv/bin
 HOME_DIR=${TALLY_S3_HOME:-$ROOT/.s3}
 PORT=${TALLY_S3_PORT:-19000}
 PID_FILE="$HOME_DIR/s3.pid"
 LOG="$HOME_DIR/s3.log"
 
-running_pid() {
-  [ -f "$PID_FILE" ] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
+running_pid() { pid_alive "$PID_FILE"; }
 
 port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -66,25 +63,7 @@ start() {
   exit 1
 }
 
-stop() {
-  if ! pid=$(running_pid); then
-    echo "s3.sh: stopped"
-    rm -f "$PID_FILE"
-    return 0
-  fi
-  kill -TERM "$pid"
-  for _ in $(seq 1 60); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PID_FILE"
-      echo "s3.sh: stopped (pid $pid)"
-      return 0
-    fi
-    sleep 0.5
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$PID_FILE"
-  echo "s3.sh: killed (pid $pid did not stop within 30 s)"
-}
+stop() { stop_pid "$PID_FILE" s3.sh; }
 
 bucket() {
   local name=${1:-}
