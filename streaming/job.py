@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,6 +77,8 @@ class StreamParams:
     arrival_clock: bool = False  # processing time = newest input file's modification time
     dedup_horizon_ms: int = 0
     checkpoint: str = ""  # "": the warehouse's default checkpoint
+    # L_p per source partition where it differs from `lateness_ms`
+    lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def window(self) -> WindowParams:
@@ -99,6 +101,7 @@ class StreamParams:
             arrival_clock=arrival_clock,
             dedup_horizon_ms=settings.dedup_horizon,
             checkpoint=settings.checkpoint_location,
+            lateness_by_partition=settings.lateness_by_partition_ms,
         )
 
 
@@ -519,6 +522,7 @@ class BatchProcessor:
             p.lateness_ms,
             p.idle_timeout_ms,
             p.watermark_policy,
+            p.lateness_by_partition,
         )
         return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
 

@@ -35,25 +35,29 @@ def advance_watermark(
     lateness_ms: int,
     idle_timeout_ms: int,
     policy: str = "partition-min",
+    lateness_by_partition: Mapping[int, int] | None = None,
 ) -> WatermarkAdvance:
     """The watermark after a batch whose partitions reached `batch_high_water_ms`.
 
-    partition-min: min over active partitions of their high-water mark, minus L. A partition
-    is active if it sent data within `idle_timeout_ms` of processing time (0 disables idleness).
-    global-max: max over all partitions minus L (Spark's own rule).
-    Never moves backwards; with no active partition it stays where it was.
+    Each partition's bound is `hw_p − L_p`, L_p from `lateness_by_partition`, else
+    `lateness_ms`. partition-min: the minimum over active partitions of their bound. A
+    partition is active if it sent data within `idle_timeout_ms` of processing time (0
+    disables idleness). global-max: the maximum over all partitions (Spark's own rule when
+    every L_p is the same). Never moves backwards; with no active partition it stays put.
     """
+    bounds = lateness_by_partition or {}
     high_water = dict(prev.high_water_ms)
     last_seen = dict(prev.last_seen_ms)
     for partition, hw in batch_high_water_ms.items():
         high_water[partition] = max(hw, high_water.get(partition, hw))
         last_seen[partition] = now_ms
     idle = {p: idle_timeout_ms > 0 and now_ms - last_seen[p] >= idle_timeout_ms for p in high_water}
+    bound = {p: hw - bounds.get(p, lateness_ms) for p, hw in high_water.items()}
     if policy == "partition-min":
-        active = [hw for p, hw in high_water.items() if not idle[p]]
-        candidate = min(active) - lateness_ms if active else None
+        active = [b for p, b in bound.items() if not idle[p]]
+        candidate = min(active) if active else None
     elif policy == "global-max":
-        candidate = max(high_water.values()) - lateness_ms if high_water else None
+        candidate = max(bound.values()) if bound else None
     else:
         raise ValueError(f"watermark_policy: unknown policy {policy!r}")
     watermark = prev.watermark_ms

@@ -53,6 +53,65 @@ def parse_duration_list(text: str, name: str = "durations") -> list[int]:
     return [parse_duration(p, name) for p in parts]
 
 
+_PARTITIONS = re.compile(r"^(-?\d+)(?:\s*(?:-|\.\.)\s*(-?\d+))?$")
+INT32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def parse_partition_durations(raw: str | Mapping[str, Any], name: str) -> dict[int, int]:
+    """Durations per source partition: text `0=100ms, 1-3=30s` or a TOML table
+    `{"0" = "100ms", "1-3" = "30s"}` (a key is a partition or an inclusive range of them, a
+    source group) -> {partition: ms}. A partition named twice is an error."""
+    if isinstance(raw, Mapping):
+        pairs = [(str(k), v) for k, v in raw.items()]
+    else:
+        pairs = []
+        for part in (p.strip() for p in str(raw).split(",")):
+            if not part:
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise SettingsError(
+                    f"{name}: expected PARTITION=DURATION pairs like 0=100ms,1-3=30s, got {part!r}"
+                )
+            pairs.append((key.strip(), value.strip()))
+    out: dict[int, int] = {}
+    for key, value in pairs:
+        match = _PARTITIONS.match(key.strip())
+        if not match:
+            raise SettingsError(f"{name}: {key!r} is not a partition or a range like 1-3")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if not INT32_RANGE[0] <= first <= last <= INT32_RANGE[1] or last - first > 100_000:
+            raise SettingsError(f"{name}: {key!r} is not a range of 32-bit partitions (a <= b)")
+        ms = parse_duration(value, f"{name}[{key}]")
+        for partition in range(first, last + 1):
+            if partition in out:
+                raise SettingsError(f"{name}: partition {partition} is given twice")
+            out[partition] = ms
+    return out
+
+
+def format_partition_durations(by_partition: Mapping[int, int]) -> str:
+    """The canonical text of `parse_partition_durations`: sorted, consecutive partitions with
+    the same duration written as one range."""
+    parts: list[str] = []
+    items = sorted(by_partition.items())
+    i = 0
+    while i < len(items):
+        j = i
+        while (
+            j + 1 < len(items)
+            and items[j + 1][0] == items[j][0] + 1
+            and items[j + 1][1] == items[i][1]
+        ):
+            j += 1
+        first, last = items[i][0], items[j][0]
+        key = str(first) if first == last else f"{first}-{last}"
+        parts.append(f"{key}={format_duration(items[i][1])}")
+        i = j + 1
+    return ",".join(parts)
+
+
 def format_duration(ms: int) -> str:
     for unit in ("d", "h", "m", "s"):
         if ms and ms % _UNIT_MS[unit] == 0:
@@ -89,6 +148,9 @@ class Settings:
 
     window: int = _duration_field("60s")
     lateness: int = _duration_field("30s")
+    # A lateness bound per source partition or partition range (a source group), overriding
+    # `lateness` there: `0=100ms,1-3=30s`, or a TOML table (docs/semantics.md, "Watermark").
+    lateness_by_partition: str = field(default="", metadata={"kind": "partition_durations"})
     allowed_lateness: int = _duration_field("0s")
     # How long an event id is remembered for duplicate detection after its window stopped
     # changing (docs/semantics.md, "Dedup horizon"); bounds the stream's dedup state.
@@ -240,6 +302,7 @@ class Settings:
                 f"{self.completeness_target}"
             )
         parse_duration_list(self.lateness_candidates, "lateness_candidates")
+        parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
         self._check_orchestration()
         try:
             from zoneinfo import ZoneInfo
@@ -278,6 +341,11 @@ class Settings:
     @property
     def checkpoint_location(self) -> str:
         return self.checkpoint or default_checkpoint(self.warehouse)
+
+    @property
+    def lateness_by_partition_ms(self) -> dict[int, int]:
+        """The per-partition lateness bounds ({} = `lateness` everywhere)."""
+        return parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
 
     @property
     def lateness_candidates_ms(self) -> list[int]:
@@ -320,6 +388,8 @@ def _coerce(name: str, raw: Any) -> Any:
     f = fields[name]
     if f.metadata.get("kind") == "duration":
         return parse_duration(raw, name)
+    if f.metadata.get("kind") == "partition_durations":
+        return format_partition_durations(parse_partition_durations(raw, name))
     kind = f.type if isinstance(f.type, str) else f.type.__name__
     if kind == "bool":
         return _coerce_bool(name, raw)

@@ -19,6 +19,7 @@ from tally.settings import Settings, SettingsError, given_values, parse_duration
 SETTING_HELP = {
     "window": "window size, e.g. 60s",
     "lateness": "lateness bound L (watermark = high-water mark - L), e.g. 30s",
+    "lateness_by_partition": "lateness per source partition or range, e.g. 0=100ms,1-3=30s",
     "allowed_lateness": "allowed lateness G: revise closed windows for this long",
     "dedup_horizon": "remember event ids this long after their window stops changing",
     "idle_timeout": "exclude a partition silent this long (processing time)",
@@ -47,6 +48,7 @@ FLAG_ALIASES = {"source_kind": ("--source",)}
 STREAM_SETTINGS = (
     "window",
     "lateness",
+    "lateness_by_partition",
     "allowed_lateness",
     "dedup_horizon",
     "idle_timeout",

@@ -88,6 +88,11 @@ class Params:
     max_clock_skew_ms: int = 300_000
     policy: str = "partition-min"
     dedup_horizon_ms: int | None = None  # None: ids are never forgotten (until the drain)
+    # L_p for the partitions whose bound is not `lateness_ms` (per-source lateness)
+    lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
+
+    def lateness_of(self, partition: int) -> int:
+        return self.lateness_by_partition.get(partition, self.lateness_ms)
 
     def __post_init__(self) -> None:
         if self.window_ms <= 0:
@@ -385,12 +390,14 @@ class ReferenceModel:
             part: p.idle_timeout_ms > 0 and now - self.last_seen[part] >= p.idle_timeout_ms
             for part in self.high_water
         }
+        # Each partition bounds the watermark by its high-water mark minus its own lateness.
+        bound = {part: hw - p.lateness_of(part) for part, hw in self.high_water.items()}
         candidate: int | None
         if p.policy == "partition-min":
-            active = [hw for part, hw in self.high_water.items() if not idle[part]]
-            candidate = min(active) - p.lateness_ms if active else None
+            active = [b for part, b in bound.items() if not idle[part]]
+            candidate = min(active) if active else None
         else:
-            candidate = max(self.high_water.values()) - p.lateness_ms if self.high_water else None
+            candidate = max(bound.values()) if bound else None
         regression = None
         wm_after = wm_before
         if candidate is not None:

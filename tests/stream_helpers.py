@@ -75,6 +75,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         dedup_horizon_ms=(
             params.dedup_horizon_ms if params.dedup_horizon_ms is not None else 10**12
         ),
+        lateness_by_partition=dict(params.lateness_by_partition),
     )
 
 
@@ -441,6 +442,12 @@ def streams(
             max_clock_skew_ms=draw(st.sampled_from([5_000, 60_000])),
             policy=draw(st.sampled_from(list(policies))),
             dedup_horizon_ms=draw(st.sampled_from([None, 0, 20_000])),
+            # per-source lateness: some partitions with their own bound (0..2 overrides)
+            lateness_by_partition=draw(
+                st.dictionaries(
+                    st.integers(0, 2), st.sampled_from([0, 100, 5_000, 30_000]), max_size=2
+                )
+            ),
         )
         partitions = draw(st.integers(2, 3))
         lag_ms = [draw(st.sampled_from([0, 0, 15_000, 45_000])) for _ in range(partitions)]

@@ -61,12 +61,47 @@ def test_precedence_file_env_flags(tmp_path) -> None:
         ({"TALLY_MAX_RECORDS_PER_TRIGGER": "0"}, r"^max_records_per_trigger: must be positive"),
         ({"TALLY_REPORT_TIMEZONE": "Mars/Olympus"}, r"^report_timezone: unknown time zone"),
         ({"TALLY_LATE_RATE_WARN": "0.5", "TALLY_LATE_RATE_FAIL": "0.1"}, r"^late_rate_warn"),
+        # per-source lateness: a pair without '=', a bad key, a bad duration, a repeat
+        ({"TALLY_LATENESS_BY_PARTITION": "0:100ms"}, r"^lateness_by_partition: expected PART"),
+        ({"TALLY_LATENESS_BY_PARTITION": "radar=1s"}, r"^lateness_by_partition: 'radar' is"),
+        ({"TALLY_LATENESS_BY_PARTITION": "3-1=1s"}, r"^lateness_by_partition: '3-1' is not"),
+        ({"TALLY_LATENESS_BY_PARTITION": "0=fast"}, r"^lateness_by_partition\[0\]: expected"),
+        ({"TALLY_LATENESS_BY_PARTITION": "0-2=1s,2=5s"}, r"partition 2 is given twice"),
     ],
 )
 def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message) as err:
         load_settings(env=env)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", {}),  # no overrides: `lateness` everywhere
+        ("0=100ms", {0: 100}),
+        ("0=100ms, 1-3=30s", {0: 100, 1: 30_000, 2: 30_000, 3: 30_000}),  # a range is a group
+        ({"0": "100ms", "1..2": "10s"}, {0: 100, 1: 10_000, 2: 10_000}),  # a TOML table
+        ({"4": 250}, {4: 250}),  # a TOML integer is milliseconds, like every duration
+    ],
+)
+def test_lateness_by_partition(raw: object, expected: dict[int, int]) -> None:
+    settings = load_settings(env={}, overrides={"lateness_by_partition": raw})
+    assert settings.lateness_by_partition_ms == expected
+    # the canonical text (provenance, `tally show`) reads back to the same bounds
+    again = load_settings(env={"TALLY_LATENESS_BY_PARTITION": settings.lateness_by_partition})
+    assert again.lateness_by_partition_ms == expected
+
+
+def test_lateness_by_partition_from_a_toml_table(tmp_path) -> None:
+    config = tmp_path / "tally.toml"
+    config.write_text(
+        '[tally]\nlateness = "10s"\n\n[tally.lateness_by_partition]\n'
+        '"0" = "100ms"  # radar\n"1" = "30s"  # HTTP poller\n"2-3" = "10s"  # satellite\n'
+    )
+    settings = load_settings(str(config), env={})
+    assert settings.lateness_by_partition_ms == {0: 100, 1: 30_000, 2: 10_000, 3: 10_000}
+    assert settings.describe()["lateness_by_partition"] == "0=100ms,1=30s,2-3=10s"
 
 
 def test_unknown_key_in_file(tmp_path) -> None:

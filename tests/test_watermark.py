@@ -34,13 +34,14 @@ class Case(NamedTuple):
     prev: WatermarkState
     batch_hw: dict[int, int]  # seconds
     now: float  # seconds
-    wm: int | None  # expected watermark after, seconds
+    wm: float | None  # expected watermark after, seconds
     idle: dict[int, bool]
     regression: int | None = None  # seconds
     hw: dict[int, int] | None = None  # expected high-water marks, if the case checks them
     policy: str = "partition-min"
     lateness: int = L
     idle_timeout: int = IDLE
+    by_partition: dict[int, int] | None = None  # L_p in ms where it is not `lateness`
 
 
 CASES = [
@@ -184,6 +185,53 @@ CASES = [
         {0: False, 1: False},
         idle_timeout=1,
     ),
+    # Per-source lateness: each partition's bound is hw_p - L_p, combined by the minimum.
+    Case(
+        "per-source: radar p0 (L 100 ms) at 100 s, poller p1 (L 30 s) at 100 s: min(99.9, 70)",
+        EMPTY,
+        {0: 100, 1: 100},
+        100,
+        70,
+        {0: False, 1: False},
+        by_partition={0: 100, 1: 30 * S},
+    ),
+    Case(
+        "per-source: the radar far behind holds the watermark at its own tight bound",
+        EMPTY,
+        {0: 50, 1: 100},
+        100,
+        49.9,
+        {0: False, 1: False},
+        by_partition={0: 100, 1: 30 * S},
+    ),
+    Case(
+        "per-source: a partition without a bound of its own uses `lateness` (10 s)",
+        EMPTY,
+        {0: 100, 2: 100},
+        100,
+        90,
+        {0: False, 2: False},
+        by_partition={0: 100, 1: 30 * S},
+    ),
+    Case(
+        "per-source: the slow source idle, only the radar's bound counts: 200 - 0.1",
+        state(70, {0: 100, 1: 100}, {0: 100, 1: 100}),
+        {0: 200},
+        200,
+        199.9,
+        {0: False, 1: True},
+        by_partition={0: 100, 1: 30 * S},
+    ),
+    Case(
+        "per-source under global-max: max(100 - 0.1, 120 - 30)",
+        EMPTY,
+        {0: 100, 1: 120},
+        120,
+        99.9,
+        {0: False, 1: False},
+        policy="global-max",
+        by_partition={0: 100, 1: 30 * S},
+    ),
 ]
 
 
@@ -197,8 +245,9 @@ def test_advance_watermark(case: Case) -> None:
         case.lateness,
         case.idle_timeout,
         case.policy,
+        case.by_partition,
     )
-    assert out.state.watermark_ms == (None if case.wm is None else case.wm * S)
+    assert out.state.watermark_ms == (None if case.wm is None else round(case.wm * S))
     assert out.idle == case.idle
     assert out.regression_ms == (None if case.regression is None else case.regression * S)
     if case.hw is not None:
