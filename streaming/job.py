@@ -36,6 +36,7 @@ from streaming.logic import (
     classify_events,
     close_windows,
     event_partitions,
+    late_window_count,
 )
 from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
@@ -77,12 +78,15 @@ class StreamParams:
     arrival_clock: bool = False  # processing time = newest input file's modification time
     dedup_horizon_ms: int = 0
     checkpoint: str = ""  # "": the warehouse's default checkpoint
+    window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
     # L_p per source partition where it differs from `lateness_ms`
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def window(self) -> WindowParams:
-        return WindowParams(self.window_ms, self.allowed_lateness_ms, self.dedup_horizon_ms)
+        return WindowParams(
+            self.window_ms, self.allowed_lateness_ms, self.dedup_horizon_ms, self.window_slide_ms
+        )
 
     @property
     def checkpoint_location(self) -> str:
@@ -102,6 +106,7 @@ class StreamParams:
             dedup_horizon_ms=settings.dedup_horizon,
             checkpoint=settings.checkpoint_location,
             lateness_by_partition=settings.lateness_by_partition_ms,
+            window_slide_ms=settings.window_slide,
         )
 
 
@@ -503,7 +508,9 @@ class BatchProcessor:
             partitions=event_partitions(batch.input_lines, self._state_partitions),
         ).persist()
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
-        classified = Classified(events, self._batch_stats(events, skew_limit_ms), skew_limit_ms)
+        late_windows = late_window_count(prior.watermark.watermark_ms, p.window)
+        stats = self._batch_stats(events, skew_limit_ms, late_windows)
+        classified = Classified(events, stats, skew_limit_ms)
         log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
         return classified
 
@@ -558,7 +565,7 @@ class BatchProcessor:
         if batch.input_lines - classified.valid:
             quarantine = batch.parsed.quarantine.withColumns(columns)
             tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
-        if classified.count(LATE):
+        if classified.count("late_windows"):
             late = out.late_events.withColumns(columns)
             tasks.append(lambda: self._append(late, T.LATE_EVENTS, batch_id))
         if emitted:
@@ -634,8 +641,9 @@ class BatchProcessor:
         self._kept = kept
 
     @staticmethod
-    def _batch_stats(classified: DataFrame, skew_limit_ms: int) -> list[Any]:
-        """One small row per source partition: newest event time and counts by status."""
+    def _batch_stats(classified: DataFrame, skew_limit_ms: int, late_windows: Column) -> list[Any]:
+        """One small row per source partition: newest event time, counts by status and the
+        number of late (event, window) rows (`late_windows`: the side output's size)."""
         status = F.col("arrival_status")
         return (
             classified.groupBy("partition")
@@ -647,6 +655,7 @@ class BatchProcessor:
                     for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
                 ],
                 F.count_if(F.unix_millis("event_time") > skew_limit_ms).alias("skewed"),
+                F.sum(late_windows).alias("late_windows"),
             )
             .collect()
         )

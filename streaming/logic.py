@@ -3,10 +3,11 @@
 A micro-batch goes through two pure steps with one driver-side step between them:
 
 1. `classify_events`: each valid event is `on_time`, `allowed_late`, `late` or `duplicate`,
-   judged against the watermark after the previous batch.
+   judged for its last window against the watermark after the previous batch.
 2. (driver) the watermark advances from per-partition high-water marks (streaming.watermark).
-3. `close_windows`: on-time and allowed-late events fold into the open-window state; windows
-   whose end the watermark reached are emitted; late events become the named side output;
+3. `close_windows`: each non-duplicate event's windows (one, or S/H hopping windows) are
+   judged the same way; on-time and allowed-late ones fold into the open-window state; windows
+   whose end the watermark reached are emitted; late ones become the named side output;
    the ids of non-duplicate events are remembered until their window is past changing by the
    dedup horizon (they are what step 1 checks duplicates against).
 """
@@ -21,7 +22,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
-from tally.windows import WINDOW_KEY, aggregate_windows, with_window
+from tally.windows import (
+    WINDOW_KEY,
+    aggregate_windows,
+    explode_windows,
+    slide_of,
+    windows_per_event,
+    with_last_window,
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,12 @@ class WindowParams:
     # How long past the point its window stops changing an event id is still remembered
     # for duplicate detection (see docs/semantics.md, "Dedup horizon").
     dedup_horizon_ms: int = 0
+    # Hopping windows slide by this (0: tumbling, the slide is the size): tally.windows.
+    slide_ms: int = 0
+
+    @property
+    def windows_per_event(self) -> int:
+        return windows_per_event(self.window_ms, self.slide_ms)
 
 
 def ts(ms: int) -> Column:
@@ -59,6 +73,8 @@ def classify_events(
 ) -> DataFrame:
     """Add window bounds and `arrival_status` (before the exact log check for late events).
 
+    The window is the event's last (latest-ending) one, so an event is `on_time` or
+    `allowed_late` while any of its windows still is (see `window_memberships`).
     Duplicates: a later copy of an event_id in this batch (arrival order: file time, file,
     line), or an id in `seen_ids` (the remembered ids, one row per id: see `close_windows`).
     `partitions` (see `event_partitions`): the one shuffle by event_id gets that many.
@@ -69,20 +85,64 @@ def classify_events(
         1
     )
     seen = seen_ids.select("event_id", F.lit(True).alias("_seen"))
-    windowed = events.transform(lambda df: with_window(df, params.window_ms))
+    windowed = events.transform(lambda df: with_last_window(df, params.window_ms, params.slide_ms))
     status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
-    if watermark_before_ms is not None:
-        closed = F.col("window_end") <= ts(watermark_before_ms)
-        revisable = F.unix_millis(F.col("window_end")) + F.lit(params.allowed_lateness_ms) > F.lit(
-            watermark_before_ms
-        )
-        status = status.when(closed & revisable, F.lit(ALLOWED_LATE)).when(closed, F.lit(LATE))
     return (
         windowed.withColumn("_first", first_copy)
         .join(seen, "event_id", "left")
-        .withColumn("arrival_status", status.otherwise(F.lit(ON_TIME)))
+        .withColumn(
+            "arrival_status", window_status(status, watermark_before_ms, params.allowed_lateness_ms)
+        )
         .drop("_first", "_seen")
     )
+
+
+def window_status(status: Column, watermark_before_ms: int | None, allowed_ms: int) -> Column:
+    """`status` (a CASE WHEN so far) completed with the rule for the row's window:
+    `allowed_late` when it ended at or before the watermark but within allowed lateness, `late`
+    beyond it, `on_time` otherwise."""
+    if watermark_before_ms is not None:
+        closed = F.col("window_end") <= ts(watermark_before_ms)
+        revisable = F.unix_millis(F.col("window_end")) + F.lit(allowed_ms) > F.lit(
+            watermark_before_ms
+        )
+        status = status.when(closed & revisable, F.lit(ALLOWED_LATE)).when(closed, F.lit(LATE))
+    return status.otherwise(F.lit(ON_TIME))
+
+
+WINDOW_STATUS = "window_status"
+
+
+def window_memberships(
+    classified: DataFrame, watermark_before_ms: int | None, params: WindowParams
+) -> DataFrame:
+    """One row per (non-duplicate event, window holding it) with `window_status`: the status
+    rule applied to that window. Tumbling windows: the event's own status. Hopping windows:
+    an event on time for its last window can be late for its earlier ones."""
+    kept = classified.where(F.col("arrival_status") != DUPLICATE)
+    if params.windows_per_event == 1:
+        return kept.withColumn(WINDOW_STATUS, F.col("arrival_status"))
+    exploded = explode_windows(kept, params.window_ms, params.slide_ms)
+    none = F.when(F.lit(False), F.lit(None))
+    return exploded.withColumn(
+        WINDOW_STATUS, window_status(none, watermark_before_ms, params.allowed_lateness_ms)
+    )
+
+
+def late_window_count(watermark_before_ms: int | None, params: WindowParams) -> Column:
+    """How many of a classified event's windows are late (`window_memberships` rows with
+    status late), from its last window alone, without exploding: its k-th earlier window ends
+    at `end - k*H` and is late iff that end + G <= WM. Duplicates count 0."""
+    if watermark_before_ms is None:
+        return F.lit(0)
+    n = params.windows_per_event
+    slide = slide_of(params.window_ms, params.slide_ms)
+    threshold = watermark_before_ms - params.allowed_lateness_ms
+    # late iff k >= ceil((end - threshold) / H) (a double quotient of integers below 2^53,
+    # correctly rounded: its ceiling is exact at these magnitudes)
+    first_late = F.ceil((F.unix_millis("window_end") - F.lit(threshold)) / F.lit(slide))
+    count = F.lit(n) - F.greatest(F.lit(0), F.least(F.lit(n), first_late))
+    return F.when(F.col("arrival_status") == DUPLICATE, F.lit(0)).otherwise(count)
 
 
 class WindowOut(NamedTuple):
@@ -151,7 +211,8 @@ def close_windows(
     the folded windows, from which both the emitted rows and the next state are taken (the
     entry point passes a checkpoint, so the fold runs once).
     """
-    counted = classified.where(F.col("arrival_status").isin(*COUNTED))
+    memberships = window_memberships(classified, watermark_before_ms, params)
+    counted = memberships.where(F.col(WINDOW_STATUS).isin(*COUNTED))
     emit = _closable(watermark_after_ms, drain) & (
         F.col("_changed") | (F.col("emitted_revision") == 0)
     )
@@ -193,17 +254,18 @@ def close_windows(
     )
     return WindowOut(
         aggregates,
-        _late_output(classified, watermark_before_ms, now_ms, params),
+        _late_output(memberships, watermark_before_ms, now_ms, params),
         new_state,
         new_dedup,
     )
 
 
 def _late_output(
-    classified: DataFrame, watermark_before_ms: int | None, now_ms: int, params: WindowParams
+    memberships: DataFrame, watermark_before_ms: int | None, now_ms: int, params: WindowParams
 ) -> DataFrame:
-    """The late side output: late events with the watermark they met and how late they were."""
-    late = classified.where(F.col("arrival_status") == LATE)
+    """The late side output: one row per late (event, window), with the watermark the event
+    met and how late it was for that window."""
+    late = memberships.where(F.col(WINDOW_STATUS) == LATE).drop(WINDOW_STATUS)
     reason = "window_closed" if params.allowed_lateness_ms == 0 else "beyond_allowed_lateness"
     wm_before = watermark_before_ms if watermark_before_ms is not None else 0
     return late.select(

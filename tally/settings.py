@@ -147,6 +147,9 @@ class Settings:
     """Everything an entry point may need. Durations are integer milliseconds."""
 
     window: int = _duration_field("60s")
+    # Hopping windows: size `window` sliding by `window_slide` (0 = the size: tumbling
+    # windows); the size must be a multiple of the slide (docs/semantics.md, "Windows").
+    window_slide: int = _duration_field("0s")
     lateness: int = _duration_field("30s")
     # A lateness bound per source partition or partition range (a source group), overriding
     # `lateness` there: `0=100ms,1-3=30s`, or a TOML table (docs/semantics.md, "Watermark").
@@ -228,6 +231,13 @@ class Settings:
     def __post_init__(self) -> None:
         if self.window <= 0:
             raise SettingsError(f"window: must be positive, got {format_duration(self.window)}")
+        if self.window_slide and (
+            self.window_slide > self.window or self.window % self.window_slide
+        ):
+            raise SettingsError(
+                f"window_slide: the window {format_duration(self.window)} must be a multiple "
+                f"of the slide, got {format_duration(self.window_slide)}"
+            )
         if self.watermark_policy not in WATERMARK_POLICIES:
             raise SettingsError(
                 f"watermark_policy: expected one of {', '.join(WATERMARK_POLICIES)}, "
@@ -341,6 +351,15 @@ class Settings:
     @property
     def checkpoint_location(self) -> str:
         return self.checkpoint or default_checkpoint(self.warehouse)
+
+    @property
+    def window_slide_ms(self) -> int:
+        """The slide H in milliseconds (the window size for tumbling windows)."""
+        return self.window_slide or self.window
+
+    @property
+    def window_kind(self) -> str:
+        return "tumbling" if self.window_slide_ms == self.window else "hopping"
 
     @property
     def lateness_by_partition_ms(self) -> dict[int, int]:

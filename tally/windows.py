@@ -1,9 +1,11 @@
 """The one definition of windows and window aggregates, shared by the speed and batch layers.
 
-Tumbling event-time windows `[k*W, (k+1)*W)` aligned to the Unix epoch, in milliseconds.
-The pure functions state the arithmetic; the Column functions are the same arithmetic in
-the JVM. Both layers aggregate with `aggregate_windows`, so a gap between them can only
-come from lateness, never from two implementations drifting apart.
+Event-time windows of size S sliding by H (S a multiple of H), aligned to the Unix epoch, in
+milliseconds: the windows `[k*H, k*H + S)`. H = S (the default) gives tumbling windows, one
+per event; H < S gives hopping windows, S/H per event. The pure functions state the
+arithmetic; the Column functions are the same arithmetic in the JVM. Both layers aggregate
+with `aggregate_windows`, so a gap between them can only come from lateness, never from two
+implementations drifting apart.
 """
 
 from __future__ import annotations
@@ -24,6 +26,47 @@ def window_range_ms(event_time_ms: int, window_ms: int) -> tuple[int, int]:
     return start, start + window_ms
 
 
+def slide_of(window_ms: int, slide_ms: int | None) -> int:
+    """The slide H: `slide_ms`, or the size (tumbling) when it is None or 0."""
+    return slide_ms or window_ms
+
+
+def windowing_error(window_ms: int, slide_ms: int | None) -> str | None:
+    """Why (S, H) is not a windowing, in one line; None when it is."""
+    slide = slide_of(window_ms, slide_ms)
+    if window_ms <= 0 or slide <= 0:
+        return f"window {window_ms} ms and slide {slide} ms must be positive"
+    if slide > window_ms or window_ms % slide:
+        return f"window {window_ms} ms must be a multiple of the slide {slide} ms"
+    return None
+
+
+def windows_per_event(window_ms: int, slide_ms: int | None) -> int:
+    """S/H: how many windows hold each event (1 for tumbling windows)."""
+    return window_ms // slide_of(window_ms, slide_ms)
+
+
+def window_kind(window_ms: int, slide_ms: int | None) -> str:
+    return "tumbling" if slide_of(window_ms, slide_ms) == window_ms else "hopping"
+
+
+def last_window_ms(event_time_ms: int, window_ms: int, slide_ms: int | None) -> tuple[int, int]:
+    """The latest-starting window holding the time: it ends last, so it closes last."""
+    start = window_start_ms(event_time_ms, slide_of(window_ms, slide_ms))
+    return start, start + window_ms
+
+
+def windows_of_ms(
+    event_time_ms: int, window_ms: int, slide_ms: int | None
+) -> list[tuple[int, int]]:
+    """Every window holding the time, by start, ascending (S/H of them)."""
+    last_start, _ = last_window_ms(event_time_ms, window_ms, slide_ms)
+    slide = slide_of(window_ms, slide_ms)
+    count = windows_per_event(window_ms, slide_ms)
+    starts = [last_start - k * slide for k in reversed(range(count))]
+    return [(start, start + window_ms) for start in starts]
+
+
 def window_start_col(event_time: Column, window_ms: int) -> Column:
     ms = F.unix_millis(event_time)
     # pmod keeps pre-epoch times in the window below them, like Python's floor modulo.
@@ -36,6 +79,48 @@ def with_window(df: DataFrame, window_ms: int, time_col: str = "event_time") -> 
     return df.withColumn("window_start", start).withColumn(
         "window_end", F.timestamp_millis(F.unix_millis(start) + F.lit(window_ms))
     )
+
+
+def with_last_window(
+    df: DataFrame, window_ms: int, slide_ms: int | None, time_col: str = "event_time"
+) -> DataFrame:
+    """Add `window_start`/`window_end` of the latest-starting window holding `time_col` (the
+    only one for tumbling windows)."""
+    start = window_start_col(F.col(time_col), slide_of(window_ms, slide_ms))
+    return df.withColumn("window_start", start).withColumn(
+        "window_end", F.timestamp_millis(F.unix_millis(start) + F.lit(window_ms))
+    )
+
+
+def explode_windows(df: DataFrame, window_ms: int, slide_ms: int | None) -> DataFrame:
+    """One row per window of each row, from the row's last window (`with_last_window`): the
+    k-th earlier window starts k slides before it. Tumbling windows: `df` unchanged."""
+    count = windows_per_event(window_ms, slide_ms)
+    if count == 1:
+        return df
+    slide = slide_of(window_ms, slide_ms)
+    # a generator cannot be nested in an expression: explode the offsets, then use them
+    back = F.sequence(
+        F.lit(0).cast("long"), F.lit((count - 1) * slide).cast("long"), F.lit(slide).cast("long")
+    )
+    return (
+        df.withColumn("_back_ms", F.explode(back))
+        .withColumn(
+            "window_start",
+            F.timestamp_millis(F.unix_millis("window_start") - F.col("_back_ms")),
+        )
+        .withColumn(
+            "window_end", F.timestamp_millis(F.unix_millis("window_end") - F.col("_back_ms"))
+        )
+        .drop("_back_ms")
+    )
+
+
+def with_windows(
+    df: DataFrame, window_ms: int, slide_ms: int | None, time_col: str = "event_time"
+) -> DataFrame:
+    """One row per (row, window holding `time_col`), with `window_start`/`window_end`."""
+    return explode_windows(with_last_window(df, window_ms, slide_ms, time_col), window_ms, slide_ms)
 
 
 def aggregate_windows(df: DataFrame) -> DataFrame:

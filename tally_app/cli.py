@@ -18,6 +18,7 @@ from tally.settings import Settings, SettingsError, given_values, parse_duration
 # The help of every setting that is also a flag: one place, every command uses it.
 SETTING_HELP = {
     "window": "window size, e.g. 60s",
+    "window_slide": "hopping windows: slide by this (the size must be a multiple); 0 = tumbling",
     "lateness": "lateness bound L (watermark = high-water mark - L), e.g. 30s",
     "lateness_by_partition": "lateness per source partition or range, e.g. 0=100ms,1-3=30s",
     "allowed_lateness": "allowed lateness G: revise closed windows for this long",
@@ -47,6 +48,7 @@ FLAG_ALIASES = {"source_kind": ("--source",)}
 
 STREAM_SETTINGS = (
     "window",
+    "window_slide",
     "lateness",
     "lateness_by_partition",
     "allowed_lateness",
@@ -72,7 +74,7 @@ STREAM_SETTINGS = (
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
-RECONCILE_SETTINGS = ("window", "warehouse", "report_timezone", "spark_master")
+RECONCILE_SETTINGS = ("window", "window_slide", "warehouse", "report_timezone", "spark_master")
 CURVE_SETTINGS = (
     "window",
     "warehouse",

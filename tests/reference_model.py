@@ -88,8 +88,30 @@ class Params:
     max_clock_skew_ms: int = 300_000
     policy: str = "partition-min"
     dedup_horizon_ms: int | None = None  # None: ids are never forgotten (until the drain)
+    # Hopping windows: size window_ms sliding by this (None: tumbling, the slide is the size)
+    window_slide_ms: int | None = None
     # L_p for the partitions whose bound is not `lateness_ms` (per-source lateness)
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def slide(self) -> int:
+        return self.window_slide_ms or self.window_ms
+
+    def windows_of(self, event_time_ms: int) -> list[tuple[int, int]]:
+        """Every window holding the time, ascending: [k*H, k*H + S) for each k with
+        k*H <= t < k*H + S (spelled out, not the production arithmetic)."""
+        size, slide = self.window_ms, self.slide
+        last = event_time_ms - event_time_ms % slide  # floor modulo: pre-1970 times too
+        starts = [s for s in range(last - size + slide, last + 1, slide) if s <= event_time_ms]
+        return [(s, s + size) for s in starts if event_time_ms < s + size]
+
+    def status_for(self, end: int, wm_before: int | None) -> str:
+        """The status rule for one window end."""
+        if wm_before is None or end > wm_before:
+            return ON_TIME
+        if end + self.allowed_lateness_ms > wm_before:
+            return ALLOWED_LATE
+        return LATE
 
     def lateness_of(self, partition: int) -> int:
         return self.lateness_by_partition.get(partition, self.lateness_ms)
@@ -97,6 +119,8 @@ class Params:
     def __post_init__(self) -> None:
         if self.window_ms <= 0:
             raise ValueError("window_ms must be positive")
+        if self.slide <= 0 or self.window_ms % self.slide:
+            raise ValueError("window_ms must be a positive multiple of window_slide_ms")
         if self.dedup_horizon_ms is not None and self.dedup_horizon_ms < 0:
             raise ValueError("dedup_horizon_ms must be >= 0")
         if self.policy not in POLICIES:
@@ -351,14 +375,10 @@ class ReferenceModel:
             if parsed.event_id in self.seen_ids:
                 status = DUPLICATE
             else:
-                _, end = window_of(parsed.event_time_ms, p.window_ms)
+                # An event's status is its best window's: the last one, which ends last.
+                _, end = p.windows_of(parsed.event_time_ms)[-1]
                 self.seen_ids[parsed.event_id] = end
-                if wm_before is None or end > wm_before:
-                    status = ON_TIME
-                elif end + p.allowed_lateness_ms > wm_before:
-                    status = ALLOWED_LATE
-                else:
-                    status = LATE
+                status = p.status_for(end, wm_before)
             valid.append((parsed, line, status))
             self.events.append(
                 EventRow(
@@ -408,16 +428,19 @@ class ReferenceModel:
 
         # Windows: fold, emit, evict.
         changed: set[tuple[int, int, str]] = set()
-        for parsed, line, status in valid:
-            start, end = window_of(parsed.event_time_ms, p.window_ms)
-            if status in COUNTED:
-                ident = (start, end, parsed.key)
-                win = self.windows.setdefault(ident, _Window())
-                win.count += 1
-                win.total += parsed.amount
-                changed.add(ident)
-            elif status == LATE:
-                assert wm_before is not None
+        for parsed, line, event_status in valid:
+            if event_status == DUPLICATE:
+                continue
+            for start, end in p.windows_of(parsed.event_time_ms):
+                status = p.status_for(end, wm_before)  # each window judged on its own
+                if status in COUNTED:
+                    ident = (start, end, parsed.key)
+                    win = self.windows.setdefault(ident, _Window())
+                    win.count += 1
+                    win.total += parsed.amount
+                    changed.add(ident)
+                    continue
+                assert wm_before is not None and status == LATE
                 self.late_events.append(
                     LateRow(
                         parsed.event_id,

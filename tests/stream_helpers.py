@@ -76,6 +76,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
             params.dedup_horizon_ms if params.dedup_horizon_ms is not None else 10**12
         ),
         lateness_by_partition=dict(params.lateness_by_partition),
+        window_slide_ms=params.window_slide_ms or 0,
     )
 
 
@@ -420,6 +421,8 @@ def streams(
     replays_change_time: bool = False,
     monotone_now: bool = True,
     policies: Sequence[str] = M.POLICIES,
+    slides: Sequence[int | None] = (None, None, 5_000),
+    min_lateness_overrides: int = 0,
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -442,10 +445,15 @@ def streams(
             max_clock_skew_ms=draw(st.sampled_from([5_000, 60_000])),
             policy=draw(st.sampled_from(list(policies))),
             dedup_horizon_ms=draw(st.sampled_from([None, 0, 20_000])),
+            # hopping windows (5 s slide: S/H = 2, 6 or 12) or tumbling
+            window_slide_ms=draw(st.sampled_from(list(slides))),
             # per-source lateness: some partitions with their own bound (0..2 overrides)
             lateness_by_partition=draw(
                 st.dictionaries(
-                    st.integers(0, 2), st.sampled_from([0, 100, 5_000, 30_000]), max_size=2
+                    st.integers(0, 2),
+                    st.sampled_from([0, 100, 5_000, 30_000]),
+                    min_size=min_lateness_overrides,
+                    max_size=2,
                 )
             ),
         )

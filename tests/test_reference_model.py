@@ -282,11 +282,11 @@ def window_totals(rows: Iterable[tuple[tuple[int, int, str], int]]) -> dict[Any,
 def check_identity(model: M.ReferenceModel, closed_before: int | None) -> None:
     """events (not duplicates) = latest revision + late, for windows ending <= closed_before
     (every window when None: after a drain)."""
-    w = model.params.window_ms
     logged = window_totals(
-        ((*M.window_of(e.event_time_ms, w), e.key), e.amount)
+        ((*window, e.key), e.amount)
         for e in model.events
         if e.arrival_status != M.DUPLICATE
+        for window in model.params.windows_of(e.event_time_ms)
     )
     late = window_totals(
         ((e.window_start_ms, e.window_end_ms, e.key), e.amount) for e in model.late_events
@@ -339,11 +339,21 @@ def remembering_every_id(stream: H.Stream) -> H.Stream:
 def test_no_event_is_both_late_and_counted(stream: H.Stream) -> None:
     stream = remembering_every_id(stream)
     model = stream.run_model()
-    counted = {e.event_id for e in model.events if e.arrival_status in M.COUNTED}
-    late = [e.event_id for e in model.late_events]
+    # Each (event, window) is late at most once; an event is `late` iff every one of its
+    # windows is, and its late windows are its oldest ones (they close first).
+    late = [(e.event_id, e.window_start_ms) for e in model.late_events]
     assert len(late) == len(set(late))
-    assert not counted & set(late)
-    assert set(late) == {e.event_id for e in model.events if e.arrival_status == M.LATE}
+    late_starts: dict[str, set[int]] = defaultdict(set)
+    for event_id, start in late:
+        late_starts[event_id].add(start)
+    for e in model.events:
+        if e.arrival_status == M.DUPLICATE:
+            continue
+        starts = [start for start, _ in stream.params.windows_of(e.event_time_ms)]
+        got = late_starts.pop(e.event_id, set())
+        assert got == set(starts[: len(got)]), e  # a prefix: the oldest windows
+        assert (got == set(starts)) == (e.arrival_status == M.LATE), e
+    assert not late_starts  # no late row without its event
     g = stream.params.allowed_lateness_ms
     for row in model.late_events:
         assert row.lateness_ms == row.watermark_at_arrival_ms - row.window_end_ms >= g
@@ -387,8 +397,9 @@ def test_duplicates_are_never_counted(stream: H.Stream) -> None:
     originals = [e for e in model.events if e.arrival_status != M.DUPLICATE]
     assert sorted(originals) == sorted(first.values())
     answer = model.answer().values()
-    assert sum(a.event_count for a in answer) + len(model.late_events) == len(first)
-    assert sum(a.amount_sum for a in answer) + sum(e.amount for e in model.late_events) == sum(
+    n = len(stream.params.windows_of(0))  # every event is in S/H windows
+    assert sum(a.event_count for a in answer) + len(model.late_events) == n * len(first)
+    assert sum(a.amount_sum for a in answer) + sum(e.amount for e in model.late_events) == n * sum(
         e.amount for e in first.values()
     )
 
@@ -476,9 +487,10 @@ def test_first_arrivals_balance_whatever_the_horizon(stream: H.Stream, horizon: 
     for e in sorted(model.events, key=lambda e: (e.batch_id, *_line_order(stream, e))):
         first.setdefault(e.event_id, e)
     first_lines = {(e.batch_id, e.source_file, e.source_line) for e in first.values()}
-    w = params.window_ms
     truth = window_totals(
-        ((*M.window_of(e.event_time_ms, w), e.key), e.amount) for e in first.values()
+        ((*window, e.key), e.amount)
+        for e in first.values()
+        for window in params.windows_of(e.event_time_ms)
     )
     explaining = [
         e for e in model.late_events if (e.batch_id, e.source_file, e.source_line) in first_lines

@@ -73,3 +73,26 @@ def test_spark_job_matches_the_model(spark, tmp_path_factory, policy: str, data)
     )
     diffs = run_both(spark, tmp_path_factory.mktemp("stream"), stream)
     assert not diffs, "\n".join([stream.describe(), *diffs])
+
+
+@SPARK_SETTINGS
+@given(data=st.data())
+def test_hopping_windows_and_per_source_lateness_match_the_model(
+    spark, tmp_path_factory, data
+) -> None:
+    # Forced on (the test above draws them too, but its few examples start from the simplest
+    # stream): S/H = 2, 6 or 12 windows per event and at least one partition's own bound.
+    stream = data.draw(
+        H.streams(
+            min_batches=2,
+            max_batches=3,
+            min_lines=3,
+            max_lines=8,
+            slides=[5_000],
+            min_lateness_overrides=1,
+        ),
+        label="stream",
+    )
+    assert stream.params.window_slide_ms == 5_000 and stream.params.lateness_by_partition
+    diffs = run_both(spark, tmp_path_factory.mktemp("hopping"), stream)
+    assert not diffs, "\n".join([stream.describe(), *diffs])

@@ -8,7 +8,17 @@ from typing import NamedTuple
 
 import pytest
 
-from tally.windows import window_range_ms, window_start_col, window_start_ms, with_window
+from tally.windows import (
+    last_window_ms,
+    window_range_ms,
+    window_start_col,
+    window_start_ms,
+    windowing_error,
+    windows_of_ms,
+    windows_per_event,
+    with_window,
+    with_windows,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
@@ -120,3 +130,90 @@ def test_column_version_agrees_with_the_table(spark) -> None:
         CASES[i].why: (got.get(i), want) for i, want in expected.items() if got.get(i) != want
     }
     assert not mismatches
+
+
+# -- hopping windows: size S sliding by H, S/H windows per event ----------------------------
+class HopCase(NamedTuple):
+    why: str
+    window_ms: int
+    slide_ms: int | None
+    t_ms: int
+    starts_ms: list[int]  # every window holding t, ascending, by hand
+
+
+HOP_CASES = [
+    HopCase("slide None is tumbling: one window", MINUTE, None, 90_000, [MINUTE]),
+    HopCase("slide = size is tumbling too", MINUTE, MINUTE, 90_000, [MINUTE]),
+    HopCase(
+        "5 min every 1 min: 09:42:17 is in the five windows starting 09:38 .. 09:42",
+        5 * MINUTE,
+        MINUTE,
+        ms(2026, 11, 21, 9, 42, 17),
+        [ms(2026, 11, 21, 9, m) for m in (38, 39, 40, 41, 42)],
+    ),
+    HopCase(
+        "an exact slide boundary opens a window and leaves the oldest one",
+        5 * MINUTE,
+        MINUTE,
+        ms(2026, 11, 21, 9, 43),
+        [ms(2026, 11, 21, 9, m) for m in (39, 40, 41, 42, 43)],
+    ),
+    HopCase("S/H = 2 at the epoch", 10_000, 5_000, 0, [-5_000, 0]),
+    HopCase("S/H = 2 one ms before 1970 (floor)", 10_000, 5_000, -1, [-10_000, -5_000]),
+    HopCase(
+        "S/H = 3 with a slide not dividing a minute", 21_000, 7_000, 20_000, [0, 7_000, 14_000]
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HOP_CASES, ids=[c.why for c in HOP_CASES])
+def test_windows_of_an_event(case: HopCase) -> None:
+    windows = windows_of_ms(case.t_ms, case.window_ms, case.slide_ms)
+    assert windows == [(s, s + case.window_ms) for s in case.starts_ms]
+    assert all(start <= case.t_ms < end for start, end in windows)
+    assert last_window_ms(case.t_ms, case.window_ms, case.slide_ms) == windows[-1]
+    assert windows_per_event(case.window_ms, case.slide_ms) == len(case.starts_ms)
+
+
+def test_with_windows_in_the_jvm_agrees_with_the_table(spark) -> None:
+    """with_windows (explode) in the JVM, all hopping cases in one Spark job."""
+    from pyspark.sql import functions as F
+
+    frames = [
+        with_windows(
+            spark.range(1).select(
+                F.lit(i).alias("case"), F.timestamp_millis(F.lit(c.t_ms)).alias("event_time")
+            ),
+            c.window_ms,
+            c.slide_ms,
+        )
+        for i, c in enumerate(HOP_CASES)
+    ]
+    rows = (
+        reduce(lambda a, b: a.unionByName(b), frames)
+        .select(
+            "case", F.unix_millis("window_start").alias("s"), F.unix_millis("window_end").alias("e")
+        )
+        .collect()
+    )
+    got: dict[int, list[tuple[int, int]]] = {}
+    for r in rows:
+        got.setdefault(r["case"], []).append((r["s"], r["e"]))
+    assert {i: sorted(v) for i, v in got.items()} == {
+        i: [(s, s + c.window_ms) for s in c.starts_ms] for i, c in enumerate(HOP_CASES)
+    }
+
+
+@pytest.mark.parametrize(
+    ("window_ms", "slide_ms", "error"),
+    [
+        (MINUTE, None, None),  # tumbling
+        (5 * MINUTE, MINUTE, None),  # S/H = 5
+        (5 * MINUTE, 2 * MINUTE, "must be a multiple of the slide"),  # 5 / 2 is no integer
+        (MINUTE, 2 * MINUTE, "must be a multiple of the slide"),  # a slide longer than S
+        (0, None, "must be positive"),
+    ],
+)
+def test_windowing_error(window_ms: int, slide_ms: int | None, error: str | None) -> None:
+    got = windowing_error(window_ms, slide_ms)
+    assert (got is None) if error is None else (got is not None and error in got)
