@@ -68,7 +68,14 @@ from tally.vocabulary import (
     MISSING_IN_STREAM,
     UNEXPLAINED,
 )
-from tally.windows import WINDOW_KEY, aggregate_windows, with_window
+from tally.windows import (
+    WINDOW_KEY,
+    aggregate_windows,
+    slide_of,
+    window_kind,
+    windowing_error,
+    with_windows,
+)
 
 log = logging.getLogger("tally.reconcile")
 
@@ -90,9 +97,11 @@ def day_events(
     window_ms: int,
     report_timezone: str = "UTC",
     order: Sequence[str] = ARRIVAL_ORDER,
+    slide_ms: int | None = None,
 ) -> DataFrame:
     """Deduplicated events (first arrival wins) whose window belongs to the business date,
-    with `window_start`/`window_end`.
+    with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
+    per event when they hop (`slide_ms`; None: tumbling).
 
     Equivalent to deduplicating the whole log and then filtering, but only the ids that have
     a copy in the date's partitions go through the window function: an id's first copy can
@@ -103,23 +112,27 @@ def day_events(
     needed = ["event_id", "key", "amount", "event_time", *order]
     candidates = (
         events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
-        .transform(lambda df: with_window(df, window_ms))
+        .transform(lambda df: with_windows(df, window_ms, slide_ms))
         .where(window_in_day(bounds))
         .select("event_id")
     )
     copies = events.select(*needed).join(candidates, "event_id", "left_semi")
     return (
         first_arrivals(copies, order)
-        .transform(lambda df: with_window(df, window_ms))
+        .transform(lambda df: with_windows(df, window_ms, slide_ms))
         .where(window_in_day(bounds))
     )
 
 
 def batch_aggregates(
-    events: DataFrame, business_date: date, window_ms: int, report_timezone: str = "UTC"
+    events: DataFrame,
+    business_date: date,
+    window_ms: int,
+    report_timezone: str = "UTC",
+    slide_ms: int | None = None,
 ) -> DataFrame:
     """Rows of `batch_aggregates` for the date, from the (pinned) event log."""
-    deduped = day_events(events, business_date, window_ms, report_timezone)
+    deduped = day_events(events, business_date, window_ms, report_timezone, slide_ms=slide_ms)
     return aggregate_windows(deduped).select(
         F.lit(business_date).alias("business_date"), *WINDOW_KEY, "event_count", "amount_sum"
     )
@@ -318,6 +331,14 @@ class ReconcileResult:
     # Late side-output rows of the date's windows that are not the first arrival of their
     # event_id (repeats beyond the stream's dedup horizon): left out of the late totals.
     late_repeats: int = 0
+    window_slide_ms: int | None = None  # hopping windows slide by this (None: tumbling)
+
+    @property
+    def windowing(self) -> str:
+        """`tumbling 60000 ms` or `hopping 300000 ms every 60000 ms`."""
+        if window_kind(self.window_ms, self.window_slide_ms) == "tumbling":
+            return f"tumbling {self.window_ms} ms"
+        return f"hopping {self.window_ms} ms every {self.window_slide_ms} ms"
 
     @property
     def unexplained_windows(self) -> int:
@@ -340,7 +361,7 @@ class ReconcileResult:
         rate = s["late_event_rate"]
         lines = [
             f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
-            f"{self.window_ms} ms windows; events v{self.events_version}, stream_aggregates "
+            f"{self.windowing} windows; events v{self.events_version}, stream_aggregates "
             f"v{self.stream_aggregates_version}, late_events v{self.late_events_version}): "
             f"{s['windows']:,} windows;",
             f"batch {s['batch_count']:,} events / {s['batch_amount']:,},",
@@ -433,18 +454,35 @@ def stream_window_ms(
     return None if newest is None else int(newest["ms"])
 
 
-def _check_window_size(stream: DataFrame, window_ms: int, business_date: date) -> None:
+def _check_window_size(
+    stream: DataFrame, window_ms: int, business_date: date, slide_ms: int | None = None
+) -> None:
+    """The stream's windows of the date have the size, and start on the slide's grid (a
+    hopping stream reconciled as tumbling windows would fail here)."""
     width = _window_width()
-    other = stream.where(width != F.lit(window_ms)).select(width.alias("ms")).first()
-    if other is not None:
+    slide = slide_of(window_ms, slide_ms)
+    off_grid = F.pmod(F.unix_millis("window_start"), F.lit(slide)) != F.lit(0)
+    other = (
+        stream.where((width != F.lit(window_ms)) | off_grid)
+        .select(width.alias("ms"), F.unix_millis("window_start").alias("start"))
+        .first()
+    )
+    if other is None:
+        return
+    if other["ms"] != window_ms:
         raise ReconcileError(
             f"window: stream_aggregates holds {other['ms']} ms windows on "
             f"{business_date.isoformat()}, but the window is {window_ms} ms"
         )
+    raise ReconcileError(
+        f"window_slide: stream_aggregates holds a window starting at {other['start']} ms on "
+        f"{business_date.isoformat()}, off the {slide} ms slide (did the stream hop?)"
+    )
 
 
 def _checked_bounds(
     window_ms: int,
+    slide_ms: int | None,
     now: datetime,
     stream_versions: Mapping[str, Any],
     business_date: date,
@@ -453,6 +491,9 @@ def _checked_bounds(
     """The date's bounds, after the arguments are checked (one-line ReconcileError)."""
     if window_ms <= 0:
         raise ReconcileError(f"window: must be positive, got {window_ms} ms")
+    problem = windowing_error(window_ms, slide_ms)
+    if problem is not None:
+        raise ReconcileError(f"window_slide: {problem}")
     if now.tzinfo is None:
         raise ReconcileError("now: needs a time zone")
     unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
@@ -471,6 +512,7 @@ def _provenance(
     summary_df: DataFrame,
     versions: tuple[int, int, int],
     window_ms: int,
+    slide_ms: int | None,
     report_timezone: str,
     now: datetime,
     settings: Mapping[str, Any] | None,
@@ -478,7 +520,13 @@ def _provenance(
     """The `reconciliation_runs` row: what was read (versions), with which settings."""
     ev, sv, lv = versions
     settings_json = json.dumps(
-        {**dict(settings or {}), "window_ms": window_ms, "report_timezone": report_timezone},
+        {
+            **dict(settings or {}),
+            "window_ms": window_ms,
+            "window_slide_ms": slide_of(window_ms, slide_ms),
+            "window_kind": window_kind(window_ms, slide_ms),
+            "report_timezone": report_timezone,
+        },
         sort_keys=True,
         default=str,
     )
@@ -516,6 +564,7 @@ def reconcile(
     *,
     now: datetime,
     settings: Mapping[str, Any] | None = None,
+    window_slide_ms: int | None = None,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -524,9 +573,13 @@ def reconcile(
     `stream_aggregates` and `late_events`. `now` is the run time recorded in
     `reconciliation_runs` (the entry point passes the wall clock); `settings` (JSON-able)
     is recorded with it. Re-running with the recorded versions reproduces the same rows.
+    `window_slide_ms`: hopping windows of `window_ms` sliding by it (None: tumbling).
     """
+    slide_ms = window_slide_ms if window_slide_ms != window_ms else None
     stream_versions = dict(stream_versions or {})
-    bounds = _checked_bounds(window_ms, now, stream_versions, business_date, report_timezone)
+    bounds = _checked_bounds(
+        window_ms, slide_ms, now, stream_versions, business_date, report_timezone
+    )
     _require_tables(spark, warehouse)
     ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
     sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
@@ -536,13 +589,13 @@ def reconcile(
     stream_rows = T.read_table(spark, warehouse, "stream_aggregates", sv).where(
         window_in_day(bounds)
     )
-    _check_window_size(stream_rows, window_ms, business_date)
+    _check_window_size(stream_rows, window_ms, business_date, slide_ms)
     stream = latest_stream(stream_rows, bounds)
 
     # 1. Re-aggregation, written first and read back, so the diff does not redo the dedup.
     events = T.read_table(spark, warehouse, T.EVENTS.name, ev)
     _replace_date(
-        batch_aggregates(events, business_date, window_ms, report_timezone),
+        batch_aggregates(events, business_date, window_ms, report_timezone, slide_ms),
         warehouse,
         T.BATCH_AGGREGATES,
         business_date,
@@ -579,10 +632,18 @@ def reconcile(
     assert row is not None
 
     # 3. Provenance: what was read, with which settings.
-    run = _provenance(summary_df, (ev, sv, lv), window_ms, report_timezone, now, settings)
+    run = _provenance(summary_df, (ev, sv, lv), window_ms, slide_ms, report_timezone, now, settings)
     _replace_date(run, warehouse, T.RECONCILIATION_RUNS, business_date)
     return ReconcileResult(
-        business_date, ev, sv, lv, window_ms, report_timezone, row.asDict(), repeats
+        business_date,
+        ev,
+        sv,
+        lv,
+        window_ms,
+        report_timezone,
+        row.asDict(),
+        repeats,
+        slide_ms or None,
     )
 
 
@@ -601,6 +662,7 @@ def reproduce(
     run = recorded_run(spark, warehouse, business_date)
     if run is None:
         raise ReconcileError(f"date: {business_date.isoformat()} was never reconciled")
+    recorded = json.loads(run["settings"])
     return reconcile(
         spark,
         warehouse,
@@ -613,5 +675,6 @@ def reproduce(
             "late_events": int(run["late_events_version"]),
         },
         now=now,
-        settings=json.loads(run["settings"]),
+        settings=recorded,
+        window_slide_ms=recorded.get("window_slide_ms"),  # absent before hopping windows
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -487,6 +487,18 @@ def _fmt_ts(value: Any) -> str | None:
     return str(value)
 
 
+def describe_windowing(window_ms: Any, settings: Mapping[str, Any]) -> str | None:
+    """The window kind and its parameters, as the run recorded them: `tumbling 1m` or
+    `hopping 5m every 1m` (a run from before hopping windows recorded no slide: tumbling)."""
+    if not window_ms:
+        return None
+    size = int(window_ms)
+    slide = int(settings.get("window_slide_ms") or size)
+    if slide == size:
+        return f"tumbling {format_duration(size)}"
+    return f"hopping {format_duration(size)} every {format_duration(slide)}"
+
+
 def _provenance(
     now: datetime, rec: _Reconciliation, window_ms: Any, validation: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -503,6 +515,7 @@ def _provenance(
                 "stream_aggregates version (pinned)": rec.run.get("stream_aggregates_version"),
                 "late_events version (pinned)": rec.run.get("late_events_version"),
                 "window": format_duration(int(window_ms)) if window_ms else None,
+                "windows": describe_windowing(window_ms, rec.settings),
                 "report time zone": rec.zone,
             }
         )

@@ -22,11 +22,15 @@ from tally.vocabulary import ARRIVAL_ORDER, LATE_ARRIVAL_ORDER
 # The input line a row of `events` or `late_events` came from (and its event_id).
 LINE_IDENTITY = ("event_id", "app_id", "batch_id", "source_file", "source_line")
 FIRST_ARRIVAL = "first_arrival"
+WINDOW_BOUNDS = ("window_start", "window_end")
 
 
-def first_arrivals(events: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
-    """One row per `event_id`: its first arrival in `order` (a window function, in the JVM)."""
-    rank = F.row_number().over(Window.partitionBy("event_id").orderBy(*order))
+def first_arrivals(
+    events: DataFrame, order: Sequence[str] = ARRIVAL_ORDER, per: Sequence[str] = ("event_id",)
+) -> DataFrame:
+    """One row per `per` (an `event_id` by default): its first arrival in `order` (a window
+    function, in the JVM)."""
+    rank = F.row_number().over(Window.partitionBy(*per).orderBy(*order))
     return events.withColumn("_arrival_rank", rank).where("_arrival_rank = 1").drop("_arrival_rank")
 
 
@@ -54,6 +58,7 @@ def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
 def explaining_late(late: DataFrame) -> DataFrame:
     """The late side-output rows that explain a gap between batch and stream: of `late` (rows
     of `late_events` with `first_arrival`, see `with_first_arrival`), those that are the first
-    arrival of their event_id, each event_id once."""
+    arrival of their event_id, each (event_id, window) once: a hopping event can be late for
+    several of its windows, one row each."""
     firsts = late.where(F.col(FIRST_ARRIVAL)).drop(FIRST_ARRIVAL)
-    return first_arrivals(firsts, LATE_ARRIVAL_ORDER)
+    return first_arrivals(firsts, LATE_ARRIVAL_ORDER, per=("event_id", *WINDOW_BOUNDS))

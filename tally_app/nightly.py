@@ -123,6 +123,7 @@ def reaggregate(
         settings.report_timezone,
         now=now,
         settings=settings.describe(),
+        window_slide_ms=settings.window_slide or None,
     )
 
 

@@ -287,6 +287,8 @@ def test_summary(reconciled, spark):
     assert json.loads(run["settings"]) == {
         "window": "7m",
         "window_ms": W,
+        "window_slide_ms": W,  # tumbling: the slide is the size
+        "window_kind": "tumbling",
         "report_timezone": "UTC",
     }
     assert (run["unexplained_windows"], run["balanced"]) == (3, False)
