@@ -1,13 +1,15 @@
 """Lateness tuning: the lateness curve over a period of business dates, the smallest bound that
-reaches the completeness target, and how the configured bound does. The result is recorded in
-`lateness_recommendations` (one row per period, replaced on re-run) and returned; deciding
-whether to alert is the caller's."""
+reaches the completeness target, and how the configured bound does; the same per source
+partition (each partition's events replayed alone, see batch/curve.py), compared with the
+configured per-partition bounds (`lateness_by_partition`; `lateness` where none is given). The
+result is recorded in `lateness_recommendations` (one row per period, replaced on re-run) and
+returned; deciding whether to alert is the caller's."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import reduce
 from typing import Any
@@ -15,8 +17,14 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch.curve import lateness_curve, recommend, with_arrival_seq
-from batch.reconcile import day_events
+from batch.curve import (
+    day_events_with_partition,
+    lateness_curve,
+    lateness_curve_by_partition,
+    recommend,
+    recommend_by_partition,
+    with_arrival_seq,
+)
 from tally import tables as T
 from tally.dates import epoch_ms
 from tally.vocabulary import ARRIVAL_ORDER
@@ -32,13 +40,19 @@ class TuningParams:
     candidates_ms: Sequence[int]
     target_pct: float
     report_timezone: str = "UTC"
+    # {partition: bound}; a partition not listed runs with configured_lateness_ms.
+    configured_by_partition: Mapping[int, int] = field(default_factory=dict)
+
+    def bound_of(self, partition: int) -> int:
+        """The configured bound of a source partition."""
+        return self.configured_by_partition.get(partition, self.configured_lateness_ms)
 
 
 def period_events(
     spark: SparkSession, p: TuningParams, first_day: date, last_day: date
 ) -> tuple[DataFrame, int]:
-    """The period's events (each business date deduplicated like the batch layer), from the
-    latest `events` version; (events, that version)."""
+    """The period's events (each business date deduplicated like the batch layer, with its
+    source partition), from the latest `events` version; (events, that version)."""
     if not T.exists(spark, p.warehouse, T.EVENTS.name):
         raise ValueError(
             f"events: no Delta table at {T.table_path(p.warehouse, T.EVENTS.name)} "
@@ -47,32 +61,48 @@ def period_events(
     version = T.latest_version(spark, p.warehouse, T.EVENTS.name)
     log_df = T.read_table(spark, p.warehouse, T.EVENTS.name, version)
     days = [first_day + timedelta(days=i) for i in range((last_day - first_day).days + 1)]
-    frames = [day_events(log_df, d, p.window_ms, p.report_timezone) for d in days]
+    frames = [day_events_with_partition(log_df, d, p.window_ms, p.report_timezone) for d in days]
     return reduce(DataFrame.unionByName, frames), version
 
 
 def tune_lateness(
     spark: SparkSession, p: TuningParams, first_day: date, last_day: date, *, now: datetime
 ) -> dict[str, Any]:
-    """The curve over the events of `first_day`..`last_day` (business dates, inclusive),
-    recorded in `lateness_recommendations`; returns the recorded values (the curve is in the
-    table)."""
+    """The curves over the events of `first_day`..`last_day` (business dates, inclusive),
+    recorded in `lateness_recommendations`; returns the recorded values (the curves are in
+    the table)."""
     if last_day < first_day:
         raise ValueError(f"period: {last_day} is before {first_day}")
     if now.tzinfo is None:
         raise ValueError("now: needs a time zone")
-    values = sorted(set(p.candidates_ms) | {p.configured_lateness_ms})
     events, version = period_events(spark, p, first_day, last_day)
-    curve = lateness_curve(
-        with_arrival_seq(events, ARRIVAL_ORDER), p.window_ms, values, p.target_pct
-    )
-    best = recommend(curve, p.target_pct)
-    configured = next(e for e in curve if e["lateness_ms"] == p.configured_lateness_ms)
+    ordered = with_arrival_seq(events, ARRIVAL_ORDER).persist()
+    try:
+        result, curve = _global_tuning(ordered, p)
+        by_partition, partition_curve = _partition_tuning(ordered, p)
+    finally:
+        ordered.unpersist()
     result = {
         "period_start": first_day.isoformat(),
         "period_end": last_day.isoformat(),
-        "events": int(configured["events"]),
         "events_version": version,
+        **result,
+        **by_partition,
+    }
+    _record(spark, p, result, curve, partition_curve, now)
+    return result
+
+
+def _global_tuning(
+    events: DataFrame, p: TuningParams
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The global curve (candidates and the configured bound) and what it says."""
+    values = sorted(set(p.candidates_ms) | {p.configured_lateness_ms})
+    curve = lateness_curve(events, p.window_ms, values, p.target_pct)
+    best = recommend(curve, p.target_pct)
+    configured = next(e for e in curve if e["lateness_ms"] == p.configured_lateness_ms)
+    result = {
+        "events": int(configured["events"]),
         "target_pct": p.target_pct,
         "configured_lateness_ms": p.configured_lateness_ms,
         "configured_completeness_pct": configured["completeness_pct"],
@@ -80,8 +110,32 @@ def tune_lateness(
         "recommended_lateness_ms": best["lateness_ms"] if best else None,
         "recommended_completeness_pct": best["completeness_pct"] if best else None,
     }
-    _record(spark, p, result, curve, first_day, last_day, now)
-    return result
+    return result, curve
+
+
+def _partition_tuning(
+    events: DataFrame, p: TuningParams
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The per-partition curve (candidates and every configured bound) and, for each
+    partition with events: the smallest bound reaching the target (None: none does), its
+    configured bound, and the partitions whose configured bound misses the target."""
+    values = sorted(
+        set(p.candidates_ms) | {p.configured_lateness_ms} | set(p.configured_by_partition.values())
+    )
+    curve = lateness_curve_by_partition(events, p.window_ms, values, p.target_pct)
+    best = recommend_by_partition(curve, p.target_pct)
+    at_bound = [e for e in curve if e["lateness_ms"] == p.bound_of(e["partition"])]
+    result = {
+        "recommended_by_partition": {
+            part: (e["lateness_ms"] if e else None) for part, e in best.items()
+        },
+        "configured_by_partition": {e["partition"]: e["lateness_ms"] for e in at_bound},
+        "configured_completeness_by_partition": {
+            e["partition"]: e["completeness_pct"] for e in at_bound
+        },
+        "partitions_missing_target": [e["partition"] for e in at_bound if not e["meets_target"]],
+    }
+    return result, curve
 
 
 def _record(
@@ -89,15 +143,15 @@ def _record(
     p: TuningParams,
     result: dict[str, Any],
     curve: list[dict[str, Any]],
-    first_day: date,
-    last_day: date,
+    partition_curve: list[dict[str, Any]],
     now: datetime,
 ) -> None:
+    first_day = date.fromisoformat(result["period_start"])
     row = T.literal_row(
         spark,
         {
             "period_start": F.lit(first_day),
-            "period_end": F.lit(last_day),
+            "period_end": F.lit(date.fromisoformat(result["period_end"])),
             "run_time": F.timestamp_millis(F.lit(epoch_ms(now))),
             "window_ms": F.lit(p.window_ms),
             "events": F.lit(result["events"]),
@@ -109,10 +163,24 @@ def _record(
             "recommended_lateness_ms": F.lit(result["recommended_lateness_ms"]),
             "recommended_completeness_pct": F.lit(result["recommended_completeness_pct"]),
             "curve": F.lit(json.dumps(curve, sort_keys=True, default=str)),
+            "recommended_by_partition": T.literal_map(
+                result["recommended_by_partition"], "int", "bigint"
+            ),
+            "configured_by_partition": T.literal_map(
+                result["configured_by_partition"], "int", "bigint"
+            ),
+            "configured_completeness_by_partition": T.literal_map(
+                result["configured_completeness_by_partition"], "int", "double"
+            ),
+            "partitions_missing_target": F.array(
+                *[F.lit(part) for part in result["partitions_missing_target"]]
+            ).cast("array<int>"),
+            "curve_by_partition": F.lit(json.dumps(partition_curve, sort_keys=True, default=str)),
         },
     )
     table = T.LATENESS_RECOMMENDATIONS
     T.ensure_table(spark, p.warehouse, table)
+    T.add_missing_columns(spark, p.warehouse, table)
     T.write_table(
         row, p.warehouse, table, replace_where=f"period_start = DATE'{first_day.isoformat()}'"
     )

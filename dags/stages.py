@@ -179,7 +179,8 @@ def tune_lateness(
     spark: Any = None,
 ) -> dict[str, Any]:
     """The weekly tuning of `first_day`..`last_day`; an alert when the configured lateness
-    misses the completeness target."""
+    misses the completeness target, and one when per-source bounds are configured
+    (`lateness_by_partition`) and some partition's bound misses it."""
     from batch.tuning import TuningParams
     from batch.tuning import tune_lateness as tune
 
@@ -190,13 +191,18 @@ def tune_lateness(
         candidates_ms=settings.lateness_candidates_ms,
         target_pct=settings.completeness_target,
         report_timezone=settings.report_timezone,
+        configured_by_partition=settings.lateness_by_partition_ms,
     )
     spark = spark or session_for(settings, "tally-dag")
     result = tune(spark, params, first_day, last_day, now=now)
-    if not result["configured_meets_target"]:
+    overall = None if result["configured_meets_target"] else tuning_alert(result, settings.lateness)
+    # Per partition only with per-source bounds: otherwise the one bound's alert says it.
+    per_partition = partition_tuning_alert(result) if params.configured_by_partition else None
+    alerts = [a for a in (overall, per_partition) if a is not None]
+    if alerts:
         fields = context_fields(context, settings) if context else {}
         fields["business_date"] = last_day
-        emit([tuning_alert(result, settings.lateness).with_context(**fields)], settings, spark)
+        emit([a.with_context(**fields) for a in alerts], settings, spark)
     return result
 
 
@@ -214,5 +220,32 @@ def tuning_alert(result: Mapping[str, Any], configured_ms: int) -> Alert:
         f"{format_duration(configured_ms)} ({result['events']} events, "
         f"{result['period_start']}..{result['period_end']})",
         f"{result['target_pct']}% ({recommended})",
+        "warning",
+    )
+
+
+def partition_tuning_alert(result: Mapping[str, Any]) -> Alert | None:
+    """One alert for the partitions whose configured bound misses the target (None if
+    none does), each with its completeness there and its smallest bound reaching it (the
+    first 10 partitions named)."""
+    if not result["partitions_missing_target"]:
+        return None
+    missing = result["partitions_missing_target"][:10]
+    more = len(result["partitions_missing_target"]) - len(missing)
+    configured = result["configured_by_partition"]
+    completeness = result["configured_completeness_by_partition"]
+    best = result["recommended_by_partition"]
+    observed = ", ".join(
+        f"partition {p} {completeness[p]:.4f}% at {format_duration(configured[p])}" for p in missing
+    )
+    smallest = ", ".join(
+        f"{p}={'none in the curve' if best[p] is None else format_duration(best[p])}"
+        for p in missing
+    )
+    return Alert(
+        "configured per-partition lateness bound misses the completeness target",
+        f"{observed}{f' and {more} more' if more else ''} "
+        f"({result['period_start']}..{result['period_end']})",
+        f"{result['target_pct']}% (smallest bounds reaching it: {smallest})",
         "warning",
     )

@@ -99,10 +99,13 @@ STREAM_PROGRESS = Table(
     "clock_skewed_events BIGINT, windows_emitted BIGINT, open_windows BIGINT, "
     "watermark_lag_ms BIGINT, partition_spread_ms BIGINT, batch_duration_ms BIGINT, "
     "drained BOOLEAN, window_state_version BIGINT, dedup_state_version BIGINT, "
-    "events_version BIGINT",
+    "events_version BIGINT, control_records BIGINT, "
+    "partition_source_watermark MAP<INT, TIMESTAMP>",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
     "idle flags, counts, lag, spread, duration; window_state_version and dedup_state_version "
-    "name the batch whose state files (in the checkpoint) hold the state after it.",
+    "name the batch whose state files (in the checkpoint) hold the state after it; "
+    "control_records and partition_source_watermark: the batch's control records and each "
+    "partition's source watermark after it (null in rows from before source watermarks).",
     properties=_EVERY_BATCH,
     order_by=("processing_time", "app_id", "batch_id"),
 )
@@ -184,9 +187,16 @@ LATENESS_RECOMMENDATIONS = Table(
     "period_start DATE, period_end DATE, run_time TIMESTAMP, window_ms BIGINT, "
     "events BIGINT, events_version BIGINT, target_pct DOUBLE, configured_lateness_ms BIGINT, "
     "configured_completeness_pct DOUBLE, configured_meets_target BOOLEAN, "
-    "recommended_lateness_ms BIGINT, recommended_completeness_pct DOUBLE, curve STRING",
+    "recommended_lateness_ms BIGINT, recommended_completeness_pct DOUBLE, curve STRING, "
+    # Added with per-source lateness: null in rows of earlier runs (add_missing_columns).
+    "recommended_by_partition MAP<INT, BIGINT>, configured_by_partition MAP<INT, BIGINT>, "
+    "configured_completeness_by_partition MAP<INT, DOUBLE>, "
+    "partitions_missing_target ARRAY<INT>, curve_by_partition STRING",
     "One row per tuning period: the lateness curve over its days' events, the smallest "
-    "lateness bound reaching the completeness target, and how the configured bound does.",
+    "lateness bound reaching the completeness target, and how the configured bound does; "
+    "the same per source partition with events (each replayed alone): the smallest bound "
+    "of each (null: none reaches the target), its configured bound and completeness there, "
+    "those missing the target, and that curve (JSON).",
     partition_by=("period_start",),
     order_by=("period_start",),
 )
@@ -229,6 +239,19 @@ def ensure_table(spark: SparkSession, warehouse: str, table: Table) -> None:
     for key, value in table.properties:
         builder = builder.property(key, value)
     builder.execute()
+
+
+def add_missing_columns(spark: SparkSession, warehouse: str, table: Table) -> None:
+    """Add the declared columns an existing table lacks (ALTER TABLE ADD COLUMNS, nullable,
+    at the end), so a table an earlier tally created takes the new rows; its old rows read
+    null there. Writes do not merge schemas (autoMerge is off): a table whose DDL grows calls
+    this before writing."""
+    path = table_path(warehouse, table.name)
+    present = {c.lower() for c in read_table(spark, warehouse, table.name).columns}
+    missing = [f for f in table.schema().fields if f.name.lower() not in present]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path.replace('`', '``')}` ADD COLUMNS ({columns})")
 
 
 def exists(spark: SparkSession, warehouse: str, name: str) -> bool:

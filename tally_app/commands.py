@@ -264,12 +264,26 @@ def curve_flags(parser: argparse.ArgumentParser) -> None:
         help="completeness target in percent (default: setting completeness_target, 99.9)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--by-partition",
+        action="store_true",
+        help="also the curve of each source partition replayed alone, and the smallest "
+        "bound per partition (for lateness_by_partition; docs/lateness-tuning.md); exit 1 "
+        "also when some partition has no bound in the list reaching the target",
+    )
 
 
 def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
-    """Exit 0 when some bound reaches the target, 1 when none in the list does (the curve is
-    printed either way), 2 bad setting or missing input."""
-    from batch.curve import curve_report, events_from_jsonl, events_from_log, format_curve
+    """Exit 0 when some bound reaches the target (with --by-partition: also on every
+    partition), 1 when none in the list does (the curve is printed either way), 2 bad
+    setting or missing input."""
+    from batch.curve import (
+        curve_report,
+        events_from_jsonl,
+        events_from_log,
+        format_curve,
+        format_curve_by_partition,
+    )
     from batch.reconcile import ReconcileError
 
     try:
@@ -296,9 +310,18 @@ def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
             source = {"kind": "jsonl", "path": args.input}
     except ReconcileError as exc:
         return _fail("lateness-curve", exc, 2)
-    report = curve_report(events, settings.window, values, settings.completeness_target, source)
-    print(json.dumps(report, indent=2) if args.json else format_curve(report))
-    return 0 if report["recommended"] is not None else 1
+    by_partition = bool(args.by_partition)
+    report = curve_report(
+        events, settings.window, values, settings.completeness_target, source, by_partition
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_curve(report))
+        if by_partition:
+            print(format_curve_by_partition(report))
+    found = [report["recommended"], *report.get("recommended_by_partition", {}).values()]
+    return 0 if all(best is not None for best in found) else 1
 
 
 def report_flags(parser: argparse.ArgumentParser) -> None:

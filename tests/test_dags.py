@@ -460,3 +460,90 @@ def test_the_submitted_app_starts_inside_a_task_process(monkeypatch, tmp_path) -
     )
     assert started.returncode == 0, started.stderr
     assert "--interval-start" in started.stdout
+
+
+def _tuning_result(**values: Any) -> dict[str, Any]:
+    """A tuning result (batch.tuning.tune_lateness) of a week where partition 1 misses."""
+    return {
+        "period_start": "2026-11-16",
+        "period_end": "2026-11-22",
+        "events": 9,
+        "events_version": 3,
+        "target_pct": 99.9,
+        "configured_lateness_ms": 2_000,
+        "configured_completeness_pct": 99.95,
+        "configured_meets_target": True,
+        "recommended_lateness_ms": 1_000,
+        "recommended_completeness_pct": 99.92,
+        "recommended_by_partition": {0: 0, 1: 30_000, 2: None},
+        "configured_by_partition": {0: 100, 1: 5_000, 2: 2_000},
+        "configured_completeness_by_partition": {0: 100.0, 1: 50.0, 2: 98.5},
+        "partitions_missing_target": [1, 2],
+        **values,
+    }
+
+
+def test_tuning_partition_alert_names_the_partitions_that_miss() -> None:
+    from dags.stages import partition_tuning_alert
+
+    alert = partition_tuning_alert(_tuning_result())
+    assert alert is not None and alert.severity == "warning"
+    assert alert.what == "configured per-partition lateness bound misses the completeness target"
+    assert alert.observed == (
+        "partition 1 50.0000% at 5s, partition 2 98.5000% at 2s (2026-11-16..2026-11-22)"
+    )
+    assert alert.threshold == "99.9% (smallest bounds reaching it: 1=30s, 2=none in the curve)"
+    assert partition_tuning_alert(_tuning_result(partitions_missing_target=[])) is None
+    many = _tuning_result(
+        partitions_missing_target=list(range(12)),
+        configured_by_partition=dict.fromkeys(range(12), 0),
+        configured_completeness_by_partition=dict.fromkeys(range(12), 1.0),
+        recommended_by_partition=dict.fromkeys(range(12), 1_000),
+    )
+    alert = partition_tuning_alert(many)
+    assert alert is not None and alert.observed.count("partition ") == 10
+    assert " and 2 more (2026-11-16" in alert.observed
+
+
+@pytest.mark.parametrize(
+    ("by_partition", "meets", "whats"),
+    [
+        # per-source bounds configured: partition 1 misses, the overall bound does not
+        ("1=5s,2=2s", True, ["configured per-partition lateness bound misses"]),
+        # both miss: two alerts, the overall one first
+        (
+            "1=5s,2=2s",
+            False,
+            [
+                "configured lateness bound misses",
+                "configured per-partition lateness bound misses",
+            ],
+        ),
+        # no per-source bounds: only the overall bound's alert, as before
+        ("", True, []),
+        ("", False, ["configured lateness bound misses"]),
+    ],
+)
+def test_tuning_stage_passes_per_partition_bounds(
+    monkeypatch, by_partition: str, meets: bool, whats: list[str]
+) -> None:
+    import batch.tuning
+    import dags.stages as stages
+
+    seen: dict[str, Any] = {}
+
+    def fake_tune(spark: Any, params: Any, first: date, last: date, *, now: datetime) -> Any:
+        seen["params"] = params
+        return _tuning_result(configured_meets_target=meets)
+
+    monkeypatch.setattr(batch.tuning, "tune_lateness", fake_tune)
+    monkeypatch.setattr(stages, "emit", lambda alerts, *_: seen.update(alerts=alerts))
+    settings = _settings(lateness_by_partition=by_partition, lateness=2_000)
+    now = datetime(2026, 11, 23, 3, tzinfo=UTC)
+    stages.tune_lateness(settings, date(2026, 11, 16), date(2026, 11, 22), now=now, spark=1)
+    expected = {1: 5_000, 2: 2_000} if by_partition else {}
+    assert seen["params"].configured_by_partition == expected
+    assert seen["params"].configured_lateness_ms == 2_000
+    alerts = seen.get("alerts", [])
+    assert [a.what.removesuffix(" the completeness target") for a in alerts] == whats
+    assert all(a.business_date == date(2026, 11, 22) for a in alerts)
