@@ -79,6 +79,8 @@ class StreamParams:
     dedup_horizon_ms: int = 0
     checkpoint: str = ""  # "": the warehouse's default checkpoint
     window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
+    # the field that makes a line a control record carrying a source watermark ("": none)
+    source_watermark_field: str = ""
     # L_p per source partition where it differs from `lateness_ms`
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
 
@@ -107,6 +109,7 @@ class StreamParams:
             checkpoint=settings.checkpoint_location,
             lateness_by_partition=settings.lateness_by_partition_ms,
             window_slide_ms=settings.window_slide,
+            source_watermark_field=settings.source_watermark_field,
         )
 
 
@@ -156,6 +159,10 @@ class Classified:
     events: DataFrame
     stats: list[Any]  # one row per source partition, see BatchProcessor._batch_stats
     skew_limit_ms: int  # now + max clock skew: event times beyond it are clock-skewed
+    # control records: the newest source watermark per partition (clipped like high-water
+    # marks) and how many there were
+    source_watermark_ms: Mapping[int, int] = field(default_factory=dict)
+    control_records: int = 0
 
     def count(self, column: str) -> int:
         """Total over partitions of a stats column (a status, `valid` or `skewed`)."""
@@ -164,6 +171,10 @@ class Classified:
     @property
     def valid(self) -> int:
         return self.count("valid")
+
+    def quarantined(self, input_lines: int) -> int:
+        """Every line is a valid event, a control record or quarantined."""
+        return input_lines - self.valid - self.control_records
 
     @property
     def high_water_ms(self) -> dict[int, int]:
@@ -247,6 +258,8 @@ class BatchProcessor:
         # Delta's commit protocol, not computing.
         self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
         T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
+        # a warehouse from before source watermarks lacks their progress columns
+        T.add_missing_columns(spark, params.warehouse, T.STREAM_PROGRESS)
 
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""
@@ -298,6 +311,9 @@ class BatchProcessor:
                 F.transform_values("partition_last_seen", lambda _k, v: F.unix_millis(v)).alias(
                     "last_seen"
                 ),
+                F.transform_values(
+                    "partition_source_watermark", lambda _k, v: F.unix_millis(v)
+                ).alias("source_watermark"),
                 F.col("window_state_version").alias("state_batch"),
                 "events_version",
             )
@@ -384,7 +400,7 @@ class BatchProcessor:
         started = time.monotonic()
         phases = PhaseTimer(started)
         prev = self._previous_batch(batch_id)
-        batch = self._read_batch(raw_batch, batch_id, started)
+        batch = self._read_batch(raw_batch, batch_id, started, self.params.source_watermark_field)
         phases.done("read_parse")
         now_ms = self._batch_now_ms(batch_id, batch.newest_input_ms, prev)
         ctx = BatchContext(batch_id, now_ms, drain, started)
@@ -422,7 +438,7 @@ class BatchProcessor:
             batch_id,
             classified.valid,
             classified.count(LATE),
-            batch.input_lines - classified.valid,
+            classified.quarantined(batch.input_lines),
             "drained" if drain else step.after_ms,
             time.monotonic() - started,
         )
@@ -444,11 +460,14 @@ class BatchProcessor:
         return prev
 
     @staticmethod
-    def _read_batch(raw_batch: DataFrame, batch_id: int, started: float) -> BatchInput:
-        """Each line is read and parsed once, then numbered; valid events and quarantine both
-        come from here."""
+    def _read_batch(
+        raw_batch: DataFrame, batch_id: int, started: float, control_field: str = ""
+    ) -> BatchInput:
+        """Each line is read and parsed once, then numbered; valid events, quarantine and
+        control records all come from here."""
+        control = control_field or None
         if SPLIT_START in raw_batch.columns:  # file lines: numbered here, from their splits
-            parsed = parse_lines(with_row_ids(raw_batch)).persist()
+            parsed = parse_lines(with_row_ids(raw_batch), control).persist()
             # The split table (one job) also reads and caches every parsed line, and gives the
             # batch's line count and newest file time: no other pass over the lines. Numbering
             # is a broadcast join of a few literal rows onto the cache: not worth a second one.
@@ -459,7 +478,7 @@ class BatchProcessor:
             mtimes = [s.mtime_ms for s in splits if s.mtime_ms is not None]
             newest_ms = max(mtimes) if mtimes else None
         else:  # the source numbered its lines (`source_line`) itself
-            lines = parse_lines(raw_batch).persist()
+            lines = parse_lines(raw_batch, control).persist()
             cached = [lines]
             raw_stats = lines.agg(
                 F.count(F.lit(1)).alias("lines"),
@@ -486,7 +505,10 @@ class BatchProcessor:
                 T.empty_of(self.spark, DEDUP_DDL),
             )
         watermark = WatermarkState(
-            prev["watermark_ms"], dict(prev["high_water"] or {}), dict(prev["last_seen"] or {})
+            prev["watermark_ms"],
+            dict(prev["high_water"] or {}),
+            dict(prev["last_seen"] or {}),
+            dict(prev.get("source_watermark") or {}),
         )
         kept = self._kept
         if kept is not None and kept.batch_id == prev["batch_id"]:
@@ -510,7 +532,12 @@ class BatchProcessor:
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
         late_windows = late_window_count(prior.watermark.watermark_ms, p.window)
         stats = self._batch_stats(events, skew_limit_ms, late_windows)
-        classified = Classified(events, stats, skew_limit_ms)
+        source_wm, controls = (
+            self._control_stats(batch.parsed.controls, skew_limit_ms)
+            if p.source_watermark_field
+            else ({}, 0)
+        )
+        classified = Classified(events, stats, skew_limit_ms, source_wm, controls)
         log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
         return classified
 
@@ -530,6 +557,7 @@ class BatchProcessor:
             p.idle_timeout_ms,
             p.watermark_policy,
             p.lateness_by_partition,
+            classified.source_watermark_ms,
         )
         return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
 
@@ -562,7 +590,7 @@ class BatchProcessor:
             lambda: self.store.write_windows(batch_id, out.window_state),
             lambda: self.store.write_dedup(batch_id, dedup),
         ]
-        if batch.input_lines - classified.valid:
+        if classified.quarantined(batch.input_lines):
             quarantine = batch.parsed.quarantine.withColumns(columns)
             tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
         if classified.count("late_windows"):
@@ -606,7 +634,9 @@ class BatchProcessor:
             "allowed_late_events": counts[ALLOWED_LATE],
             "late_events": counts[LATE],
             "duplicate_events": counts[DUPLICATE],
-            "quarantined_lines": batch.input_lines - classified.valid,
+            "quarantined_lines": classified.quarantined(batch.input_lines),
+            "control_records": classified.control_records,
+            "source_watermark": dict(after.source_watermark_ms),
             "clock_skewed_events": classified.count("skewed"),
             "windows_emitted": state.windows_emitted,
             "open_windows": state.open_windows,
@@ -635,6 +665,7 @@ class BatchProcessor:
             "watermark_ms": step.after_ms,
             "high_water": dict(step.after.high_water_ms),
             "last_seen": dict(step.after.last_seen_ms),
+            "source_watermark": dict(step.after.source_watermark_ms),
             "state_batch": state.state_batch,
             "events_version": state.events_version,
         }
@@ -660,6 +691,18 @@ class BatchProcessor:
             .collect()
         )
 
+    @staticmethod
+    def _control_stats(controls: DataFrame, skew_limit_ms: int) -> tuple[dict[int, int], int]:
+        """(newest source watermark per partition, clipped to now + max clock skew like a
+        high-water mark; number of control records): one small aggregate."""
+        rows = (
+            controls.groupBy("partition")
+            .agg(F.max("control_ms").alias("wm"), F.count(F.lit(1)).alias("n"))
+            .collect()
+        )
+        marks = {int(r["partition"]): min(int(r["wm"]), skew_limit_ms) for r in rows}
+        return marks, sum(int(r["n"]) for r in rows)
+
     def _progress_row(self, p: dict[str, Any]) -> DataFrame:
         def ts_or_null(ms: int | None) -> Column:
             return F.timestamp_millis(F.lit(ms).cast("long"))
@@ -675,6 +718,7 @@ class BatchProcessor:
             "watermark_after": ts_or_null(p.pop("wm_after")),
             "partition_high_water": ms_map(p.pop("high_water")),
             "partition_last_seen": ms_map(p.pop("last_seen")),
+            "partition_source_watermark": ms_map(p.pop("source_watermark")),
             "partition_idle": T.literal_map(p.pop("partition_idle"), "int", "boolean"),
         }
         return T.literal_row(self.spark, {**{k: F.lit(v) for k, v in p.items()}, **special})

@@ -19,6 +19,8 @@ class WatermarkState:
     watermark_ms: int | None = None
     high_water_ms: Mapping[int, int] = field(default_factory=dict)
     last_seen_ms: Mapping[int, int] = field(default_factory=dict)
+    # the newest watermark each partition's source sent in a control record
+    source_watermark_ms: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ def advance_watermark(
     idle_timeout_ms: int,
     policy: str = "partition-min",
     lateness_by_partition: Mapping[int, int] | None = None,
+    batch_source_watermark_ms: Mapping[int, int] | None = None,
 ) -> WatermarkAdvance:
     """The watermark after a batch whose partitions reached `batch_high_water_ms`.
 
@@ -44,15 +47,27 @@ def advance_watermark(
     partition is active if it sent data within `idle_timeout_ms` of processing time (0
     disables idleness). global-max: the maximum over all partitions (Spark's own rule when
     every L_p is the same). Never moves backwards; with no active partition it stays put.
+
+    Source watermarks (`batch_source_watermark_ms`, from control records, already clipped to
+    now + max clock skew): a partition's own never moves back, a control record makes its
+    partition active like an event, and the partition's bound is the larger of the two rules.
     """
     bounds = lateness_by_partition or {}
     high_water = dict(prev.high_water_ms)
     last_seen = dict(prev.last_seen_ms)
+    source = dict(prev.source_watermark_ms)
     for partition, hw in batch_high_water_ms.items():
         high_water[partition] = max(hw, high_water.get(partition, hw))
         last_seen[partition] = now_ms
-    idle = {p: idle_timeout_ms > 0 and now_ms - last_seen[p] >= idle_timeout_ms for p in high_water}
+    for partition, wm in (batch_source_watermark_ms or {}).items():
+        source[partition] = max(wm, source.get(partition, wm))
+        last_seen[partition] = now_ms
+    idle = {
+        p: idle_timeout_ms > 0 and now_ms - seen >= idle_timeout_ms for p, seen in last_seen.items()
+    }
     bound = {p: hw - bounds.get(p, lateness_ms) for p, hw in high_water.items()}
+    for partition, wm in source.items():
+        bound[partition] = max(wm, bound.get(partition, wm))
     if policy == "partition-min":
         active = [b for p, b in bound.items() if not idle[p]]
         candidate = min(active) if active else None
@@ -68,4 +83,6 @@ def advance_watermark(
             log.info("watermark regression of %d ms ignored (kept %d)", regression, watermark)
         else:
             watermark = candidate
-    return WatermarkAdvance(WatermarkState(watermark, high_water, last_seen), idle, regression)
+    return WatermarkAdvance(
+        WatermarkState(watermark, high_water, last_seen, source), idle, regression
+    )

@@ -6,6 +6,13 @@
 `amount` is an integer in minor units (never a float); `event_time` is ISO-8601 with a zone
 or epoch milliseconds; `partition` defaults to 0; unknown fields are kept in `extra`.
 A line that breaks the contract becomes a quarantine row with a reason; nothing is dropped.
+
+With a control field configured (setting `source_watermark_field`, e.g. "watermark"), a JSON
+object with that field and no `event_id` is a control record, not an event:
+
+    {"watermark": "2026-11-21T09:45:00Z", "partition": 3}
+
+It sets its partition's source watermark (docs/semantics.md, "Source watermarks").
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ QUARANTINE_REASONS = (
     "missing_event_time",
     "bad_event_time",
     "partition_not_integer",
+    "bad_watermark",  # a control record whose watermark is no time (source watermarks only)
 )
 
 # The one parse every line pays (the typed view): a field whose JSON token does not fit its
@@ -65,6 +73,7 @@ EVENT_TIME_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 class ParsedEvents(NamedTuple):
     valid: DataFrame
     quarantine: DataFrame
+    controls: DataFrame  # control records: partition, CONTROL_MS and provenance
 
 
 def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> Column:
@@ -99,12 +108,13 @@ def _fence() -> Column:
     return F.spark_partition_id() >= 0
 
 
-def _event_ms(text: Column, line: Column) -> Column:
-    """event_time's JSON text -> epoch ms; null unless epoch milliseconds (a JSON integer) or
-    ISO-8601 with a zone. The typed view's text equals the text view's (one converter)."""
+def _event_ms(text: Column, line: Column, field: str = "event_time") -> Column:
+    """A time field's JSON text (event_time, or a control record's watermark) -> epoch ms;
+    null unless epoch milliseconds (a JSON integer) or ISO-8601 with a zone. The typed view's
+    text equals the text view's (one converter)."""
     # Only all-digit text is parsed again as a JSON number (null when it was a quoted string):
     # the common ISO case never pays for that second parse.
-    epoch_ms = F.from_json(line, "event_time BIGINT", _STRICT).getItem("event_time")
+    epoch_ms = F.from_json(line, f"`{field}` BIGINT", _STRICT).getItem(field)
     # ISO-8601 allows hh:mm without seconds; Spark's parser wants them. Past the ISO check,
     # character 17 is ':' exactly when the seconds are there (else the zone starts).
     with_seconds = F.when(F.substring(text, 17, 1) == ":", text).otherwise(
@@ -140,9 +150,32 @@ def _only_known_fields(line: Column, typed: Column) -> Column:
     return F.octet_length(before_kth_comma) == F.octet_length(line)
 
 
-def parse_lines(raw: DataFrame) -> DataFrame:
+CONTROL_MS = "control_ms"  # parse_lines: a control record's watermark (epoch ms), else null
+
+
+def _control(fields: Column, typed: Column, line: Column, field: str) -> tuple[Column, Column]:
+    """(is a control record, its reason or null) for a line that missed the fast path: a JSON
+    object with `field` and no `event_id`. Its reason: `partition_not_integer`, or
+    `bad_watermark` when `field` is no time the contract accepts."""
+    is_control = (
+        fields.isNotNull()
+        & line.rlike(r"\}\s*$")
+        & fields.getItem(field).isNotNull()
+        & fields.getItem("event_id").isNull()
+    )
+    watermark = _event_time(_event_ms(fields.getItem(field), line, field))
+    reason = F.when(
+        fields.getItem("partition").isNotNull() & typed["partition"].isNull(),
+        F.lit("partition_not_integer"),
+    ).when(watermark.isNull(), F.lit("bad_watermark"))
+    return F.coalesce(is_control, F.lit(False)), reason
+
+
+def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
     """`raw` (column `raw_line` plus provenance columns), each line parsed once, one row per
     line: the event's typed columns when valid, else `raw_line` and the quarantine `reason`.
+    With `control_field`, a control record (see the module docstring) has neither: its
+    `partition` and `CONTROL_MS`, the watermark it carries.
 
     Fast path: every line pays one typed `from_json` and cheap checks (object braces, no
     `_corrupt`, the required fields, the event time, no unknown fields). A line that passes is
@@ -189,15 +222,25 @@ def parse_lines(raw: DataFrame) -> DataFrame:
         # With unknown fields, the fast path also needs the text view to parse (as the
         # diagnosis does: a bad escape deep in an unknown field makes the line invalid_json).
         .withColumn("_fast", typed_ok & (~maybe_unknown | F.col("_fields").isNotNull()))
-        .withColumn(
-            "_reason",
-            F.when(F.col("_source_reason").isNotNull(), F.col("_source_reason")).when(
-                ~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line)
-            ),
-        )
     )
+    reason = F.when(F.col("_source_reason").isNotNull(), F.col("_source_reason"))
+    control_ms = F.lit(None).cast("long")
+    if control_field:  # control records: only among the lines that missed the fast path
+        checked = checked.withColumn(
+            "_control", ~F.col("_fast") & _control(F.col("_fields"), typed, line, control_field)[0]
+        )
+        is_control = F.col("_control") & F.col("_source_reason").isNull()
+        control_reason = _control(F.col("_fields"), typed, line, control_field)[1]
+        reason = reason.when(is_control, control_reason)
+        control_ms = F.when(
+            is_control & control_reason.isNull(),
+            _event_ms(F.col("_fields").getItem(control_field), line, control_field),
+        )
+    checked = checked.withColumn(
+        "_reason", reason.when(~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line))
+    ).withColumn("_control_ms", control_ms)
     # Compact: typed columns for valid lines, the raw text only for quarantined ones.
-    valid = F.col("_reason").isNull()
+    valid = F.col("_reason").isNull() & F.col("_control_ms").isNull()
     fields = F.col("_fields")
     extra = F.when(fields.isNull(), F.create_map().cast(_TEXT_SCHEMA)).otherwise(
         F.map_filter(fields, lambda k, _v: ~k.isin(*KNOWN_FIELDS))
@@ -217,11 +260,12 @@ def parse_lines(raw: DataFrame) -> DataFrame:
         F.when(valid, typed["key"]).alias("key"),
         F.when(valid, typed["amount"]).cast("long").alias("amount"),
         F.when(valid, event_time).alias("event_time"),
-        F.when(valid, partition).cast("int").alias("partition"),
+        F.when(valid | F.col("_control_ms").isNotNull(), partition).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
         *provenance,
-        F.when(~valid, line).alias("raw_line"),
+        F.when(F.col("_reason").isNotNull(), line).alias("raw_line"),
         F.when(_fence(), F.col("_reason")).alias("reason"),
+        F.col("_control_ms").alias(CONTROL_MS),
     )
 
 
@@ -229,17 +273,21 @@ def split_parsed(parsed: DataFrame) -> ParsedEvents:
     """Valid events and quarantine rows of `parse_lines`' output."""
     event_columns = ("event_id", "key", "amount", "event_time", "partition", "extra")
     provenance = [c for c in parsed.columns if c not in (*event_columns, "raw_line", "reason")]
-    valid = parsed.where(F.col("reason").isNull()).select(*event_columns, *provenance)
+    provenance = [c for c in provenance if c != CONTROL_MS]
+    is_control = F.col(CONTROL_MS).isNotNull()
+    valid = parsed.where(F.col("reason").isNull() & ~is_control).select(*event_columns, *provenance)
     quarantine = parsed.where(F.col("reason").isNotNull()).select("raw_line", "reason", *provenance)
-    return ParsedEvents(valid, quarantine)
+    controls = parsed.where(is_control).select("partition", CONTROL_MS, *provenance)
+    return ParsedEvents(valid, quarantine, controls)
 
 
-def parse_events(raw: DataFrame) -> ParsedEvents:
-    """Split `raw` (column `raw_line` plus provenance columns) into valid events and quarantine.
+def parse_events(raw: DataFrame, control_field: str | None = None) -> ParsedEvents:
+    """Split `raw` (column `raw_line` plus provenance columns) into valid events, quarantine
+    and control records (none without `control_field`).
 
-    Provenance columns (anything but `raw_line`) are carried to both outputs unchanged.
+    Provenance columns (anything but `raw_line`) are carried to every output unchanged.
     """
-    return split_parsed(parse_lines(raw))
+    return split_parsed(parse_lines(raw, control_field))
 
 
 # -- reading JSONL --------------------------------------------------------------------------------

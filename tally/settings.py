@@ -151,6 +151,10 @@ class Settings:
     # windows); the size must be a multiple of the slide (docs/semantics.md, "Windows").
     window_slide: int = _duration_field("0s")
     lateness: int = _duration_field("30s")
+    # Source watermarks: a line that is a JSON object with this field and no event_id is a
+    # control record setting its partition's watermark ("" = off: such a line is quarantined
+    # as missing_event_id); e.g. "watermark" (docs/semantics.md, "Source watermarks").
+    source_watermark_field: str = ""
     # A lateness bound per source partition or partition range (a source group), overriding
     # `lateness` there: `0=100ms,1-3=30s`, or a TOML table (docs/semantics.md, "Watermark").
     lateness_by_partition: str = field(default="", metadata={"kind": "partition_durations"})
@@ -237,6 +241,15 @@ class Settings:
             raise SettingsError(
                 f"window_slide: the window {format_duration(self.window)} must be a multiple "
                 f"of the slide, got {format_duration(self.window_slide)}"
+            )
+        if self.source_watermark_field and (
+            not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.source_watermark_field)
+            or self.source_watermark_field
+            in ("event_id", "key", "amount", "event_time", "partition")
+        ):
+            raise SettingsError(
+                "source_watermark_field: a field name other than the event's own (letters, "
+                f"digits, '_'), got {self.source_watermark_field!r}"
             )
         if self.watermark_policy not in WATERMARK_POLICIES:
             raise SettingsError(

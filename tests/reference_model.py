@@ -90,6 +90,8 @@ class Params:
     dedup_horizon_ms: int | None = None  # None: ids are never forgotten (until the drain)
     # Hopping windows: size window_ms sliding by this (None: tumbling, the slide is the size)
     window_slide_ms: int | None = None
+    # Source watermarks: lines with this field and no event_id are control records (None: off)
+    source_watermark_field: str | None = None
     # L_p for the partitions whose bound is not `lateness_ms` (per-source lateness)
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
 
@@ -199,6 +201,8 @@ class ProgressRow(NamedTuple):
     windows_emitted: int
     open_windows: int
     drained: bool
+    control_records: int = 0
+    source_watermark: tuple[tuple[int, int], ...] = ()  # sorted (partition, ms)
 
 
 class DrainedError(RuntimeError):
@@ -313,6 +317,28 @@ def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
     )
 
 
+def parse_control(raw: str, field: str) -> tuple[tuple[int, int] | None, str | None] | None:
+    """None when the line is no control record (a JSON object with `field` and no
+    `event_id`); else ((partition, watermark ms), None), or (None, reason) when it is a
+    control record the contract refuses."""
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get(field) is None or obj.get("event_id") is not None:
+        return None
+    partition = obj.get("partition")
+    if partition is None:
+        partition = 0
+    elif not _is_int(partition, INT32):
+        return None, "partition_not_integer"
+    value = obj[field]
+    ms = value if _is_int(value, INT64) else iso_to_ms(value) if isinstance(value, str) else None
+    if ms is None or not EVENT_TIME_MIN_MS <= ms <= EVENT_TIME_MAX_MS:
+        return None, "bad_watermark"
+    return (partition, ms), None
+
+
 # -- windows --------------------------------------------------------------------------------
 def window_of(event_time_ms: int, window_ms: int) -> tuple[int, int]:
     """`[start, end)` holding the time; Python's % is floor modulo, as the spec asks."""
@@ -336,6 +362,7 @@ class ReferenceModel:
     watermark_ms: int | None = None
     high_water: dict[int, int] = field(default_factory=dict)
     last_seen: dict[int, int] = field(default_factory=dict)
+    source_watermark: dict[int, int] = field(default_factory=dict)
     # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
     seen_ids: dict[str, int] = field(default_factory=dict)
     windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
@@ -364,7 +391,23 @@ class ReferenceModel:
 
         # Validation and classification, in arrival order.
         valid: list[tuple[Parsed, Line, str]] = []
+        controls: list[tuple[int, int]] = []  # (partition, watermark ms)
         for line in ordered:
+            control = (
+                parse_control(line.raw, p.source_watermark_field)
+                if p.source_watermark_field
+                else None
+            )
+            if control is not None:
+                mark, reason = control
+                if mark is not None:
+                    controls.append(mark)
+                    continue
+                assert reason is not None
+                self.quarantine.append(
+                    QuarantineRow(line.raw, reason, line.source_file, line.source_line, batch)
+                )
+                continue
             parsed, reason = parse_line(line.raw)
             if parsed is None:
                 assert reason is not None
@@ -406,12 +449,19 @@ class ReferenceModel:
             clipped = min(top, skew_limit)
             self.high_water[part] = max(self.high_water.get(part, clipped), clipped)
             self.last_seen[part] = now
+        for part, mark in controls:  # a source watermark never moves back; clipped like hw
+            clipped = min(mark, skew_limit)
+            self.source_watermark[part] = max(self.source_watermark.get(part, clipped), clipped)
+            self.last_seen[part] = now
         idle = {
-            part: p.idle_timeout_ms > 0 and now - self.last_seen[part] >= p.idle_timeout_ms
-            for part in self.high_water
+            part: p.idle_timeout_ms > 0 and now - seen >= p.idle_timeout_ms
+            for part, seen in self.last_seen.items()
         }
-        # Each partition bounds the watermark by its high-water mark minus its own lateness.
+        # Each partition bounds the watermark by its high-water mark minus its own lateness,
+        # or by its source's watermark when that is further.
         bound = {part: hw - p.lateness_of(part) for part, hw in self.high_water.items()}
+        for part, mark in self.source_watermark.items():
+            bound[part] = max(mark, bound.get(part, mark))
         candidate: int | None
         if p.policy == "partition-min":
             active = [b for part, b in bound.items() if not idle[part]]
@@ -481,11 +531,13 @@ class ReferenceModel:
             allowed_late_events=counts[ALLOWED_LATE],
             late_events=counts[LATE],
             duplicate_events=counts[DUPLICATE],
-            quarantined_lines=len(ordered) - len(valid),
+            quarantined_lines=len(ordered) - len(valid) - len(controls),
             clock_skewed_events=sum(1 for v, _, _ in valid if v.event_time_ms > skew_limit),
             windows_emitted=emitted,
             open_windows=len(self.windows),
             drained=False,
+            control_records=len(controls),
+            source_watermark=tuple(sorted(self.source_watermark.items())),
         )
         self.progress.append(row)
         self.batch_id += 1
@@ -576,6 +628,7 @@ class ReferenceModel:
             windows_emitted=emitted,
             open_windows=0,
             drained=True,
+            source_watermark=tuple(sorted(self.source_watermark.items())),
         )
         self.progress.append(row)
         self.batch_id += 1

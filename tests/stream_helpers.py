@@ -13,6 +13,7 @@ datetimes) and source files as base names.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         ),
         lateness_by_partition=dict(params.lateness_by_partition),
         window_slide_ms=params.window_slide_ms or 0,
+        source_watermark_field=params.source_watermark_field or "",
     )
 
 
@@ -230,6 +232,8 @@ class SparkProgress:
     windows_emitted: int
     open_windows: int
     drained: bool
+    control_records: int
+    source_watermark: tuple[tuple[int, int], ...]
 
 
 PROGRESS_FIELDS = tuple(SparkProgress.__dataclass_fields__)
@@ -265,6 +269,8 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             "windows_emitted",
             "open_windows",
             "drained",
+            "control_records",
+            ms_map("partition_source_watermark"),
         )
         .orderBy("batch_id")
         .collect()
@@ -289,6 +295,8 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             windows_emitted=r.windows_emitted,
             open_windows=r.open_windows,
             drained=r.drained,
+            control_records=r.control_records,
+            source_watermark=_pairs(r.partition_source_watermark),
         )
         for r in rows
     ]
@@ -389,6 +397,19 @@ def iso(ms: int, offset_minutes: int = 0) -> str:
     return f"{text}{sign}{hours:02d}:{minutes:02d}"
 
 
+def control_line(mark_ms: int, partition: int, variant: int = 0) -> str:
+    """A control record: `{"watermark": ..., "partition": p}`; `variant` 7 writes epoch ms,
+    8 omits the partition, 9 an unparseable watermark (bad_watermark)."""
+    body: dict[str, object] = {"watermark": iso(mark_ms), "partition": partition}
+    if variant == 7:
+        body["watermark"] = mark_ms
+    elif variant == 8:
+        del body["partition"]
+    elif variant == 9:
+        body["watermark"] = "soon"
+    return json.dumps(body)
+
+
 def event_line(
     event_id: str,
     key: str,
@@ -423,6 +444,7 @@ def streams(
     policies: Sequence[str] = M.POLICIES,
     slides: Sequence[int | None] = (None, None, 5_000),
     min_lateness_overrides: int = 0,
+    control_fields: Sequence[str | None] = (None, None, "watermark"),
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -447,6 +469,8 @@ def streams(
             dedup_horizon_ms=draw(st.sampled_from([None, 0, 20_000])),
             # hopping windows (5 s slide: S/H = 2, 6 or 12) or tumbling
             window_slide_ms=draw(st.sampled_from(list(slides))),
+            # source watermarks: some lines are control records ({"watermark": ...})
+            source_watermark_field=draw(st.sampled_from(list(control_fields))),
             # per-source lateness: some partitions with their own bound (0..2 overrides)
             lateness_by_partition=draw(
                 st.dictionaries(
@@ -474,6 +498,10 @@ def streams(
                 if roll >= 92:
                     kind = draw(st.sampled_from(sorted(MALFORMED)))
                     lines.append(draw(st.sampled_from(MALFORMED[kind])))
+                elif roll >= 86:  # a control record (an event-less line unless they are on)
+                    part = draw(st.integers(0, partitions - 1))
+                    mark = now - draw(st.integers(-20, 120)) * 500
+                    lines.append(control_line(mark, part, draw(st.integers(0, 9))))
                 elif roll >= 78 and sent:
                     eid, key, amount, when, part = draw(st.sampled_from(sent))
                     if draw(st.booleans()):

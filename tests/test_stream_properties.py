@@ -77,11 +77,12 @@ def test_spark_job_matches_the_model(spark, tmp_path_factory, policy: str, data)
 
 @SPARK_SETTINGS
 @given(data=st.data())
-def test_hopping_windows_and_per_source_lateness_match_the_model(
+def test_hopping_per_source_lateness_and_source_watermarks_match_the_model(
     spark, tmp_path_factory, data
 ) -> None:
     # Forced on (the test above draws them too, but its few examples start from the simplest
-    # stream): S/H = 2, 6 or 12 windows per event and at least one partition's own bound.
+    # stream): S/H = 2, 6 or 12 windows per event, at least one partition's own bound, and
+    # control records carrying source watermarks.
     stream = data.draw(
         H.streams(
             min_batches=2,
@@ -90,9 +91,11 @@ def test_hopping_windows_and_per_source_lateness_match_the_model(
             max_lines=8,
             slides=[5_000],
             min_lateness_overrides=1,
+            control_fields=["watermark"],
         ),
         label="stream",
     )
     assert stream.params.window_slide_ms == 5_000 and stream.params.lateness_by_partition
+    assert stream.params.source_watermark_field == "watermark"
     diffs = run_both(spark, tmp_path_factory.mktemp("hopping"), stream)
     assert not diffs, "\n".join([stream.describe(), *diffs])
