@@ -274,3 +274,27 @@ def test_a_source_watermark_closes_windows_before_the_bounded_rule(spark, tmp_pa
     warehouse = str(tmp_path / "warehouse")
     H.run_processor(spark, warehouse, tmp_path / "input", BATCHES, PARAMS, drain=True)
     check_replay(H.read_outputs(spark, warehouse))
+
+
+def test_a_warehouse_from_before_source_watermarks_gains_their_columns(spark, tmp_path) -> None:
+    # stream_progress as an earlier tally created it (without the two columns): the stream
+    # adds them before its first append, and its old rows read null there.
+    import dataclasses
+
+    from tally import tables as T
+
+    warehouse = str(tmp_path / "warehouse")
+    new_columns = ", control_records BIGINT, partition_source_watermark MAP<INT, TIMESTAMP>"
+    assert T.STREAM_PROGRESS.ddl.endswith(new_columns)
+    old = dataclasses.replace(T.STREAM_PROGRESS, ddl=T.STREAM_PROGRESS.ddl[: -len(new_columns)])
+    T.ensure_table(spark, warehouse, old)
+    assert "control_records" not in T.read_table(spark, warehouse, "stream_progress").columns
+    H.run_processor(spark, warehouse, tmp_path / "input", BATCHES[:1], PARAMS)
+    from pyspark.sql import functions as F
+
+    progress = (
+        T.read_table(spark, warehouse, "stream_progress")
+        .select("control_records", F.unix_millis(F.col("partition_source_watermark")[0]))
+        .collect()
+    )
+    assert [tuple(r) for r in progress] == [(1, t(30))]
