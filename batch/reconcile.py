@@ -9,8 +9,8 @@
    `source_mtime`, `source_file`, `source_line`), windowed and aggregated with the shared
    `tally.windows` code, and written to `batch_aggregates` for the date.
 2. **Diff.** Per `(window_start, window_end, key)` of the date: the batch totals, the stream's
-   answer (highest `revision` in `stream_aggregates`, pinned version) and the late side output
-   totals (`late_events`, pinned version) are full-outer-joined into `reconciliation`, with a
+   answer (highest final `revision` in `stream_aggregates`, pinned version) and the late side
+   output totals (`late_events`, pinned version) are full-outer-joined into `reconciliation`, with a
    status; `reconciliation_summary` holds the day's totals. A late row counts only if it is
    the first arrival of its `event_id` in the pinned `events` log (the rule of step 1), each
    `event_id` once: a repeat the stream no longer recognized (beyond its dedup horizon) lands
@@ -138,15 +138,25 @@ def batch_aggregates(
     )
 
 
+def final_rows(stream_aggregates: DataFrame) -> DataFrame:
+    """The final rows of `stream_aggregates` (a version from before early firings has no
+    `final` column: every row of it is final; so is a row whose `final` is null)."""
+    if "final" not in stream_aggregates.columns:
+        return stream_aggregates
+    return stream_aggregates.where(F.coalesce(F.col("final"), F.lit(True)))
+
+
 def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
-    """The stream's answer per window and key of the day: its highest revision."""
+    """The stream's answer per window and key of the day: its highest final revision (early
+    rows, `final = false`, are speculative: superseded by the final ones; rows from before
+    early firings have no `final` and are final)."""
     rank = F.row_number().over(
         Window.partitionBy(*WINDOW_KEY).orderBy(
             F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
         )
     )
     return (
-        stream_aggregates.where(window_in_day(bounds))
+        final_rows(stream_aggregates.where(window_in_day(bounds)))
         .withColumn("_rank", rank)
         .where("_rank = 1")
         .select(*WINDOW_KEY, "event_count", "amount_sum")

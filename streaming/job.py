@@ -79,6 +79,7 @@ class StreamParams:
     dedup_horizon_ms: int = 0
     checkpoint: str = ""  # "": the warehouse's default checkpoint
     window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
+    early_firing_interval_ms: int = 0  # early (final = false) rows at most this often; 0: off
     # the field that makes a line a control record carrying a source watermark ("": none)
     source_watermark_field: str = ""
     # L_p per source partition where it differs from `lateness_ms`
@@ -87,7 +88,11 @@ class StreamParams:
     @property
     def window(self) -> WindowParams:
         return WindowParams(
-            self.window_ms, self.allowed_lateness_ms, self.dedup_horizon_ms, self.window_slide_ms
+            self.window_ms,
+            self.allowed_lateness_ms,
+            self.dedup_horizon_ms,
+            self.window_slide_ms,
+            self.early_firing_interval_ms,
         )
 
     @property
@@ -110,6 +115,7 @@ class StreamParams:
             lateness_by_partition=settings.lateness_by_partition_ms,
             window_slide_ms=settings.window_slide,
             source_watermark_field=settings.source_watermark_field,
+            early_firing_interval_ms=settings.early_firing_interval,
         )
 
 
@@ -260,6 +266,7 @@ class BatchProcessor:
         T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
         # a warehouse from before source watermarks lacks their progress columns
         T.add_missing_columns(spark, params.warehouse, T.STREAM_PROGRESS)
+        T.add_missing_columns(spark, params.warehouse, T.STREAM_AGGREGATES)  # and early firings
 
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""

@@ -41,6 +41,9 @@ class WindowParams:
     dedup_horizon_ms: int = 0
     # Hopping windows slide by this (0: tumbling, the slide is the size): tally.windows.
     slide_ms: int = 0
+    # Early results: an open window that changed is emitted provisionally (final = false) at
+    # most once per this much processing time (0: only final rows).
+    early_firing_interval_ms: int = 0
 
     @property
     def windows_per_event(self) -> int:
@@ -171,8 +174,52 @@ def _fold(window_state: DataFrame, counted: DataFrame) -> DataFrame:
         .cast("long")
         .alias("amount_sum"),
         F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        # State files from before early firings lack the last three: a window was final once
+        # it had been emitted at all.
+        F.coalesce("finalized", F.col("emitted_revision") > 0, F.lit(False)).alias("finalized"),
+        F.coalesce("pending", F.lit(False)).alias("pending"),
+        F.col("last_emit_ms").cast("long").alias("last_emit_ms"),
         F.col("_batch_count").isNotNull().alias("_changed"),
     )
+
+
+def _emission(
+    watermark_after_ms: int | None, now_ms: int, params: WindowParams, drain: bool
+) -> dict[str, Column]:
+    """Which folded windows emit a row (`_emit`) and whether it is final (`_final`).
+
+    Final: the window is closable and was never final or changed in this batch (an
+    allowed-late revision). Early (with an early firing interval, never in the drain): the
+    window is still open, changed since its last row, and its last row is at least the
+    interval of processing time old (or it has none)."""
+    closable = _closable(watermark_after_ms, drain)
+    final = closable & (F.col("_changed") | ~F.col("finalized"))
+    early = F.lit(False)
+    interval = params.early_firing_interval_ms
+    if interval > 0 and not drain:
+        due = F.col("last_emit_ms").isNull() | (
+            F.lit(now_ms) - F.col("last_emit_ms") >= F.lit(interval)
+        )
+        early = ~closable & (F.col("_changed") | F.col("pending")) & due
+    return {"_emit": final | early, "_final": final}
+
+
+def _next_state(now_ms: int) -> list[Column]:
+    """The state columns of a folded window after this batch's emission."""
+    emitted = F.col("_emit")
+    return [
+        *[F.col(name) for name in (*WINDOW_KEY, "event_count", "amount_sum")],
+        F.when(emitted, F.col("emitted_revision") + 1)
+        .otherwise(F.col("emitted_revision"))
+        .cast("int")
+        .alias("emitted_revision"),
+        (F.col("finalized") | F.col("_final")).alias("finalized"),
+        ((F.col("_changed") | F.col("pending")) & ~emitted).alias("pending"),
+        F.when(emitted, F.lit(now_ms))
+        .otherwise(F.col("last_emit_ms"))
+        .cast("long")
+        .alias("last_emit_ms"),
+    ]
 
 
 def _still_changeable(watermark_after_ms: int | None, slack_ms: int, drain: bool) -> Column:
@@ -213,12 +260,11 @@ def close_windows(
     """
     memberships = window_memberships(classified, watermark_before_ms, params)
     counted = memberships.where(F.col(WINDOW_STATUS).isin(*COUNTED))
-    emit = _closable(watermark_after_ms, drain) & (
-        F.col("_changed") | (F.col("emitted_revision") == 0)
-    )
     still_open = _still_changeable(watermark_after_ms, params.allowed_lateness_ms, drain)
     merged = materialize(
-        _fold(window_state, counted).withColumns({"_emit": emit, "_open": still_open})
+        _fold(window_state, counted)
+        .withColumns(_emission(watermark_after_ms, now_ms, params, drain))
+        .withColumn("_open", still_open)
     )
     emit_watermark = None if drain else watermark_after_ms
     aggregates = merged.where("_emit").select(
@@ -230,16 +276,9 @@ def close_windows(
         (ts(emit_watermark) if emit_watermark is not None else F.lit(None))
         .cast("timestamp")
         .alias("watermark_at_emit"),
+        F.col("_final").alias("final"),
     )
-    new_state = merged.where("_open").select(
-        *WINDOW_KEY,
-        "event_count",
-        "amount_sum",
-        F.when(F.col("_emit"), F.col("emitted_revision") + 1)
-        .otherwise(F.col("emitted_revision"))
-        .cast("int")
-        .alias("emitted_revision"),
-    )
+    new_state = merged.where("_open").select(*_next_state(now_ms))
     # Every id that was not a duplicate is remembered (late ones too, so a late event sent
     # twice is one late event) until its window is past changing by the dedup horizon.
     remembered = _still_changeable(

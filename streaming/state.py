@@ -22,9 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tally.tables import schema_of
 
+# finalized: a final row was emitted; pending: changed since its last row; last_emit_ms: the
+# processing time of its last row (early firings). Files from before them read these as null.
 WINDOWS_DDL = (
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
-    "amount_sum BIGINT, emitted_revision INT"
+    "amount_sum BIGINT, emitted_revision INT, finalized BOOLEAN, pending BOOLEAN, "
+    "last_emit_ms BIGINT"
 )
 DEDUP_DDL = "event_id STRING, window_end TIMESTAMP"
 

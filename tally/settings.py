@@ -151,6 +151,9 @@ class Settings:
     # windows); the size must be a multiple of the slide (docs/semantics.md, "Windows").
     window_slide: int = _duration_field("0s")
     lateness: int = _duration_field("30s")
+    # Early results: an open window whose contents changed is emitted as a provisional row
+    # (final = false) at most once per this much processing time; 0 = off (final rows only).
+    early_firing_interval: int = _duration_field("0s")
     # Source watermarks: a line that is a JSON object with this field and no event_id is a
     # control record setting its partition's watermark ("" = off: such a line is quarantined
     # as missing_event_id); e.g. "watermark" (docs/semantics.md, "Source watermarks").

@@ -75,7 +75,8 @@ LATE_EVENTS = Table(
     f"{_PAYLOAD}, window_start TIMESTAMP, window_end TIMESTAMP, watermark_at_arrival TIMESTAMP, "
     f"lateness_ms BIGINT, arrival_delay_ms BIGINT, reason STRING, {_SOURCE}",
     "The late side output: events whose window had closed (beyond allowed lateness) when "
-    "they arrived, with the watermark at arrival and how late they were.",
+    "they arrived, with the watermark at arrival and how late they were; one row per late "
+    "(event, window), so a hopping event can have a row for each of its closed windows.",
     properties=_EVERY_BATCH,
     order_by=("window_start", "key", "event_time", "event_id"),
 )
@@ -83,9 +84,11 @@ STREAM_AGGREGATES = Table(
     "stream_aggregates",
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT, revision INT, emit_time TIMESTAMP, watermark_at_emit TIMESTAMP, "
-    "batch_id BIGINT, app_id STRING",
+    "batch_id BIGINT, app_id STRING, final BOOLEAN",
     "Provisional window totals, emitted when the watermark passes the window end; "
-    "allowed-lateness updates append a higher revision.",
+    "allowed-lateness updates append a higher revision. With early firings, rows with "
+    "final = false are early, speculative totals of a window still open; the final rows "
+    "supersede them (final is null in rows from before early firings: they are final).",
     properties=_EVERY_BATCH,
     order_by=("window_start", "key", "revision"),
 )

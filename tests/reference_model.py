@@ -90,6 +90,8 @@ class Params:
     dedup_horizon_ms: int | None = None  # None: ids are never forgotten (until the drain)
     # Hopping windows: size window_ms sliding by this (None: tumbling, the slide is the size)
     window_slide_ms: int | None = None
+    # Early results: changed open windows emitted (final = False) at most this often (0: off)
+    early_firing_interval_ms: int = 0
     # Source watermarks: lines with this field and no event_id are control records (None: off)
     source_watermark_field: str | None = None
     # L_p for the partitions whose bound is not `lateness_ms` (per-source lateness)
@@ -179,6 +181,7 @@ class AggregateRow(NamedTuple):
     emit_time_ms: int
     watermark_at_emit_ms: int | None  # None: emitted by the drain (end of input)
     batch_id: int
+    final: bool = True  # False: an early, speculative row of a window still open
 
 
 class ProgressRow(NamedTuple):
@@ -351,6 +354,9 @@ class _Window:
     count: int = 0
     total: int = 0
     emitted_revision: int = 0
+    finalized: bool = False  # a final row was emitted
+    pending: bool = False  # changed since its last row (early firings)
+    last_emit_ms: int | None = None  # processing time of its last row
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -551,17 +557,29 @@ class ReferenceModel:
         changed: set[tuple[int, int, str]],
         drain: bool = False,
     ) -> int:
-        """Emit closed windows, evict those that can no longer change. The drain closes and
-        evicts every window and emits with no watermark (`watermark_at_emit_ms` None)."""
-        if wm_after is None and not drain:  # no watermark: nothing closes
-            return 0
+        """Emit closed windows (and, with early firings, changed open ones), evict those that
+        can no longer change. The drain closes and evicts every window and emits with no
+        watermark (`watermark_at_emit_ms` None)."""
+        interval = self.params.early_firing_interval_ms
         emitted = 0
         for ident in sorted(self.windows):
             start, end, key = ident
             win = self.windows[ident]
             closed = drain or (wm_after is not None and end <= wm_after)
-            if closed and (win.emitted_revision == 0 or ident in changed):
+            dirty = ident in changed or win.pending
+            final = closed and (not win.finalized or ident in changed)
+            early = (
+                interval > 0
+                and not drain
+                and not closed
+                and dirty
+                and (win.last_emit_ms is None or now - win.last_emit_ms >= interval)
+            )
+            win.pending = dirty and not (final or early)
+            if final or early:
                 win.emitted_revision += 1
+                win.finalized = win.finalized or final
+                win.last_emit_ms = now
                 emitted += 1
                 self.aggregates.append(
                     AggregateRow(
@@ -574,6 +592,7 @@ class ReferenceModel:
                         now,
                         None if drain else wm_after,
                         batch,
+                        final,
                     )
                 )
         g = self.params.allowed_lateness_ms
@@ -636,9 +655,11 @@ class ReferenceModel:
 
     # -- views ----------------------------------------------------------------------------
     def answer(self) -> dict[tuple[int, int, str], AggregateRow]:
-        """The stream's answer per window: its highest revision."""
+        """The stream's answer per window: its highest final revision."""
         best: dict[tuple[int, int, str], AggregateRow] = {}
         for row in self.aggregates:
+            if not row.final:
+                continue
             ident = (row.window_start_ms, row.window_end_ms, row.key)
             if ident not in best or row.revision > best[ident].revision:
                 best[ident] = row

@@ -79,6 +79,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         lateness_by_partition=dict(params.lateness_by_partition),
         window_slide_ms=params.window_slide_ms or 0,
         source_watermark_field=params.source_watermark_field or "",
+        early_firing_interval_ms=params.early_firing_interval_ms,
     )
 
 
@@ -204,6 +205,7 @@ def read_aggregates(spark: SparkSession, warehouse: str) -> list[M.AggregateRow]
             _ms("emit_time"),
             _ms("watermark_at_emit"),
             "batch_id",
+            "final",
         )
         .collect()
     )
@@ -445,6 +447,7 @@ def streams(
     slides: Sequence[int | None] = (None, None, 5_000),
     min_lateness_overrides: int = 0,
     control_fields: Sequence[str | None] = (None, None, "watermark"),
+    early_intervals: Sequence[int] = (0, 0, 0, 20_000),
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -471,6 +474,8 @@ def streams(
             window_slide_ms=draw(st.sampled_from(list(slides))),
             # source watermarks: some lines are control records ({"watermark": ...})
             source_watermark_field=draw(st.sampled_from(list(control_fields))),
+            # early results: changed open windows emitted provisionally at most this often
+            early_firing_interval_ms=draw(st.sampled_from(list(early_intervals))),
             # per-source lateness: some partitions with their own bound (0..2 overrides)
             lateness_by_partition=draw(
                 st.dictionaries(

@@ -8,6 +8,7 @@ on a few streams.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -442,16 +443,27 @@ def test_emitted_revisions_are_consecutive_and_closed(stream: H.Stream) -> None:
     for row in model.aggregates:
         by_window[(row.window_start_ms, row.window_end_ms, row.key)].append(row)
         assert row.watermark_at_emit_ms == wm_after[row.batch_id]
-        if row.watermark_at_emit_ms is None:  # closed by the drain, the last batch
+        if not row.final:  # an early row: its window was still open
+            interval = stream.params.early_firing_interval_ms
+            assert interval > 0
+            assert row.watermark_at_emit_ms is None or row.window_end_ms > row.watermark_at_emit_ms
+        elif row.watermark_at_emit_ms is None:  # closed by the drain, the last batch
             assert row.batch_id == model.progress[-1].batch_id and model.progress[-1].drained
         else:
             assert row.window_end_ms <= row.watermark_at_emit_ms
     for rows in by_window.values():
         assert [r.revision for r in rows] == list(range(1, len(rows) + 1))
         assert len({r.batch_id for r in rows}) == len(rows)
-        assert [r.event_count for r in rows] == sorted(
-            {r.event_count for r in rows}
-        )  # strictly grows
+        finals = [r for r in rows if r.final]
+        # early rows come first; every window ends with a final row (a drain closes all)
+        assert rows[len(rows) - len(finals) :] == finals and finals
+        assert [r.event_count for r in finals] == sorted({r.event_count for r in finals})
+        counts = [r.event_count for r in rows]
+        assert counts == sorted(counts)  # early rows never show more than what follows
+        early = [r.emit_time_ms for r in rows if not r.final]
+        assert all(
+            b - a >= stream.params.early_firing_interval_ms for a, b in itertools.pairwise(early)
+        )
 
 
 HUGE_HORIZON_MS = 2**66  # more than any distance between int64 epoch-ms times

@@ -77,12 +77,12 @@ def test_spark_job_matches_the_model(spark, tmp_path_factory, policy: str, data)
 
 @SPARK_SETTINGS
 @given(data=st.data())
-def test_hopping_per_source_lateness_and_source_watermarks_match_the_model(
+def test_hopping_per_source_source_watermarks_and_early_firings_match_the_model(
     spark, tmp_path_factory, data
 ) -> None:
     # Forced on (the test above draws them too, but its few examples start from the simplest
     # stream): S/H = 2, 6 or 12 windows per event, at least one partition's own bound, and
-    # control records carrying source watermarks.
+    # control records carrying source watermarks, early firings every 20 s.
     stream = data.draw(
         H.streams(
             min_batches=2,
@@ -92,10 +92,12 @@ def test_hopping_per_source_lateness_and_source_watermarks_match_the_model(
             slides=[5_000],
             min_lateness_overrides=1,
             control_fields=["watermark"],
+            early_intervals=[20_000],
         ),
         label="stream",
     )
     assert stream.params.window_slide_ms == 5_000 and stream.params.lateness_by_partition
     assert stream.params.source_watermark_field == "watermark"
+    assert stream.params.early_firing_interval_ms == 20_000
     diffs = run_both(spark, tmp_path_factory.mktemp("hopping"), stream)
     assert not diffs, "\n".join([stream.describe(), *diffs])
