@@ -75,7 +75,7 @@ def test_spark_job_matches_the_model(spark, tmp_path_factory, policy: str, data)
     assert not diffs, "\n".join([stream.describe(), *diffs])
 
 
-@SPARK_SETTINGS
+@settings(SPARK_SETTINGS, max_examples=2)
 @given(data=st.data())
 def test_hopping_per_source_source_watermarks_and_early_firings_match_the_model(
     spark, tmp_path_factory, data
