@@ -18,6 +18,7 @@ def findings(r: dict[str, Any]) -> list[str]:
         ("state", _state),
         ("kafka", _kafka),
         ("scaleout", _scaleout),
+        ("windows", _windows),
         ("bigfile", _bigfile),
         ("nightly", _nightly),
     )
@@ -218,6 +219,37 @@ def _scaleout(so: dict[str, Any]) -> list[str]:
         + ("equal in every configuration." if so["books_equal"] else "NOT equal.")
     )
     return [text]
+
+
+# -- 10. window kinds ----------------------------------------------------------------------------
+
+
+def _windows(wi: dict[str, Any]) -> list[str]:
+    eps, base = wi["events_per_s"], wi["baseline"]
+    kinds = {name: wi["kinds"][name] for name in wi["kind_order"]}
+    text = (
+        f"Window kinds on the same {wi['lines']:,} lines (`tally stream --available-now "
+        f"--drain`, whole processes, {_dur_s(wi['window_ms'])} windows): "
+        + ", ".join(
+            f"{k['label']} {eps[name]['median']:,.0f} events/s" for name, k in kinds.items()
+        )
+        + "; "
+        + ", ".join(
+            f"{kinds[name]['label']} ÷ {base} = {ratio:.2f}"
+            for name in kinds
+            if (ratio := wi["ratio_to_baseline"].get(name)) is not None
+        )
+        + " (no target). Cross-check (counted + late rows = windows per event × non-duplicate "
+        "events, every input line read): "
+        + ("exact in every run." if wi["all_exact"] else "NOT exact.")
+    )
+    for name in wi.get("not_implemented") or {}:
+        text += f" {name.capitalize()} windows: not implemented yet, no numbers."
+    return [text]
+
+
+def _dur_s(ms: int) -> str:
+    return f"{ms / 1000:g} s"
 
 
 # -- 5. one big file ------------------------------------------------------------------------------

@@ -220,6 +220,22 @@ def _targets(r: dict[str, Any]) -> list[str]:
             + f"; slowest {slowest[0]} ×{slowest[1]['stream_ratio']:.2f}",
             None,
         )
+    wi = r.get("windows")
+    if wi:
+        row(
+            "windows",
+            "10. window kinds (no target): events/s ÷ tumbling's, same input; accounting exact",
+            "; ".join(
+                f"{wi['kinds'][name]['label']}: {_n(wi['ratio_to_baseline'][name], 2)} "
+                f"({_n(wi['events_per_s'][name]['median'])} vs "
+                f"{_n(wi['events_per_s'][wi['baseline']]['median'])} events/s)"
+                for name in wi["kind_order"]
+                if name in wi["ratio_to_baseline"]
+            )
+            + ("; exact" if wi["all_exact"] else "; **NOT exact**")
+            + "".join(f"; {name}: not implemented yet" for name in wi["not_implemented"]),
+            None,
+        )
     cu = r.get("curve")
     if cu:
         row(
@@ -621,6 +637,149 @@ def _scaleout(so: dict[str, Any], when: str) -> list[str]:
     return out
 
 
+# -- 10. window kinds ----------------------------------------------------------------------------
+
+
+def _windows(wi: dict[str, Any], when: str) -> list[str]:
+    kinds = {name: wi["kinds"][name] for name in wi["kind_order"]}
+    flags = ", ".join(f"{k['label']} `{' '.join(k['flags'])}`" for k in kinds.values())
+    out = _section(
+        "10. Window kinds: tumbling and hopping on the same input" + when,
+        f"One input generated once: {wi['lines']:,} JSON lines from `tally generate` "
+        f"({wi['distinct_events']:,} events, {wi['duplicates']:,} duplicates, "
+        f"{wi['malformed_lines']:,} malformed lines; {wi['keys']:,} keys, one day of event "
+        f"time) in {wi['files']} files, {wi['max_files_per_trigger']} a trigger (micro-batches "
+        f"of ~{wi['lines_per_batch']:,.0f} lines); {_dur(wi['window_ms'])} windows, lateness "
+        f"{_dur(wi['lateness_ms'])}. Each run is `tally stream --available-now --drain --clock "
+        f"arrival` in its own process on a fresh warehouse ({flags}), on `{wi['spark_master']}` "
+        f"with {wi['shuffle_partitions']} shuffle partitions, timed wall-clock from process "
+        f"start to exit (JVM start included). {wi['repetitions']} repetition(s), the kinds "
+        "alternating in an order rotated each repetition ("
+        + "; ".join(" → ".join(o) for o in wi["orders"])
+        + "); medians. events/s = input lines ÷ wall seconds.",
+    )
+    base = wi["baseline"]
+    rows = []
+    for name, kind in kinds.items():
+        eps, last = wi["events_per_s"][name], wi["runs"][name][-1]
+        ratio = 1.0 if name == base else wi["ratio_to_baseline"].get(name)
+        rows.append(
+            [
+                kind["label"],
+                _s(wi["seconds"][name]["median"]),
+                _n(eps["median"]),
+                f"{_n(eps['min'])} – {_n(eps['max'])}",
+                f"**{_n(ratio, 2)}**" if name != base else "1.00",
+                _mb(wi["peak_rss_mb"][name]),
+                last["batches"],
+                f"{last['windows_emitted']:,}",
+            ]
+        )
+    for name in wi["not_implemented"]:
+        rows.append([name, "not implemented yet", "–", "–", "–", "–", "–", "–"])
+    out += _table(
+        [
+            "kind",
+            "wall s (median)",
+            "events/s (median)",
+            "min – max",
+            f"÷ {base}",
+            "peak RSS",
+            "batches (incl. drain)",
+            "windows emitted",
+        ],
+        rows,
+    )
+    reps = wi.get("ratio_per_repetition") or {}
+    out += [
+        "Per repetition, events/s ÷ tumbling's: "
+        + "; ".join(
+            f"{kinds[name]['label']}: " + ", ".join(f"{x:.2f}" for x in reps[name])
+            for name in kinds
+            if name in reps
+        )
+        + ". Events counted in windows (latest revisions) ÷ tumbling's: "
+        + "; ".join(
+            f"{kinds[name]['label']}: {_n(wi['counted_ratio'][name], 2)} (each event is in "
+            f"{kinds[name]['windows_per_event']} windows; fewer where it is late for some)"
+            for name in kinds
+            if name in wi["counted_ratio"]
+        )
+        + ".",
+        "",
+    ]
+    out += [f"{name.capitalize()} windows: {why}." for name, why in wi["not_implemented"].items()]
+    if wi["not_implemented"]:
+        out.append("")
+    out += [
+        "Cross-check, read back from each run's warehouse (last repetition): after the drain "
+        "every (event, window) pair of a non-duplicate valid event is either counted in its "
+        "window's latest `stream_aggregates` revision or a `late_events` row, so counted + late "
+        "rows = windows per event × (valid − duplicate events), exactly, with nothing left in "
+        "open-window state; and `stream_progress.input_lines` sums to the input's lines.",
+        "",
+    ]
+    check_rows = []
+    for name, kind in kinds.items():
+        run = wi["runs"][name][-1]
+        check_rows.append(
+            [
+                kind["label"],
+                f"{run['input_lines']:,} / {wi['lines']:,}",
+                f"{kind['windows_per_event']} × {run['non_duplicate_events']:,} = "
+                f"{run['expected_pairs']:,}",
+                f"{run['emitted_events']:,} + {run['late_events']:,} = {run['counted_pairs']:,}",
+                f"{run['open_window_events']:,}",
+                f"{run['late_event_count']:,}",
+                "exact" if run["exact"] else "**FAILED**",
+            ]
+        )
+    out += _table(
+        [
+            "kind",
+            "input lines",
+            "expected pairs",
+            "counted + late rows",
+            "left in state",
+            "late events (every window late)",
+            "",
+        ],
+        check_rows,
+    )
+    out += [
+        "Every run (all repetitions) exact: "
+        + ("yes" if wi["all_exact"] else "**no**")
+        + "; the same valid events, duplicates and quarantined lines in every run: "
+        + ("yes" if wi["same_input"] else "**no**")
+        + ".",
+        "",
+    ]
+    medians = wi.get("median_runs") or {}
+    names = [n for n in kinds if medians.get(n)]
+    phase_order = list(dict.fromkeys(p["phase"] for n in names for p in medians[n]["phases"]))
+    if phase_order:
+        totals = {n: {p["phase"]: p["total_s"] for p in medians[n]["phases"]} for n in names}
+        prow = [
+            ["start → first micro-batch"]
+            + [_s((medians[n]["wall_split"] or {}).get("startup_s")) for n in names]
+        ]
+        prow += [
+            [f"in batches: `{ph}`"] + [_s(totals[n].get(ph)) for n in names] for ph in phase_order
+        ]
+        prow.append(
+            ["between micro-batches and the end"]
+            + [_s((medians[n]["wall_split"] or {}).get("between_and_end_s")) for n in names]
+        )
+        prow.append(["wall"] + [_s(medians[n]["seconds"]) for n in names])
+        out += [
+            "Where the time goes (the median run of each kind; seconds summed over its "
+            "micro-batches, from the stream's DEBUG phase records):",
+            "",
+            *_table(["part", *[kinds[n]["label"] for n in names]], prow),
+        ]
+    return out
+
+
 # -- 6./7. nightly and curve ----------------------------------------------------------------------
 
 
@@ -761,6 +920,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += _kafka(r["kafka"], _when(r, "kafka"))
     if r.get("scaleout"):
         out += _scaleout(r["scaleout"], _when(r, "scaleout"))
+    if r.get("windows"):
+        out += _windows(r["windows"], _when(r, "windows"))
     if r.get("bigfile"):
         out += _bigfile(r["bigfile"], _when(r, "bigfile"))
     if r.get("nightly") or r.get("curve"):

@@ -4,10 +4,11 @@
     run_bench(spark, quick=False, out_dir=..., work_dir=None, keep=False, command=..., only=...)
 
 Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
-scaleout (a standalone cluster and S3), bigfile (5), nightly, curve. Full mode writes into
-`docs/` by default and takes over an hour on a 2-core machine (speed ~10 min, latency ~4 min,
-state ~5 min, kafka ~5 min, scaleout ~8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min,
-run last); `--quick` (~6-12 min, used by the smoke test) writes into a new temporary
+scaleout (a standalone cluster and S3), windows (tumbling and hopping on one input), bigfile
+(5), nightly, curve. Full mode writes into `docs/` by default and takes over an hour on a
+2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
+windows ~5-8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min, run last); `--quick`
+(~7-13 min, used by the smoke test) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
 some sections (`--only`) keeps the other sections' results of the same mode from the
 output directory's benchmarks.json, each labelled with the date it was measured. Data goes
@@ -41,7 +42,17 @@ from bench.findings import findings
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("speed", "latency", "state", "kafka", "scaleout", "bigfile", "nightly", "curve")
+SECTIONS = (
+    "speed",
+    "latency",
+    "state",
+    "kafka",
+    "scaleout",
+    "windows",
+    "bigfile",
+    "nightly",
+    "curve",
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,10 @@ class Preset:
     scaleout_events: int
     scaleout_files: int
     scaleout_configurations: tuple[str, ...]
+    # 10. window kinds: tumbling and hopping (S/H = 5) on one backlog
+    windows_events: int
+    windows_files: int
+    windows_repetitions: int
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -111,6 +126,10 @@ class Preset:
         return Backlog(self.nightly_shared_events, 100, seed=7)
 
     @property
+    def windows_backlog(self) -> Backlog:
+        return Backlog(self.windows_events, self.windows_files, seed=31)
+
+    @property
     def latency_shape(self) -> StreamShape:
         return StreamShape(self.latency_window_ms, self.latency_lateness_ms, 1000)
 
@@ -127,7 +146,8 @@ class Preset:
 
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
 # (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
-# scaleout ~8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min: over an hour.
+# scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min: over
+# an hour.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -163,6 +183,13 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "scaleout_events": (200_000, 4_000),
     "scaleout_files": (20, 4),
     "scaleout_configurations": (("local", "cluster", "s3", "cluster_s3"), ("cluster_s3",)),
+    # 10. window kinds. full: 1M events in 50 files, 10 a trigger (the throughput run's ~200k
+    # lines a micro-batch, half its batches: a hopping run costs more than a tumbling one), 2
+    # rounds of tumbling and hopping; quick: 2 files of 2k events (one micro-batch + the
+    # drain: each process is mostly JVM start), one round
+    "windows_events": (1_000_000, 4_000),
+    "windows_files": (50, 2),
+    "windows_repetitions": (2, 1),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -231,6 +258,7 @@ class BenchRun:
                 ("state", self.state),
                 ("kafka", self.kafka),
                 ("scaleout", self.scaleout),
+                ("windows", self.windows),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -287,6 +315,14 @@ class BenchRun:
             Backlog(p.scaleout_events, p.scaleout_files, seed=29),
             p.shape,
             p.scaleout_configurations,
+        )
+
+    def windows(self) -> None:
+        from bench import windows
+
+        p = self.preset
+        self.results["windows"] = windows.windows_section(
+            self.spark, self.work, p.windows_backlog, p.shape, p.windows_repetitions, self.env
         )
 
     def bigfile(self) -> None:
@@ -448,8 +484,9 @@ def add_commands(subparsers: Any) -> None:
     """Add `tally bench` (issue 7). Exit codes: 0 written, 2 bad argument or missing duckdb."""
     parser = subparsers.add_parser(
         "bench",
-        help="benchmark the speed layer (throughput, per-batch cost, latency, state, one big "
-        "file) and the nightly job against plain Spark and DuckDB; write docs/benchmarks.md",
+        help="benchmark the speed layer (throughput, per-batch cost, latency, state, window "
+        "kinds, one big file) and the nightly job against plain Spark and DuckDB; write "
+        "docs/benchmarks.md",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny inputs, one repetition (a few minutes)"

@@ -398,6 +398,34 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     assert so["runs"]["cluster_s3"]["master"].startswith("spark://127.0.0.1:")
     assert all(0 < t < 120 for t in so["startup_s"].values())
 
+    # 10. window kinds: tumbling and hopping on one input, every (event, window) pair
+    # accounted for exactly after the drain; session windows reported as not there yet
+    wi = r["windows"]
+    assert wi["kind_order"] == ["tumbling", "hopping"]
+    assert wi["kinds"]["hopping"]["flags"] == ["--window-slide", "12s"]
+    assert wi["kinds"]["hopping"]["windows_per_event"] == 5
+    assert list(wi["not_implemented"]) == ["session"]
+    assert wi["same_input"] and wi["all_exact"]
+    for name, kind in wi["kinds"].items():
+        (run,) = wi["runs"][name]  # quick: one repetition
+        assert run["input_lines"] == wi["lines"], name
+        assert run["batches"] == QUICK.windows_files // QUICK.files_per_trigger + 1  # + drain
+        assert run["drained"] and run["open_window_events"] == 0, name
+        assert run["valid_events"] == wi["valid_events"], name
+        assert run["non_duplicate_events"] == wi["distinct_events"], name
+        # latest revisions' counts + late rows = windows per event x non-duplicate events
+        assert run["emitted_events"] + run["late_events"] == (
+            kind["windows_per_event"] * wi["distinct_events"]
+        ), name
+        assert run["exact"], (name, run["checks"])
+        assert wi["events_per_s"][name]["median"] > 0 and wi["peak_rss_mb"][name] > 100
+    hop, tum = wi["runs"]["hopping"][0], wi["runs"]["tumbling"][0]
+    assert hop["counted_pairs"] == 5 * tum["counted_pairs"]
+    assert hop["windows_emitted"] > tum["windows_emitted"]
+    assert wi["ratio_to_baseline"]["hopping"] == pytest.approx(
+        wi["events_per_s"]["hopping"]["median"] / wi["events_per_s"]["tumbling"]["median"]
+    )
+
     # 5. one big file: the same results as the split input
     bf = r["bigfile"]
     assert bf["single_file_bytes"] == bf["input_bytes"]
@@ -430,6 +458,8 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         "## 5. One big input file",
         "## 8. Kafka: a pre-filled topic",
         "## 9. Scale-out: a standalone cluster and S3",
+        "## 10. Window kinds: tumbling and hopping on the same input",
+        "Session windows: not implemented in tally yet",
         "## 6. Nightly job",
         "## 7. Lateness curve",
     ):
