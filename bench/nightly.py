@@ -197,6 +197,7 @@ def _write_stream_outputs(
         F.lit(None).cast("timestamp").alias("watermark_at_emit"),
         _long(last.batch_id).alias("batch_id"),
         F.lit(APP_ID).alias("app_id"),
+        F.lit(True).alias("final"),
     )
     T.write_table(aggregates, warehouse, T.STREAM_AGGREGATES)
     late = (
@@ -243,6 +244,8 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "window_state_version": zero,
         "dedup_state_version": zero,
         "events_version": _long(1),
+        "control_records": zero,
+        "partition_source_watermark": T.literal_map({}, "int", "timestamp"),
     }
 
 
