@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tally.dates import parse_business_date
-from tally.settings import Settings, SettingsError
+from tally.settings import Settings, SettingsError, parse_duration
 from tally.spark import session_for
 
 
@@ -33,6 +33,8 @@ def _date_flag(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 # -- generate -------------------------------------------------------------------------------------
 
+GENERATE_PROFILES = ("default", "three-sources")
+
 
 def _utc_datetime(text: str) -> datetime:
     value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -43,8 +45,16 @@ def _utc_datetime(text: str) -> datetime:
 
 def generate_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--events", type=int, default=100_000, help="number of events")
-    parser.add_argument("--partitions", type=int, default=8, help="source partitions")
+    parser.add_argument(
+        "--profile",
+        choices=GENERATE_PROFILES,
+        default="default",
+        help="default: one messy feed (the flags below); three-sources: a radar, an HTTP "
+        "poller and a satellite beacon with 100 ms / 30 s / 10 s of disorder "
+        "(tally.sources, docs/scenarios.md; only --seed, --start and --duration apply)",
+    )
+    parser.add_argument("--events", type=int, default=None, help="number of events (100000)")
+    parser.add_argument("--partitions", type=int, default=None, help="source partitions (8)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--start",
@@ -52,30 +62,58 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
         default=datetime(2026, 11, 20, tzinfo=UTC),
         help="event time of the first event (ISO-8601 with zone)",
     )
-    parser.add_argument("--duration", default="1d", help="event-time span, e.g. 1d or 2h")
+    parser.add_argument(
+        "--duration", default=None, help="event-time span, e.g. 1d or 2h (1d; three-sources: 3m)"
+    )
     parser.add_argument("--files", type=int, default=None, help="arrival slices (default: auto)")
-    parser.add_argument("--keys", type=int, default=1000, help="distinct keys")
+    parser.add_argument("--keys", type=int, default=None, help="distinct keys (1000)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def generate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.profile == "three-sources":
+        return _generate_three_sources(args)
     from tally.generate import generate as write_stream
 
     manifest = write_stream(
         out=args.out,
-        events=args.events,
-        partitions=args.partitions,
+        events=100_000 if args.events is None else args.events,
+        partitions=8 if args.partitions is None else args.partitions,
         seed=args.seed,
         start=args.start,
-        duration_ms=args.duration,
+        duration_ms=parse_duration("1d") if args.duration is None else args.duration,
         files=args.files,
-        keys=args.keys,
+        keys=1000 if args.keys is None else args.keys,
         progress=not args.quiet,
     )
     print(
         f"wrote {manifest['lines']} lines in {manifest['files']} files to {args.out} "
         f"({manifest['valid_events']} valid events, {manifest['duplicates']} duplicates, "
         f"{manifest['malformed_lines']} malformed)"
+    )
+    return 0
+
+
+def _generate_three_sources(args: argparse.Namespace) -> int:
+    """`--profile three-sources`: the feed of `tally.sources` (its shape is fixed: the flags
+    that size the default profile's feed are refused, not ignored)."""
+    from tally.sources import generate as write_sources
+
+    fixed = [f"--{name}" for name in ("events", "partitions", "files", "keys")]
+    given = [flag for flag in fixed if getattr(args, flag[2:]) is not None]
+    if given:
+        return _bad_setting(f"{', '.join(given)}: not with --profile three-sources (fixed shape)")
+    duration = parse_duration("3m") if args.duration is None else args.duration
+    try:
+        manifest = write_sources(args.out, args.seed, args.start, duration)
+    except ValueError as exc:
+        return _bad_setting(exc)
+    print(
+        f"wrote {manifest['lines']} lines in {manifest['files']} files to {args.out} "
+        f"({manifest['valid_events']} valid events, {manifest['duplicates']} duplicates, "
+        f"{manifest['malformed_lines']} malformed; "
+        f"{len(manifest['beyond_bound_event_ids'])} beyond their source's bound); stream with "
+        f"--lateness-by-partition {manifest['lateness_by_partition']}"
     )
     return 0
 
