@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         flags=RECONCILE_SETTINGS,  # --lateness and --target are the curve's own flags
         help="completeness and emit latency per lateness bound, replaying arrivals",
         epilog="Exit codes: 0 some bound reaches the target, 1 none in the list does "
-        "(the curve is still printed), 2 bad setting or missing input.",
+        "(with --by-partition: or some partition has none; the curve is still printed), "
+        "2 bad setting or missing input.",
     )
     c.curve_flags(curve)
     validate = _command(
