@@ -198,6 +198,7 @@ def _write_stream_outputs(
         _long(last.batch_id).alias("batch_id"),
         F.lit(APP_ID).alias("app_id"),
         F.lit(True).alias("final"),
+        F.lit(False).alias("retracted"),
     )
     T.write_table(aggregates, warehouse, T.STREAM_AGGREGATES)
     late = (

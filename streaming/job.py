@@ -79,6 +79,7 @@ class StreamParams:
     dedup_horizon_ms: int = 0
     checkpoint: str = ""  # "": the warehouse's default checkpoint
     window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
+    session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
     early_firing_interval_ms: int = 0  # early (final = false) rows at most this often; 0: off
     # the field that makes a line a control record carrying a source watermark ("": none)
     source_watermark_field: str = ""
@@ -93,6 +94,7 @@ class StreamParams:
             self.dedup_horizon_ms,
             self.window_slide_ms,
             self.early_firing_interval_ms,
+            self.session_gap_ms,
         )
 
     @property
@@ -114,6 +116,7 @@ class StreamParams:
             checkpoint=settings.checkpoint_location,
             lateness_by_partition=settings.lateness_by_partition_ms,
             window_slide_ms=settings.window_slide,
+            session_gap_ms=settings.session_gap,
             source_watermark_field=settings.source_watermark_field,
             early_firing_interval_ms=settings.early_firing_interval,
         )
@@ -266,7 +269,8 @@ class BatchProcessor:
         T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
         # a warehouse from before source watermarks lacks their progress columns
         T.add_missing_columns(spark, params.warehouse, T.STREAM_PROGRESS)
-        T.add_missing_columns(spark, params.warehouse, T.STREAM_AGGREGATES)  # and early firings
+        # early firings' `final`, session windows' `retracted`
+        T.add_missing_columns(spark, params.warehouse, T.STREAM_AGGREGATES)
 
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""

@@ -23,12 +23,15 @@ from pyspark.sql import functions as F
 
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
+    SESSION_ID,
     WINDOW_KEY,
     aggregate_windows,
     explode_windows,
+    session_ids,
     slide_of,
     windows_per_event,
     with_last_window,
+    with_span,
 )
 
 
@@ -44,10 +47,29 @@ class WindowParams:
     # Early results: an open window that changed is emitted provisionally (final = false) at
     # most once per this much processing time (0: only final rows).
     early_firing_interval_ms: int = 0
+    # Session windows: an event spans [t, t + gap) and spans merge into sessions (0: off).
+    session_gap_ms: int = 0
+
+    @property
+    def sessions(self) -> bool:
+        return self.session_gap_ms > 0
 
     @property
     def windows_per_event(self) -> int:
-        return windows_per_event(self.window_ms, self.slide_ms)
+        return 1 if self.sessions else windows_per_event(self.window_ms, self.slide_ms)
+
+    @property
+    def state_slack_ms(self) -> int:
+        """How long past its end (in watermark progress) a window or session stays in state:
+        the allowed lateness, plus one gap for a session (an event still counted may touch
+        it; docs/semantics.md, "Session windows")."""
+        return self.allowed_lateness_ms + self.session_gap_ms
+
+    def with_windows(self, events: DataFrame) -> DataFrame:
+        """Each event's window as `window_start`/`window_end`: its last window, or its span."""
+        if self.sessions:
+            return with_span(events, self.session_gap_ms)
+        return with_last_window(events, self.window_ms, self.slide_ms)
 
 
 def ts(ms: int) -> Column:
@@ -88,7 +110,7 @@ def classify_events(
         1
     )
     seen = seen_ids.select("event_id", F.lit(True).alias("_seen"))
-    windowed = events.transform(lambda df: with_last_window(df, params.window_ms, params.slide_ms))
+    windowed = events.transform(params.with_windows)
     status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
     return (
         windowed.withColumn("_first", first_copy)
@@ -138,6 +160,8 @@ def late_window_count(watermark_before_ms: int | None, params: WindowParams) -> 
     at `end - k*H` and is late iff that end + G <= WM. Duplicates count 0."""
     if watermark_before_ms is None:
         return F.lit(0)
+    if params.sessions:  # one span per event, judged by classify_events
+        return F.when(F.col("arrival_status") == LATE, F.lit(1)).otherwise(F.lit(0))
     n = params.windows_per_event
     slide = slide_of(params.window_ms, params.slide_ms)
     threshold = watermark_before_ms - params.allowed_lateness_ms
@@ -183,6 +207,105 @@ def _fold(window_state: DataFrame, counted: DataFrame) -> DataFrame:
     )
 
 
+RETRACT = "_retract"  # the emitted sessions a merged session replaced (structs)
+
+
+def _fold_sessions(window_state: DataFrame, counted: DataFrame) -> DataFrame:
+    """Sessions in state merged with this batch's counted spans (`tally.windows.session_ids`),
+    one row per resulting session, with `_fold`'s columns plus `RETRACT`.
+
+    A session with exactly the bounds of one session in state is that session (its flags and
+    revisions carry on; `_changed` if it absorbed a span). Any other one is new: its revisions
+    continue from the largest it absorbed, and the absorbed sessions that had been emitted
+    are in `RETRACT`, to be withdrawn."""
+    state = window_state.select(
+        *WINDOW_KEY,
+        "event_count",
+        "amount_sum",
+        F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        F.coalesce("finalized", F.col("emitted_revision") > 0, F.lit(False)).alias("finalized"),
+        F.coalesce("pending", F.lit(False)).alias("pending"),
+        F.col("last_emit_ms").cast("long").alias("last_emit_ms"),
+        F.lit(True).alias("_from_state"),
+    )
+    spans = counted.select(
+        *WINDOW_KEY,
+        F.lit(1).cast("long").alias("event_count"),
+        F.col("amount").cast("long").alias("amount_sum"),
+        F.lit(0).alias("emitted_revision"),
+        F.lit(False).alias("finalized"),
+        F.lit(False).alias("pending"),
+        F.lit(None).cast("long").alias("last_emit_ms"),
+        F.lit(False).alias("_from_state"),
+    )
+    held = F.col("_from_state")
+
+    def of_state(column: str) -> Column:
+        return F.when(held, F.col(column))
+
+    emitted_piece = F.when(
+        held & (F.col("emitted_revision") > 0),
+        F.struct("window_start", "window_end", "event_count", "amount_sum", "emitted_revision"),
+    )
+    grouped = (
+        session_ids(state.unionByName(spans))
+        .groupBy("key", SESSION_ID)
+        .agg(
+            F.min("window_start").alias("window_start"),
+            F.max("window_end").alias("window_end"),
+            F.sum("event_count").cast("long").alias("event_count"),
+            F.sum("amount_sum").cast("long").alias("amount_sum"),
+            F.count_if(held).alias("_pieces"),
+            F.count_if(~held).alias("_spans"),
+            F.min(of_state("window_start")).alias("_piece_start"),
+            F.max(of_state("window_end")).alias("_piece_end"),
+            F.max(of_state("emitted_revision")).alias("_piece_revision"),
+            F.bool_or(of_state("finalized")).alias("_piece_finalized"),
+            F.bool_or(of_state("pending")).alias("_piece_pending"),
+            F.max(of_state("last_emit_ms")).alias("_piece_last_emit"),
+            F.collect_list(emitted_piece).alias("_emitted_pieces"),
+        )
+    )
+    same = (
+        (F.col("_pieces") == 1)
+        & (F.col("_piece_start") == F.col("window_start"))
+        & (F.col("_piece_end") == F.col("window_end"))
+    )
+    return grouped.select(
+        *WINDOW_KEY,
+        "event_count",
+        "amount_sum",
+        F.coalesce("_piece_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        F.when(same, F.col("_piece_finalized")).otherwise(F.lit(False)).alias("finalized"),
+        F.when(same, F.col("_piece_pending")).otherwise(F.lit(False)).alias("pending"),
+        F.when(same, F.col("_piece_last_emit")).cast("long").alias("last_emit_ms"),
+        (~same | (F.col("_spans") > 0)).alias("_changed"),
+        F.when(same, F.array()).otherwise(F.col("_emitted_pieces")).alias(RETRACT),
+    )
+
+
+def _retractions(merged: DataFrame, now_ms: int, emit_watermark: int | None) -> DataFrame:
+    """Rows withdrawing the sessions merged sessions replaced: their own bounds and last
+    totals, the next revision, final and `retracted`."""
+    piece = F.explode(RETRACT).alias("_piece")
+    return merged.select("key", piece).select(
+        "_piece.window_start",
+        "_piece.window_end",
+        "key",
+        "_piece.event_count",
+        "_piece.amount_sum",
+        (F.col("_piece.emitted_revision") + 1).cast("int").alias("revision"),
+        ts(now_ms).alias("emit_time"),
+        _watermark_literal(emit_watermark).alias("watermark_at_emit"),
+        F.lit(True).alias("final"),
+        F.lit(True).alias("retracted"),
+    )
+
+
+def _watermark_literal(emit_watermark: int | None) -> Column:
+    return (ts(emit_watermark) if emit_watermark is not None else F.lit(None)).cast("timestamp")
+
+
 def _emission(
     watermark_after_ms: int | None, now_ms: int, params: WindowParams, drain: bool
 ) -> dict[str, Column]:
@@ -201,6 +324,8 @@ def _emission(
             F.lit(now_ms) - F.col("last_emit_ms") >= F.lit(interval)
         )
         early = ~closable & (F.col("_changed") | F.col("pending")) & due
+    if params.sessions:  # a session that replaced emitted ones is shown at once
+        early = early | (~closable & (F.size(RETRACT) > 0))
     return {"_emit": final | early, "_final": final}
 
 
@@ -260,11 +385,14 @@ def close_windows(
     """
     memberships = window_memberships(classified, watermark_before_ms, params)
     counted = memberships.where(F.col(WINDOW_STATUS).isin(*COUNTED))
-    still_open = _still_changeable(watermark_after_ms, params.allowed_lateness_ms, drain)
+    still_open = _still_changeable(watermark_after_ms, params.state_slack_ms, drain)
+    folded = (
+        _fold_sessions(window_state, counted) if params.sessions else _fold(window_state, counted)
+    )
     merged = materialize(
-        _fold(window_state, counted)
-        .withColumns(_emission(watermark_after_ms, now_ms, params, drain))
-        .withColumn("_open", still_open)
+        folded.withColumns(_emission(watermark_after_ms, now_ms, params, drain)).withColumn(
+            "_open", still_open
+        )
     )
     emit_watermark = None if drain else watermark_after_ms
     aggregates = merged.where("_emit").select(
@@ -273,11 +401,12 @@ def close_windows(
         "amount_sum",
         (F.col("emitted_revision") + 1).cast("int").alias("revision"),
         ts(now_ms).alias("emit_time"),
-        (ts(emit_watermark) if emit_watermark is not None else F.lit(None))
-        .cast("timestamp")
-        .alias("watermark_at_emit"),
+        _watermark_literal(emit_watermark).alias("watermark_at_emit"),
         F.col("_final").alias("final"),
+        F.lit(False).alias("retracted"),
     )
+    if params.sessions:
+        aggregates = aggregates.unionByName(_retractions(merged, now_ms, emit_watermark))
     new_state = merged.where("_open").select(*_next_state(now_ms))
     # Every id that was not a duplicate is remembered (late ones too, so a late event sent
     # twice is one late event) until its window is past changing by the dedup horizon.

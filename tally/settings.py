@@ -150,6 +150,9 @@ class Settings:
     # Hopping windows: size `window` sliding by `window_slide` (0 = the size: tumbling
     # windows); the size must be a multiple of the slide (docs/semantics.md, "Windows").
     window_slide: int = _duration_field("0s")
+    # Session windows: a key's events with no pause of `session_gap` or more form one session
+    # (0 = off: fixed windows of `window`); docs/semantics.md, "Session windows".
+    session_gap: int = _duration_field("0s")
     lateness: int = _duration_field("30s")
     # Early results: an open window whose contents changed is emitted as a provisional row
     # (final = false) at most once per this much processing time; 0 = off (final rows only).
@@ -244,6 +247,16 @@ class Settings:
             raise SettingsError(
                 f"window_slide: the window {format_duration(self.window)} must be a multiple "
                 f"of the slide, got {format_duration(self.window_slide)}"
+            )
+        if self.session_gap < 0:
+            raise SettingsError(
+                "session_gap: must be positive (or 0: off), got "
+                f"{format_duration(self.session_gap)}"
+            )
+        if self.session_gap and self.window_slide:
+            raise SettingsError(
+                "session_gap and window_slide: both set; pick one window kind (sessions, or "
+                "hopping windows)"
             )
         if self.source_watermark_field and (
             not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.source_watermark_field)
@@ -375,6 +388,8 @@ class Settings:
 
     @property
     def window_kind(self) -> str:
+        if self.session_gap:
+            return "session"
         return "tumbling" if self.window_slide_ms == self.window else "hopping"
 
     @property

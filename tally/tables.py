@@ -84,11 +84,13 @@ STREAM_AGGREGATES = Table(
     "stream_aggregates",
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT, revision INT, emit_time TIMESTAMP, watermark_at_emit TIMESTAMP, "
-    "batch_id BIGINT, app_id STRING, final BOOLEAN",
+    "batch_id BIGINT, app_id STRING, final BOOLEAN, retracted BOOLEAN",
     "Provisional window totals, emitted when the watermark passes the window end; "
     "allowed-lateness updates append a higher revision. With early firings, rows with "
     "final = false are early, speculative totals of a window still open; the final rows "
-    "supersede them (final is null in rows from before early firings: they are final).",
+    "supersede them (final is null in rows from before early firings: they are final). "
+    "Session windows: retracted = true withdraws a session another one absorbed (the current "
+    "sessions are the highest revision per window and key, minus the retracted).",
     properties=_EVERY_BATCH,
     order_by=("window_start", "key", "revision"),
 )

@@ -6,11 +6,18 @@ per event; H < S gives hopping windows, S/H per event. The pure functions state 
 arithmetic; the Column functions are the same arithmetic in the JVM. Both layers aggregate
 with `aggregate_windows`, so a gap between them can only come from lateness, never from two
 implementations drifting apart.
+
+Session windows (a gap D instead of a size): each event spans `[t, t + D)`, and a key's spans
+are merged into sessions by `session_ids` / `merge_sessions` (docs/semantics.md, "Session
+windows"); the batch layer merges first arrivals, the speed layer merges a batch's spans with
+the sessions it holds, both with this code.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from collections.abc import Iterable, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 WINDOW_KEY = ("window_start", "window_end", "key")
@@ -46,7 +53,9 @@ def windows_per_event(window_ms: int, slide_ms: int | None) -> int:
     return window_ms // slide_of(window_ms, slide_ms)
 
 
-def window_kind(window_ms: int, slide_ms: int | None) -> str:
+def window_kind(window_ms: int, slide_ms: int | None, session_gap_ms: int = 0) -> str:
+    if session_gap_ms:
+        return "session"
     return "tumbling" if slide_of(window_ms, slide_ms) == window_ms else "hopping"
 
 
@@ -129,3 +138,67 @@ def aggregate_windows(df: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("event_count"),
         F.sum("amount").cast("long").alias("amount_sum"),
     )
+
+
+# -- session windows ------------------------------------------------------------------------
+SESSION_ID = "session_id"
+
+
+def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sessions of one key's intervals `[start, end)`: sorted by (start, end), an interval
+    starts a new session when its start is at or past every earlier end (touching intervals
+    stay apart: a pause of exactly the gap separates)."""
+    sessions: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if sessions and start < sessions[-1][1]:
+            sessions[-1] = (sessions[-1][0], max(sessions[-1][1], end))
+        else:
+            sessions.append((start, end))
+    return sessions
+
+
+def with_span(df: DataFrame, gap_ms: int, time_col: str = "event_time") -> DataFrame:
+    """Add an event's span `[t, t + gap)` as `window_start`/`window_end`."""
+    return df.withColumn("window_start", F.col(time_col)).withColumn(
+        "window_end", F.timestamp_millis(F.unix_millis(time_col) + F.lit(gap_ms))
+    )
+
+
+def session_ids(intervals: DataFrame, by: Sequence[str] = ("key",)) -> DataFrame:
+    """Add `session_id` to rows holding `window_start`/`window_end`: `merge_intervals` per
+    `by`, in the JVM (one sort: gaps and islands). Ids number the sessions of each key."""
+    order = Window.partitionBy(*by).orderBy("window_start", "window_end")
+    reach = F.max("window_end").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    starts = (reach.isNull() | (F.col("window_start") >= reach)).cast("long")
+    running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        intervals.withColumn("_starts", starts)
+        .withColumn(SESSION_ID, F.sum("_starts").over(running))
+        .drop("_starts")
+    )
+
+
+def merge_sessions(intervals: DataFrame) -> DataFrame:
+    """One row per session (WINDOW_KEY, event_count, amount_sum) of interval rows that carry
+    WINDOW_KEY, event_count and amount_sum."""
+    return (
+        session_ids(intervals)
+        .groupBy("key", SESSION_ID)
+        .agg(
+            F.min("window_start").alias("window_start"),
+            F.max("window_end").alias("window_end"),
+            F.sum("event_count").cast("long").alias("event_count"),
+            F.sum("amount_sum").cast("long").alias("amount_sum"),
+        )
+        .select(*WINDOW_KEY, "event_count", "amount_sum")
+    )
+
+
+def aggregate_sessions(events: DataFrame, gap_ms: int) -> DataFrame:
+    """Sessions (WINDOW_KEY, event_count, amount_sum) of events: their spans, merged."""
+    spans = with_span(events, gap_ms).select(
+        *WINDOW_KEY,
+        F.lit(1).cast("long").alias("event_count"),
+        F.col("amount").cast("long").alias("amount_sum"),
+    )
+    return merge_sessions(spans)

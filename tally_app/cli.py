@@ -19,6 +19,7 @@ from tally.settings import Settings, SettingsError, given_values, parse_duration
 SETTING_HELP = {
     "window": "window size, e.g. 60s",
     "window_slide": "hopping windows: slide by this (the size must be a multiple); 0 = tumbling",
+    "session_gap": "session windows: a pause this long ends a key's session; 0 = fixed windows",
     "lateness": "lateness bound L (watermark = high-water mark - L), e.g. 30s",
     "early_firing_interval": "emit changed open windows early (final=false) at most this often",
     "source_watermark_field": "lines with this field and no event_id are source watermarks",
@@ -51,6 +52,7 @@ FLAG_ALIASES = {"source_kind": ("--source",)}
 STREAM_SETTINGS = (
     "window",
     "window_slide",
+    "session_gap",
     "lateness",
     "lateness_by_partition",
     "source_watermark_field",
@@ -78,7 +80,14 @@ STREAM_SETTINGS = (
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
-RECONCILE_SETTINGS = ("window", "window_slide", "warehouse", "report_timezone", "spark_master")
+RECONCILE_SETTINGS = (
+    "window",
+    "window_slide",
+    "session_gap",
+    "warehouse",
+    "report_timezone",
+    "spark_master",
+)
 CURVE_SETTINGS = (
     "window",
     "warehouse",

@@ -22,6 +22,18 @@ Usage::
 
 or `run_model(batches, params, drain=True)`.
 
+Session windows (`Params.session_gap_ms`, D > 0; docs/semantics.md, "Session windows"): an
+event's span `[t, t + D)` is its one window for classification, late rows and the dedup
+horizon. `windows` then holds the open sessions, keyed `(start, end, key)`. After each batch
+the spans of the counted events and the open sessions of each key are merged (sorted by
+(start, end), an interval starts a new session when its start is at or past every earlier
+end): a merged session with exactly the bounds of one open session is that session; any other
+is new, takes the largest revision it absorbed, and each absorbed session that had rows gets a
+retraction row (`retracted=True`, final, its own bounds and last totals, the next revision);
+a new session that retracted something emits at once (early if it cannot close yet). A
+session stays open while `end + G + D > watermark_after`. `current()` rebuilds the current
+sets from the rows (highest revision per identity, retracted ones dropped).
+
 Interpretations where the spec leaves room (kept narrow; the tests avoid these corners):
 * "blank" means only ASCII whitespace; a JSON `null` value counts as a missing field;
 * `event_id`/`key` that are JSON scalars other than strings are taken as their JSON text;
@@ -96,6 +108,13 @@ class Params:
     source_watermark_field: str | None = None
     # L_p for the partitions whose bound is not `lateness_ms` (per-source lateness)
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
+    # Session windows: each event spans [t, t + D) and a key's spans merge into sessions
+    # (0: off, fixed windows). Excludes window_slide_ms.
+    session_gap_ms: int = 0
+
+    @property
+    def sessions(self) -> bool:
+        return self.session_gap_ms > 0
 
     @property
     def slide(self) -> int:
@@ -103,7 +122,10 @@ class Params:
 
     def windows_of(self, event_time_ms: int) -> list[tuple[int, int]]:
         """Every window holding the time, ascending: [k*H, k*H + S) for each k with
-        k*H <= t < k*H + S (spelled out, not the production arithmetic)."""
+        k*H <= t < k*H + S (spelled out, not the production arithmetic). With sessions, the
+        event's span [t, t + D): its one window until the merge."""
+        if self.sessions:
+            return [(event_time_ms, event_time_ms + self.session_gap_ms)]
         size, slide = self.window_ms, self.slide
         last = event_time_ms - event_time_ms % slide  # floor modulo: pre-1970 times too
         starts = [s for s in range(last - size + slide, last + 1, slide) if s <= event_time_ms]
@@ -129,6 +151,10 @@ class Params:
             raise ValueError("dedup_horizon_ms must be >= 0")
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}")
+        if self.session_gap_ms < 0:
+            raise ValueError("session_gap_ms must be >= 0")
+        if self.session_gap_ms and self.window_slide_ms:
+            raise ValueError("session_gap_ms and window_slide_ms: pick one window kind")
 
 
 # -- outputs (plain tuples, comparable with what the Spark tables hold) ----------------------
@@ -182,6 +208,7 @@ class AggregateRow(NamedTuple):
     watermark_at_emit_ms: int | None  # None: emitted by the drain (end of input)
     batch_id: int
     final: bool = True  # False: an early, speculative row of a window still open
+    retracted: bool = False  # True: withdraws a session a new session absorbed (sessions)
 
 
 class ProgressRow(NamedTuple):
@@ -484,11 +511,15 @@ class ReferenceModel:
 
         # Windows: fold, emit, evict.
         changed: set[tuple[int, int, str]] = set()
+        spans: list[tuple[str, int, int, int]] = []  # sessions: (key, start, end, amount)
         for parsed, line, event_status in valid:
             if event_status == DUPLICATE:
                 continue
             for start, end in p.windows_of(parsed.event_time_ms):
                 status = p.status_for(end, wm_before)  # each window judged on its own
+                if status in COUNTED and p.sessions:
+                    spans.append((parsed.key, start, end, parsed.amount))
+                    continue
                 if status in COUNTED:
                     ident = (start, end, parsed.key)
                     win = self.windows.setdefault(ident, _Window())
@@ -517,7 +548,11 @@ class ReferenceModel:
                         batch,
                     )
                 )
-        emitted = self._emit_and_evict(wm_after, now, batch, changed)
+        retractions: list[tuple[tuple[int, int, str], _Window]] = []
+        forced: set[tuple[int, int, str]] = set()
+        if p.sessions:
+            changed, retractions, forced = self._merge_sessions(spans)
+        emitted = self._emit_and_evict(wm_after, now, batch, changed, retractions, forced)
         self._forget(wm_after)
         self.watermark_ms = wm_after
         self.now_ms = now
@@ -549,19 +584,98 @@ class ReferenceModel:
         self.batch_id += 1
         return row
 
+    def _merge_sessions(
+        self, spans: list[tuple[str, int, int, int]]
+    ) -> tuple[
+        set[tuple[int, int, str]],
+        list[tuple[tuple[int, int, str], _Window]],
+        set[tuple[int, int, str]],
+    ]:
+        """Merge the batch's counted spans with the open sessions, key by key. Returns (the
+        sessions that changed, the absorbed sessions that had rows (to retract), the new
+        sessions that absorbed one of those)."""
+        changed: set[tuple[int, int, str]] = set()
+        retractions: list[tuple[tuple[int, int, str], _Window]] = []
+        forced: set[tuple[int, int, str]] = set()
+        keys = {key for _, _, key in self.windows} | {key for key, _, _, _ in spans}
+        for key in sorted(keys):
+            # (start, end, open session or None for a span, amount of a span)
+            items: list[tuple[int, int, tuple[int, int, str] | None, int]] = [
+                (ident[0], ident[1], ident, 0) for ident in self.windows if ident[2] == key
+            ]
+            items += [(start, end, None, amount) for k, start, end, amount in spans if k == key]
+            items.sort(key=lambda item: (item[0], item[1]))
+            groups: list[list[tuple[int, int, tuple[int, int, str] | None, int]]] = []
+            reach: int | None = None  # the largest end of every interval so far
+            for item in items:
+                if reach is None or item[0] >= reach:
+                    groups.append([])
+                groups[-1].append(item)
+                reach = item[1] if reach is None else max(reach, item[1])
+            for group in groups:
+                start = min(item[0] for item in group)
+                end = max(item[1] for item in group)
+                ident = (start, end, key)
+                pieces = [item[2] for item in group if item[2] is not None]
+                added = [item[3] for item in group if item[2] is None]
+                if pieces == [ident]:  # the open session itself, perhaps grown
+                    win = self.windows[ident]
+                    win.count += len(added)
+                    win.total += sum(added)
+                    if added:
+                        changed.add(ident)
+                    continue
+                olds = [(piece, self.windows.pop(piece)) for piece in pieces]
+                win = _Window(
+                    count=sum(old.count for _, old in olds) + len(added),
+                    total=sum(old.total for _, old in olds) + sum(added),
+                    emitted_revision=max((old.emitted_revision for _, old in olds), default=0),
+                )
+                self.windows[ident] = win
+                changed.add(ident)
+                gone = [(piece, old) for piece, old in olds if old.emitted_revision > 0]
+                retractions += gone
+                if gone:
+                    forced.add(ident)
+        return changed, retractions, forced
+
     def _emit_and_evict(
         self,
         wm_after: int | None,
         now: int,
         batch: int,
         changed: set[tuple[int, int, str]],
+        retractions: Sequence[tuple[tuple[int, int, str], _Window]] = (),
+        forced: set[tuple[int, int, str]] | None = None,
         drain: bool = False,
     ) -> int:
         """Emit closed windows (and, with early firings, changed open ones), evict those that
         can no longer change. The drain closes and evicts every window and emits with no
-        watermark (`watermark_at_emit_ms` None)."""
+        watermark (`watermark_at_emit_ms` None).
+
+        Sessions: `retractions` (absorbed sessions that had rows) get their retraction rows,
+        and the new sessions in `forced` emit even when the early rule would not (early if
+        still open). A session stays open one gap longer than a window."""
         interval = self.params.early_firing_interval_ms
+        emit_watermark = None if drain else wm_after
         emitted = 0
+        for (start, end, key), old in sorted(retractions, key=lambda r: r[0]):
+            emitted += 1
+            self.aggregates.append(
+                AggregateRow(
+                    start,
+                    end,
+                    key,
+                    old.count,
+                    old.total,
+                    old.emitted_revision + 1,
+                    now,
+                    emit_watermark,
+                    batch,
+                    True,
+                    True,
+                )
+            )
         for ident in sorted(self.windows):
             start, end, key = ident
             win = self.windows[ident]
@@ -574,7 +688,7 @@ class ReferenceModel:
                 and not closed
                 and dirty
                 and (win.last_emit_ms is None or now - win.last_emit_ms >= interval)
-            )
+            ) or (not closed and forced is not None and ident in forced)
             win.pending = dirty and not (final or early)
             if final or early:
                 win.emitted_revision += 1
@@ -590,14 +704,15 @@ class ReferenceModel:
                         win.total,
                         win.emitted_revision,
                         now,
-                        None if drain else wm_after,
+                        emit_watermark,
                         batch,
                         final,
                     )
                 )
-        g = self.params.allowed_lateness_ms
+        # A window stays while it can change (end + G > WM); a session one gap longer.
+        slack = self.params.allowed_lateness_ms + self.params.session_gap_ms
         for ident in [
-            i for i in self.windows if drain or (wm_after is not None and i[1] + g <= wm_after)
+            i for i in self.windows if drain or (wm_after is not None and i[1] + slack <= wm_after)
         ]:
             del self.windows[ident]
         return emitted
@@ -654,16 +769,31 @@ class ReferenceModel:
         return row
 
     # -- views ----------------------------------------------------------------------------
+    def current(self, final_only: bool = False) -> dict[tuple[int, int, str], AggregateRow]:
+        """The current windows (or sessions) rebuilt from the rows: the highest revision per
+        (start, end, key) (of the final rows only, if asked), dropped when it is a
+        retraction."""
+        return current_set(self.aggregates, final_only)
+
     def answer(self) -> dict[tuple[int, int, str], AggregateRow]:
-        """The stream's answer per window: its highest final revision."""
-        best: dict[tuple[int, int, str], AggregateRow] = {}
-        for row in self.aggregates:
-            if not row.final:
-                continue
-            ident = (row.window_start_ms, row.window_end_ms, row.key)
-            if ident not in best or row.revision > best[ident].revision:
-                best[ident] = row
-        return best
+        """The stream's answer per window (or session): its highest final revision, minus the
+        retracted sessions."""
+        return self.current(final_only=True)
+
+
+def current_set(
+    rows: Iterable[AggregateRow], final_only: bool = False
+) -> dict[tuple[int, int, str], AggregateRow]:
+    """Highest revision per (start, end, key) of `rows` (final rows only, if asked), without
+    the identities whose highest row is a retraction."""
+    best: dict[tuple[int, int, str], AggregateRow] = {}
+    for row in rows:
+        if final_only and not row.final:
+            continue
+        ident = (row.window_start_ms, row.window_end_ms, row.key)
+        if ident not in best or row.revision > best[ident].revision:
+            best[ident] = row
+    return {ident: row for ident, row in best.items() if not row.retracted}
 
 
 class Batch(NamedTuple):

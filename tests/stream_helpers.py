@@ -80,6 +80,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         window_slide_ms=params.window_slide_ms or 0,
         source_watermark_field=params.source_watermark_field or "",
         early_firing_interval_ms=params.early_firing_interval_ms,
+        session_gap_ms=params.session_gap_ms,
     )
 
 
@@ -206,6 +207,8 @@ def read_aggregates(spark: SparkSession, warehouse: str) -> list[M.AggregateRow]
             _ms("watermark_at_emit"),
             "batch_id",
             "final",
+            # rows from before session windows have no `retracted`: they withdraw nothing
+            F.coalesce("retracted", F.lit(False)).alias("retracted"),
         )
         .collect()
     )
@@ -448,6 +451,7 @@ def streams(
     min_lateness_overrides: int = 0,
     control_fields: Sequence[str | None] = (None, None, "watermark"),
     early_intervals: Sequence[int] = (0, 0, 0, 20_000),
+    session_gaps: Sequence[int] = (0,),
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -457,11 +461,16 @@ def streams(
     per batch, random parameters. Processing time (the newest mtime) never decreases unless
     `monotone_now` is False. Hypothesis tries the simplest stream first (the minimum of
     every draw), so a caller with few examples should set `min_batches`/`min_lines`.
+    `session_gaps`: the session gap is drawn from these (0: fixed windows, the default); a
+    stream with a gap has no slide (the two window kinds exclude each other).
     """
     from hypothesis import strategies as st
 
     @st.composite
     def build(draw: Any) -> Stream:
+        # session windows (a gap) or fixed ones: tumbling, or hopping with a 5 s slide
+        gap = draw(st.sampled_from(list(session_gaps)))
+        slide = draw(st.sampled_from(list(slides)))
         params = M.Params(
             window_ms=draw(st.sampled_from([10_000, 30_000, 60_000])),
             lateness_ms=draw(st.sampled_from([0, 5_000, 20_000])),
@@ -470,8 +479,10 @@ def streams(
             max_clock_skew_ms=draw(st.sampled_from([5_000, 60_000])),
             policy=draw(st.sampled_from(list(policies))),
             dedup_horizon_ms=draw(st.sampled_from([None, 0, 20_000])),
-            # hopping windows (5 s slide: S/H = 2, 6 or 12) or tumbling
-            window_slide_ms=draw(st.sampled_from(list(slides))),
+            # hopping windows (5 s slide: S/H = 2, 6 or 12) or tumbling; none with sessions
+            window_slide_ms=None if gap else slide,
+            # session windows: spans [t, t + gap) merged per key (0: off)
+            session_gap_ms=gap,
             # source watermarks: some lines are control records ({"watermark": ...})
             source_watermark_field=draw(st.sampled_from(list(control_fields))),
             # early results: changed open windows emitted provisionally at most this often

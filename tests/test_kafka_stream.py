@@ -450,3 +450,48 @@ def test_an_unreadable_kafka_source_stops_with_one_line(
         err = capsys.readouterr().err.strip()
         assert err.startswith(message) and "\n" not in err, err
     assert not (tmp_path / "wh").exists()  # nothing was written
+
+
+@pytest.mark.slow
+def test_a_control_record_on_a_kafka_partition_sets_that_partitions_watermark(
+    spark, broker: Broker, tmp_path_factory
+) -> None:
+    """Source watermarks through a real broker: a control record's partition is its Kafka
+    partition (a payload `partition` is ignored, as for events). With lateness 60 s the
+    bounded rule alone would give WM = 5 s - 60 s and close nothing; partition 0's mark
+    (30 s) and partition 1's (20 s, its only record) give WM = min(30, 20) = 20 s, which
+    closes [0, 10) in the first batch."""
+    from streaming.job import run_stream
+    from tally import tables as T
+
+    root = tmp_path_factory.mktemp("kafka_marks")
+    create_topic(broker.bootstrap, "marks", partitions=2)
+    records = [
+        Record(0, H.event_line("a", "k", 1, T0 + 1 * S, 0).encode(), T0 + 40 * S),
+        Record(0, H.event_line("b", "k", 10, T0 + 5 * S, 0).encode(), T0 + 40 * S),
+        Record(0, json.dumps({"watermark": H.iso(T0 + 30 * S)}).encode(), T0 + 40 * S),
+        # a payload partition that is not the record's: the Kafka partition (1) wins
+        Record(1, json.dumps({"watermark": T0 + 20 * S, "partition": 0}).encode(), T0 + 40 * S),
+    ]
+    send(broker.bootstrap, "marks", records)
+    settings = kafka_settings(
+        broker,
+        "marks",
+        root,
+        lateness=60 * S,
+        idle_timeout=3_600 * S,
+        window=10 * S,
+        source_watermark_field="watermark",
+    )
+    run_stream(settings, available_now=True, clock="arrival", spark=spark)
+    out = H.read_outputs(spark, settings.warehouse)
+    (first,) = out.progress
+    assert (first.control_records, first.valid_events, first.input_lines) == (2, 2, 4)
+    assert dict(first.source_watermark) == {0: T0 + 30 * S, 1: T0 + 20 * S}
+    assert first.watermark_after_ms == T0 + 20 * S
+    assert [(a.window_start_ms - T0, a.event_count, a.amount_sum) for a in out.aggregates] == [
+        (0, 2, 11)
+    ]
+    # control records are neither events nor quarantined lines
+    assert sorted(e.event_id for e in out.events) == ["a", "b"] and not out.quarantine
+    assert T.read_table(spark, settings.warehouse, "events").count() == 2

@@ -67,6 +67,9 @@ def test_precedence_file_env_flags(tmp_path) -> None:
         ({"TALLY_LATENESS_BY_PARTITION": "3-1=1s"}, r"^lateness_by_partition: '3-1' is not"),
         ({"TALLY_LATENESS_BY_PARTITION": "0=fast"}, r"^lateness_by_partition\[0\]: expected"),
         ({"TALLY_LATENESS_BY_PARTITION": "0-2=1s,2=5s"}, r"partition 2 is given twice"),
+        # two window kinds at once: which one the user meant is not ours to guess
+        ({"TALLY_SESSION_GAP": "30s", "TALLY_WINDOW_SLIDE": "10s"}, r"^session_gap and window_"),
+        ({"TALLY_SESSION_GAP": "a while"}, r"^session_gap: expected a duration"),
     ],
 )
 def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
@@ -190,3 +193,10 @@ def test_cluster_conf_asks_only_for_what_is_set() -> None:
     assert cluster_conf("768m", 2) == {"spark.executor.memory": "768m", "spark.cores.max": "2"}
     settings = load_settings(env={"TALLY_SPARK_EXECUTOR_MEMORY": "2G"})
     assert (settings.spark_executor_memory, settings.spark_cores_max) == ("2G", 0)
+
+
+def test_session_gap_makes_session_windows() -> None:
+    assert load_settings(env={}).window_kind == "tumbling"
+    sessions = load_settings(env={"TALLY_SESSION_GAP": "30m"})
+    assert (sessions.session_gap, sessions.window_kind) == (1_800_000, "session")
+    assert load_settings(env={"TALLY_WINDOW_SLIDE": "10s"}).window_kind == "hopping"

@@ -9,7 +9,9 @@ from typing import NamedTuple
 import pytest
 
 from tally.windows import (
+    aggregate_sessions,
     last_window_ms,
+    merge_intervals,
     window_range_ms,
     window_start_col,
     window_start_ms,
@@ -217,3 +219,54 @@ def test_with_windows_in_the_jvm_agrees_with_the_table(spark) -> None:
 def test_windowing_error(window_ms: int, slide_ms: int | None, error: str | None) -> None:
     got = windowing_error(window_ms, slide_ms)
     assert (got is None) if error is None else (got is not None and error in got)
+
+
+# -- session windows --------------------------------------------------------------------------
+SESSION_CASES = [
+    # (why, event times in s, gap s, sessions [start, end) in s, by hand)
+    ("one event: its span", [5], 10, [(5, 15)]),
+    ("steps under the gap chain into one session", [0, 4, 13], 10, [(0, 23)]),
+    ("a pause of exactly the gap separates", [0, 10], 10, [(0, 10), (10, 20)]),
+    ("a pause of one ms under the gap merges", [0, 9.999], 10, [(0, 19.999)]),
+    ("arrival order does not matter: sorted first", [33, 0, 13, 4], 10, [(0, 23), (33, 43)]),
+    ("equal times are one session", [7, 7, 7], 10, [(7, 17)]),
+    ("before 1970 like after it", [-25, -18, 0], 10, [(-25, -8), (0, 10)]),
+    ("a middle event bridges two sessions", [0, 14, 7], 10, [(0, 24)]),
+]
+
+
+@pytest.mark.parametrize(("why", "times", "gap", "sessions"), SESSION_CASES)
+def test_merge_intervals(why: str, times: list[float], gap: int, sessions: list) -> None:
+    spans = [(int(s * 1000), int(s * 1000) + gap * 1000) for s in times]
+    assert merge_intervals(spans) == [(int(a * 1000), int(b * 1000)) for a, b in sessions], why
+
+
+def test_aggregate_sessions_in_the_jvm_agrees_with_the_table(spark) -> None:
+    """Every case at once, one key per case (and a second key beside one case, so keys never
+    merge); each event's amount is a distinct power of 10, so a sum names its events."""
+    from pyspark.sql import functions as F
+
+    rows = []
+    expected = {}
+    for number, (_, times, gap, sessions) in enumerate(SESSION_CASES):
+        if gap != 10:
+            continue
+        for key in (f"case{number}", f"other{number}"):
+            amounts = [10**i for i in range(len(times))]
+            for time, amount in zip(times, amounts, strict=True):
+                rows.append((key, int(time * 1000), amount))
+            for a, b in sessions:
+                inside = [m for s, m in zip(times, amounts, strict=True) if a <= s < b]
+                expected[(key, int(a * 1000), int(b * 1000))] = (len(inside), sum(inside))
+    events = spark.createDataFrame(rows, "key STRING, ms BIGINT, amount BIGINT").withColumn(
+        "event_time", F.timestamp_millis("ms")
+    )
+    got = {
+        (r["key"], r["s"], r["e"]): (r["event_count"], r["amount_sum"])
+        for r in aggregate_sessions(events, 10_000)
+        .select(
+            "*", F.unix_millis("window_start").alias("s"), F.unix_millis("window_end").alias("e")
+        )
+        .collect()
+    }
+    assert got == expected
