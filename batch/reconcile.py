@@ -25,6 +25,15 @@ A window that straddles midnight (possible when the window size does not divide 
 with a zone whose offset is not a multiple of it) therefore belongs to the *earlier* date,
 together with all its events, including those timed after midnight.
 
+Session windows (`session_gap_ms`; docs/semantics.md, "Session windows", "In the nightly";
+`batch.sessions`): the truth is the sessions of first arrivals that start on the date, read
+from `D` before it to `D` after it, widened a day at a time (at most 31) while a session of
+the date reaches the end of what was read. The stream's answer is its current final sessions
+(highest final revision per session, minus the retracted). Each row of the diff is a batch
+session `B`: its stream side is the stream's sessions of B's key inside B, its late side the
+late rows of B's key whose event time is in B. A stream session or late row in no batch
+session is its own UNEXPLAINED row (batch 0) on the date its start falls on.
+
 Every output table is partitioned by `business_date` and written with Delta `replaceWhere`
 on that date: re-running a date replaces exactly that date, atomically. The date partitions
 do not record the time zone: use one `report_timezone` per warehouse.
@@ -52,12 +61,25 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from batch.sessions import (
+    DAY_MS,
+    MAX_WIDENING_DAYS,
+    late_per_session,
+    narrower_than,
+    reaching_past,
+    read_range,
+    session_aggregates,
+    sessions_read,
+    stream_per_session,
+    stream_reach_ms,
+)
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, explaining_late, first_arrivals, with_first_arrival
 from tally.dates import (
     DayBounds,
     business_day_bounds,
     epoch_ms,
+    iso_ms,
     utc_dates_touching,
     window_in_day,
 )
@@ -146,10 +168,19 @@ def final_rows(stream_aggregates: DataFrame) -> DataFrame:
     return stream_aggregates.where(F.coalesce(F.col("final"), F.lit(True)))
 
 
+def not_retracted(rows: DataFrame) -> DataFrame:
+    """Rows that do not withdraw a session (`retracted` is null in rows from before session
+    windows, and false in every fixed-window row)."""
+    if "retracted" not in rows.columns:
+        return rows
+    return rows.where(~F.coalesce(F.col("retracted"), F.lit(False)))
+
+
 def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
     """The stream's answer per window and key of the day: its highest final revision (early
     rows, `final = false`, are speculative: superseded by the final ones; rows from before
-    early firings have no `final` and are final)."""
+    early firings have no `final` and are final), unless that row is `retracted` (session
+    windows: what is left is the stream's current set of final sessions)."""
     rank = F.row_number().over(
         Window.partitionBy(*WINDOW_KEY).orderBy(
             F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
@@ -159,6 +190,7 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
         final_rows(stream_aggregates.where(window_in_day(bounds)))
         .withColumn("_rank", rank)
         .where("_rank = 1")
+        .transform(not_retracted)
         .select(*WINDOW_KEY, "event_count", "amount_sum")
     )
 
@@ -342,11 +374,15 @@ class ReconcileResult:
     # event_id (repeats beyond the stream's dedup horizon): left out of the late totals.
     late_repeats: int = 0
     window_slide_ms: int | None = None  # hopping windows slide by this (None: tumbling)
+    session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
 
     @property
     def windowing(self) -> str:
-        """`tumbling 60000 ms` or `hopping 300000 ms every 60000 ms`."""
-        if window_kind(self.window_ms, self.window_slide_ms) == "tumbling":
+        """`tumbling 60000 ms`, `hopping 300000 ms every 60000 ms` or `session, gap 10000 ms`."""
+        kind = window_kind(self.window_ms, self.window_slide_ms, self.session_gap_ms)
+        if kind == "session":
+            return f"session, gap {self.session_gap_ms} ms"
+        if kind == "tumbling":
             return f"tumbling {self.window_ms} ms"
         return f"hopping {self.window_ms} ms every {self.window_slide_ms} ms"
 
@@ -369,9 +405,12 @@ class ReconcileResult:
         """The one-paragraph summary the CLI prints."""
         s = self.summary
         rate = s["late_event_rate"]
+        kind = f"{self.windowing} windows"
+        if self.session_gap_ms:
+            kind = f"session windows, gap {self.session_gap_ms} ms"
         lines = [
             f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
-            f"{self.windowing} windows; events v{self.events_version}, stream_aggregates "
+            f"{kind}; events v{self.events_version}, stream_aggregates "
             f"v{self.stream_aggregates_version}, late_events v{self.late_events_version}): "
             f"{s['windows']:,} windows;",
             f"batch {s['batch_count']:,} events / {s['batch_amount']:,},",
@@ -490,20 +529,32 @@ def _check_window_size(
     )
 
 
+def _checked_windowing(window_ms: int, slide_ms: int | None, gap_ms: int) -> None:
+    """The window, slide and session gap make one windowing (one-line ReconcileError)."""
+    if window_ms <= 0:
+        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
+    if gap_ms < 0:
+        raise ReconcileError(f"session_gap: must be positive (or 0: off), got {gap_ms} ms")
+    if gap_ms and slide_ms:
+        raise ReconcileError(
+            "session_gap and window_slide: both set; pick one window kind (sessions, or "
+            "hopping windows)"
+        )
+    problem = windowing_error(window_ms, slide_ms)
+    if problem is not None:
+        raise ReconcileError(f"window_slide: {problem}")
+
+
 def _checked_bounds(
-    window_ms: int,
-    slide_ms: int | None,
+    windowing: tuple[int, int | None, int],
     now: datetime,
     stream_versions: Mapping[str, Any],
     business_date: date,
     zone: str,
 ) -> DayBounds:
-    """The date's bounds, after the arguments are checked (one-line ReconcileError)."""
-    if window_ms <= 0:
-        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
-    problem = windowing_error(window_ms, slide_ms)
-    if problem is not None:
-        raise ReconcileError(f"window_slide: {problem}")
+    """The date's bounds, after the arguments are checked (one-line ReconcileError);
+    `windowing` is (window_ms, slide_ms, session_gap_ms)."""
+    _checked_windowing(*windowing)
     if now.tzinfo is None:
         raise ReconcileError("now: needs a time zone")
     unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
@@ -518,23 +569,39 @@ def _checked_bounds(
         raise ReconcileError(f"report_timezone: unknown time zone {zone!r}") from None
 
 
+def _windowing_settings(window_ms: int, slide_ms: int | None, gap_ms: int) -> dict[str, Any]:
+    """How the run windowed, as `reconciliation_runs.settings` records it (a session run has
+    no slide; a fixed-window run records no gap, as before session windows)."""
+    if gap_ms:
+        return {
+            "window_ms": window_ms,
+            "window_slide_ms": None,
+            "session_gap_ms": gap_ms,
+            "window_kind": window_kind(window_ms, None, gap_ms),
+        }
+    return {
+        "window_ms": window_ms,
+        "window_slide_ms": slide_of(window_ms, slide_ms),
+        "window_kind": window_kind(window_ms, slide_ms),
+    }
+
+
 def _provenance(
     summary_df: DataFrame,
     versions: tuple[int, int, int],
-    window_ms: int,
-    slide_ms: int | None,
+    windowing: tuple[int, int | None, int],
     report_timezone: str,
     now: datetime,
     settings: Mapping[str, Any] | None,
 ) -> DataFrame:
-    """The `reconciliation_runs` row: what was read (versions), with which settings."""
+    """The `reconciliation_runs` row: what was read (versions), with which settings;
+    `windowing` is (window_ms, slide_ms, session_gap_ms)."""
     ev, sv, lv = versions
+    window_ms = windowing[0]
     settings_json = json.dumps(
         {
             **dict(settings or {}),
-            "window_ms": window_ms,
-            "window_slide_ms": slide_of(window_ms, slide_ms),
-            "window_kind": window_kind(window_ms, slide_ms),
+            **_windowing_settings(*windowing),
             "report_timezone": report_timezone,
         },
         sort_keys=True,
@@ -563,6 +630,121 @@ def _provenance(
     )
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One run: where it writes, the date (its zone and bounds), the pinned tables read."""
+
+    spark: SparkSession
+    warehouse: str
+    business_date: date
+    report_timezone: str
+    bounds: DayBounds
+    events: DataFrame
+    stream_aggregates: DataFrame
+    late_events: DataFrame
+
+    def replace(self, df: DataFrame, table: T.Table) -> None:
+        _replace_date(df, self.warehouse, table, self.business_date)
+
+    def read(self, table: T.Table) -> DataFrame:
+        return _read_date(self.spark, self.warehouse, table, self.business_date)
+
+
+def _write_diff(run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame) -> int:
+    """Write the date's `reconciliation` rows from the batch side, the stream's answer and the
+    late rows (`late_arrivals`); returns how many late rows repeat an earlier event. The
+    day's late rows are few: cached, so counting the repeats does not read the log again."""
+    late = late.persist()
+    try:
+        run.replace(
+            diff_windows(batch, stream, late_totals(late), run.business_date), T.RECONCILIATION
+        )
+        return late.where(~F.col(FIRST_ARRIVAL)).count()
+    finally:
+        late.unpersist()
+
+
+def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> int:
+    """Fixed windows: re-aggregate the date into `batch_aggregates` (written first and read
+    back, so the diff does not redo the dedup), then the diff; returns the late repeats."""
+    day, bounds = run.business_date, run.bounds
+    stream_rows = run.stream_aggregates.where(window_in_day(bounds))
+    _check_window_size(stream_rows, window_ms, day, slide_ms)
+    stream = latest_stream(stream_rows, bounds)
+    truth = batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms)
+    run.replace(truth, T.BATCH_AGGREGATES)
+    late = late_arrivals(run.late_events, run.events, bounds)
+    return _write_diff(run, run.read(T.BATCH_AGGREGATES), stream, late)
+
+
+def _check_session_width(stream_rows: DataFrame, gap_ms: int, business_date: date) -> None:
+    """Every stream row of the date is at least one gap wide, as every session is (a
+    fixed-window stream reconciled as sessions, or another gap, fails here)."""
+    narrow = narrower_than(stream_rows, gap_ms).first()
+    if narrow is not None:
+        raise ReconcileError(
+            f"session_gap: stream_aggregates holds a {narrow['ms']} ms window starting at "
+            f"{narrow['start']} ms on {business_date.isoformat()}, narrower than the "
+            f"{gap_ms} ms gap (fixed windows, or another gap?)"
+        )
+
+
+def _days_to_reach(bounds: DayBounds, gap_ms: int, reach_ms: int | None) -> int:
+    """Days the read must be widened by so that it covers `reach_ms` (the end of the stream's
+    latest session of the date; at most MAX_WIDENING_DAYS: a longer one stays unexplained)."""
+    if reach_ms is None:
+        return 0
+    short = reach_ms - read_range(bounds, gap_ms)[1]
+    return min(max(0, -(-short // DAY_MS)), MAX_WIDENING_DAYS)
+
+
+def _date_sessions(run: _Run, gap_ms: int, reach_ms: int | None) -> tuple[DataFrame, int]:
+    """The sessions read for the date (persisted: the caller unpersists) and the end of the
+    event times read, widened a day at a time while a session of the date, in the batch or
+    the stream, reaches past it. Each step is decided by a one-row aggregate."""
+    days = _days_to_reach(run.bounds, gap_ms, reach_ms)
+    while True:
+        read = read_range(run.bounds, gap_ms, days)
+        sessions = sessions_read(run.events, run.bounds, read, gap_ms).persist()
+        beyond = reaching_past(sessions, run.bounds, read[1]).first()
+        if beyond is None or not beyond["n"]:
+            return sessions, read[1]
+        sessions.unpersist()
+        if days >= MAX_WIDENING_DAYS:
+            raise ReconcileError(
+                f"session_gap: {beyond['n']} session(s) of {run.business_date.isoformat()} "
+                f"still reach past {iso_ms(read[1])} after widening the read by "
+                f"{MAX_WIDENING_DAYS} day(s) (a key that never pauses for {gap_ms} ms?)"
+            )
+        days += 1
+
+
+def _diff_sessions(run: _Run, gap_ms: int) -> int:
+    """Session windows: the date's sessions into `batch_aggregates`, then the diff per batch
+    session (`batch.sessions`); returns the late repeats."""
+    _check_session_width(
+        run.stream_aggregates.where(window_in_day(run.bounds)), gap_ms, run.business_date
+    )
+    reach = stream_reach_ms(latest_stream(run.stream_aggregates, run.bounds), run.bounds).first()
+    sessions, read_end = _date_sessions(run, gap_ms, None if reach is None else reach["reach"])
+    try:
+        truth = session_aggregates(sessions, run.bounds)
+        run.replace(
+            truth.select(F.lit(run.business_date).alias("business_date"), *truth.columns),
+            T.BATCH_AGGREGATES,
+        )
+        read = (run.bounds[0], read_end)  # what starts from the date to the end of the read
+        stream = stream_per_session(
+            latest_stream(run.stream_aggregates, read), sessions, run.bounds
+        )
+        late = late_per_session(
+            late_arrivals(run.late_events, run.events, read), sessions, run.bounds
+        )
+        return _write_diff(run, run.read(T.BATCH_AGGREGATES), stream, late)
+    finally:
+        sessions.unpersist()
+
+
 def reconcile(
     spark: SparkSession,
     warehouse: str,
@@ -575,6 +757,7 @@ def reconcile(
     now: datetime,
     settings: Mapping[str, Any] | None = None,
     window_slide_ms: int | None = None,
+    session_gap_ms: int = 0,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -584,48 +767,34 @@ def reconcile(
     `reconciliation_runs` (the entry point passes the wall clock); `settings` (JSON-able)
     is recorded with it. Re-running with the recorded versions reproduces the same rows.
     `window_slide_ms`: hopping windows of `window_ms` sliding by it (None: tumbling).
+    `session_gap_ms`: session windows with this gap instead (0: fixed windows; `window_ms`
+    is then only recorded).
     """
     slide_ms = window_slide_ms if window_slide_ms != window_ms else None
+    windowing = (window_ms, slide_ms, session_gap_ms)
     stream_versions = dict(stream_versions or {})
-    bounds = _checked_bounds(
-        window_ms, slide_ms, now, stream_versions, business_date, report_timezone
-    )
+    bounds = _checked_bounds(windowing, now, stream_versions, business_date, report_timezone)
     _require_tables(spark, warehouse)
     ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
     sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
     lv = _pin(spark, warehouse, "late_events", stream_versions.get("late_events"))
     _ensure_outputs(spark, warehouse)
-
-    stream_rows = T.read_table(spark, warehouse, "stream_aggregates", sv).where(
-        window_in_day(bounds)
-    )
-    _check_window_size(stream_rows, window_ms, business_date, slide_ms)
-    stream = latest_stream(stream_rows, bounds)
-
-    # 1. Re-aggregation, written first and read back, so the diff does not redo the dedup.
-    events = T.read_table(spark, warehouse, T.EVENTS.name, ev)
-    _replace_date(
-        batch_aggregates(events, business_date, window_ms, report_timezone, slide_ms),
+    run = _Run(
+        spark,
         warehouse,
-        T.BATCH_AGGREGATES,
         business_date,
+        report_timezone,
+        bounds,
+        T.read_table(spark, warehouse, T.EVENTS.name, ev),
+        T.read_table(spark, warehouse, "stream_aggregates", sv),
+        T.read_table(spark, warehouse, "late_events", lv),
     )
-    batch = _read_date(spark, warehouse, T.BATCH_AGGREGATES, business_date)
 
-    # 2. The diff and its summary. The day's late rows are few: cached, so counting the
-    # repeats among them does not read the event log again.
-    late = late_arrivals(T.read_table(spark, warehouse, "late_events", lv), events, bounds)
-    late = late.persist()
-    try:
-        _replace_date(
-            diff_windows(batch, stream, late_totals(late), business_date),
-            warehouse,
-            T.RECONCILIATION,
-            business_date,
-        )
-        repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
-    finally:
-        late.unpersist()
+    # 1.-2. Re-aggregation and diff.
+    if session_gap_ms:
+        repeats = _diff_sessions(run, session_gap_ms)
+    else:
+        repeats = _diff_fixed(run, window_ms, slide_ms)
     if repeats:
         log.info(
             "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "
@@ -642,8 +811,8 @@ def reconcile(
     assert row is not None
 
     # 3. Provenance: what was read, with which settings.
-    run = _provenance(summary_df, (ev, sv, lv), window_ms, slide_ms, report_timezone, now, settings)
-    _replace_date(run, warehouse, T.RECONCILIATION_RUNS, business_date)
+    provenance = _provenance(summary_df, (ev, sv, lv), windowing, report_timezone, now, settings)
+    _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
     return ReconcileResult(
         business_date,
         ev,
@@ -654,6 +823,7 @@ def reconcile(
         row.asDict(),
         repeats,
         slide_ms or None,
+        session_gap_ms,
     )
 
 
@@ -668,7 +838,7 @@ def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> di
 def reproduce(
     spark: SparkSession, warehouse: str, business_date: date, *, now: datetime
 ) -> ReconcileResult:
-    """Re-run the date at the versions, window and zone its last run recorded."""
+    """Re-run the date at the versions, windowing and zone its last run recorded."""
     run = recorded_run(spark, warehouse, business_date)
     if run is None:
         raise ReconcileError(f"date: {business_date.isoformat()} was never reconciled")
@@ -687,4 +857,5 @@ def reproduce(
         now=now,
         settings=recorded,
         window_slide_ms=recorded.get("window_slide_ms"),  # absent before hopping windows
+        session_gap_ms=int(recorded.get("session_gap_ms") or 0),  # absent: fixed windows
     )

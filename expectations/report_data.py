@@ -205,17 +205,51 @@ def _pinned(
     return T.read_table(spark, warehouse, name, None if version is None else int(version))
 
 
+def _is_sessions(rec: _Reconciliation) -> bool:
+    """The run reconciled session windows (it recorded a gap)."""
+    return bool(rec.settings.get("session_gap_ms"))
+
+
+def _late_of_sessions(late_all: DataFrame, recon: DataFrame, bounds: DayBounds) -> DataFrame:
+    """Session windows: the late rows in one of the date's reconciliation rows with late
+    events, as the reconciliation placed them: a batch session holds its key's late rows
+    timed in it (some after midnight, if it crosses it); a row without a batch side is one
+    late row's own span. Rows in a session of another date are that date's."""
+    rows = recon.where(F.col("late_count") > 0).select(
+        F.col("key").alias("_key"),
+        F.col("window_start").alias("_start"),
+        F.col("window_end").alias("_end"),
+        (F.col("batch_count") > 0).alias("_batch"),
+    )
+    reach = rows.agg(F.max(_ms("_end")).alias("ms")).first()
+    if reach is None or reach["ms"] is None:
+        return late_all.limit(0)
+    late = late_all.where(in_day((bounds[0], int(reach["ms"])), "window_start"))
+    in_session = (F.col("event_time") >= F.col("_start")) & (F.col("event_time") < F.col("_end"))
+    own_span = (F.col("window_start") == F.col("_start")) & (F.col("window_end") == F.col("_end"))
+    held = (F.col("key") == F.col("_key")) & F.when(F.col("_batch"), in_session).otherwise(own_span)
+    return late.join(rows, held, "left_semi")
+
+
 def _late_in_day(
-    spark: SparkSession, warehouse: str, rec: _Reconciliation, events_all: DataFrame | None
+    spark: SparkSession,
+    warehouse: str,
+    rec: _Reconciliation,
+    events_all: DataFrame | None,
+    recon: DataFrame,
 ) -> DataFrame | None:
     """The pinned late events whose window starts on the date (lateness and partition), as
     the reconciliation counts them: first arrivals of their event_id in the pinned log, each
     once (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they
-    are not late events here either. Without an event log, every row."""
+    are not late events here either. Without an event log, every row. Session windows: the
+    late rows in the date's sessions (`_late_of_sessions`)."""
     late_all = _pinned(spark, warehouse, rec.run, "late_events", "late_events_version")
     if late_all is None:
         return None
-    late = late_all.where(window_in_day(rec.bounds))
+    if _is_sessions(rec):
+        late = _late_of_sessions(late_all, recon, rec.bounds)
+    else:
+        late = late_all.where(window_in_day(rec.bounds))
     if events_all is not None:
         late = explaining_late(with_first_arrival(late, events_all))
     return late.select("lateness_ms", "partition")
@@ -488,8 +522,12 @@ def _fmt_ts(value: Any) -> str | None:
 
 
 def describe_windowing(window_ms: Any, settings: Mapping[str, Any]) -> str | None:
-    """The window kind and its parameters, as the run recorded them: `tumbling 1m` or
-    `hopping 5m every 1m` (a run from before hopping windows recorded no slide: tumbling)."""
+    """The window kind and its parameters, as the run recorded them: `tumbling 1m`,
+    `hopping 5m every 1m` or `session, gap 10s` (a run from before hopping windows recorded
+    no slide: tumbling; one from before session windows no gap: fixed windows)."""
+    gap = settings.get("session_gap_ms")
+    if gap:
+        return f"session, gap {format_duration(int(gap))}"
     if not window_ms:
         return None
     size = int(window_ms)
@@ -548,7 +586,8 @@ def collect_report_data(
         business_date,
     )
     events_all = _pinned(spark, warehouse, rec.run, "events", "events_version")
-    late = _late_in_day(spark, warehouse, rec, events_all)
+    recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version)
+    late = _late_in_day(spark, warehouse, rec, events_all, recon)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     curve, curve_source = _curve(
@@ -579,6 +618,7 @@ def collect_report_data(
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),
         settings=rec.settings,
-        window_ms=int(window_ms) if window_ms else None,
+        # sessions have no one width: the per-window chart draws its narrowest bars
+        window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
     )
-    return data, _of_date(spark, warehouse, "reconciliation", business_date, rec.version)
+    return data, recon

@@ -333,12 +333,18 @@ def stream_aggregates_suite() -> ExpectationSuite:
 
 
 def stream_aggregates_frame(stream_aggregates: DataFrame) -> DataFrame:
-    """Rows with `latest_window_key` ("window_start|key" on rows holding the highest revision
-    of their window and key, null on older revisions)."""
+    """Rows with `latest_window_key` ("window_start|window_end|key" on rows holding the
+    highest revision of their window and key, null on older revisions). The end is part of
+    the identity: sessions of one key may share a start (a session and the one that absorbed
+    it; fixed windows of one start all have one end)."""
     window = Window.partitionBy("window_start", "window_end", "key")
     latest = F.col("revision") == F.max("revision").over(window)
+    stamp = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
     label = F.concat_ws(
-        "|", F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"), F.col("key")
+        "|",
+        F.date_format("window_start", stamp),
+        F.date_format("window_end", stamp),
+        F.col("key"),
     )
     return stream_aggregates.select("*", F.when(latest, label).alias("latest_window_key"))
 

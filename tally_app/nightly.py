@@ -59,15 +59,27 @@ def stream_position(spark: Any, warehouse: str) -> StreamPosition | None:
     return StreamPosition(None if row["wm"] is None else int(row["wm"]), bool(row["drained"]))
 
 
-def wait_condition(settings: Settings, business_date: date, spark: Any = None) -> WaitResult:
-    """Ready once the stream's watermark passed the end of the day's last window plus allowed
-    lateness (or the stream was drained): after that no on-time or allowed-late event can
-    still change one of the day's windows. A window belongs to the date its start falls on,
-    so the last one ends up to one window length after midnight."""
-    spark = spark or session_for(settings, "tally-wait")
-    needed = business_day_end(business_date, settings.report_timezone) + timedelta(
-        milliseconds=settings.window + settings.allowed_lateness
+def ready_after(settings: Settings, business_date: date) -> datetime:
+    """The watermark after which the stream's answer for the date is final.
+
+    Fixed windows: the end of the day's last window plus allowed lateness (a window belongs
+    to the date its start falls on, so the last one ends up to one window after midnight).
+    Sessions: a session of the date whose events all fall on the date ends by midnight + D,
+    and an event still counted can touch it until the watermark passes its end + D + G
+    (docs/semantics.md, "Session windows", eviction), so midnight + 2D + G. A session that
+    goes on past midnight may still grow after that (its key did not pause): the nightly
+    then reports it as the stream has it so far."""
+    reach = 2 * settings.session_gap if settings.session_gap else settings.window
+    return business_day_end(business_date, settings.report_timezone) + timedelta(
+        milliseconds=reach + settings.allowed_lateness
     )
+
+
+def wait_condition(settings: Settings, business_date: date, spark: Any = None) -> WaitResult:
+    """Ready once the stream's watermark passed `ready_after` (or the stream was drained):
+    after that no on-time or allowed-late event can still change one of the day's windows."""
+    spark = spark or session_for(settings, "tally-wait")
+    needed = ready_after(settings, business_date)
     position = stream_position(spark, settings.warehouse)
     if position is None:
         return WaitResult(False, "stream has not committed any batch yet")
@@ -97,8 +109,9 @@ def with_stream_window(
     settings: Settings, spark: Any, explicit: bool, business_date: date | None = None
 ) -> Settings:
     """The settings with the window the stream recorded in `stream_aggregates`, unless the
-    window was given `explicit`ly (flag, env or config), which must then agree with it."""
-    if not T.exists(spark, settings.warehouse, T.STREAM_AGGREGATES.name):
+    window was given `explicit`ly (flag, env or config), which must then agree with it.
+    Sessions have no one width (the window only sizes the lateness curve): unchanged."""
+    if settings.session_gap or not T.exists(spark, settings.warehouse, T.STREAM_AGGREGATES.name):
         return settings
     recorded = stream_window_ms(spark, settings.warehouse, business_date, settings.report_timezone)
     if recorded is None or recorded == settings.window:
@@ -124,6 +137,7 @@ def reaggregate(
         now=now,
         settings=settings.describe(),
         window_slide_ms=settings.window_slide or None,
+        session_gap_ms=settings.session_gap,
     )
 
 
