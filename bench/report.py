@@ -640,11 +640,15 @@ def _scaleout(so: dict[str, Any], when: str) -> list[str]:
 # -- 10. window kinds ----------------------------------------------------------------------------
 
 
+def _windows_of(count: int) -> str:
+    return "one window" if count == 1 else f"{count} windows"
+
+
 def _windows(wi: dict[str, Any], when: str) -> list[str]:
     kinds = {name: wi["kinds"][name] for name in wi["kind_order"]}
     flags = ", ".join(f"{k['label']} `{' '.join(k['flags'])}`" for k in kinds.values())
     out = _section(
-        "10. Window kinds: tumbling and hopping on the same input" + when,
+        "10. Window kinds: tumbling, hopping and session windows on the same input" + when,
         f"One input generated once: {wi['lines']:,} JSON lines from `tally generate` "
         f"({wi['distinct_events']:,} events, {wi['duplicates']:,} duplicates, "
         f"{wi['malformed_lines']:,} malformed lines; {wi['keys']:,} keys, one day of event "
@@ -673,10 +677,13 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
                 _mb(wi["peak_rss_mb"][name]),
                 last["batches"],
                 f"{last['windows_emitted']:,}",
+                f"{last['current_windows']:,}",
+                _n(last["events_per_window"], 2),
+                f"{last['retraction_rows']:,}",
             ]
         )
     for name in wi["not_implemented"]:
-        rows.append([name, "not implemented yet", "–", "–", "–", "–", "–", "–"])
+        rows.append([name, "not implemented yet", *["–"] * 9])
     out += _table(
         [
             "kind",
@@ -687,9 +694,19 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
             "peak RSS",
             "batches (incl. drain)",
             "windows emitted",
+            "current windows",
+            "events / window",
+            "retraction rows",
         ],
         rows,
     )
+    out += [
+        "Windows emitted: distinct (window_start, window_end, key) in `stream_aggregates`; "
+        "current: the highest revision of each minus the `retracted` ones (sessions another "
+        "session absorbed); events / window: the events counted in the current windows ÷ "
+        "their number (last repetition).",
+        "",
+    ]
     reps = wi.get("ratio_per_repetition") or {}
     out += [
         "Per repetition, events/s ÷ tumbling's: "
@@ -698,10 +715,10 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
             for name in kinds
             if name in reps
         )
-        + ". Events counted in windows (latest revisions) ÷ tumbling's: "
+        + ". Events counted in current windows ÷ tumbling's: "
         + "; ".join(
             f"{kinds[name]['label']}: {_n(wi['counted_ratio'][name], 2)} (each event is in "
-            f"{kinds[name]['windows_per_event']} windows; fewer where it is late for some)"
+            f"{_windows_of(kinds[name]['windows_per_event'])}; fewer where it is late for some)"
             for name in kinds
             if name in wi["counted_ratio"]
         )
@@ -713,10 +730,18 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
         out.append("")
     out += [
         "Cross-check, read back from each run's warehouse (last repetition): after the drain "
-        "every (event, window) pair of a non-duplicate valid event is either counted in its "
-        "window's latest `stream_aggregates` revision or a `late_events` row, so counted + late "
-        "rows = windows per event × (valid − duplicate events), exactly, with nothing left in "
-        "open-window state; and `stream_progress.input_lines` sums to the input's lines.",
+        "every (event, window) pair of a non-duplicate valid event is either counted in a "
+        "current window (highest `stream_aggregates` revision, not `retracted`) or a "
+        "`late_events` row, so counted + late rows = windows per event × (valid − duplicate "
+        "events), exactly, with nothing left in open-window state; "
+        "`stream_progress.input_lines` sums to the input's lines; the current windows of one "
+        "key never overlap (tumbling and session: "
+        + ", ".join(
+            f"{kinds[n]['label']} {wi['runs'][n][-1]['overlapping_windows']:,} overlapping"
+            for n in kinds
+            if kinds[n].get("disjoint")
+        )
+        + "); only session runs write retraction rows.",
         "",
     ]
     check_rows = []

@@ -303,6 +303,80 @@ def test_each_missed_speed_target_says_what_would_close_it() -> None:
     assert closing_notes(r) == []
 
 
+# -- the window kinds' read-back ------------------------------------------------------------------
+
+
+def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_path: Path) -> None:
+    """The windows section's current set: highest revision per window and key minus the
+    retracted (docs/semantics.md, "Session windows": the bridged sessions example, D = 10 s),
+    a NULL `retracted` (fixed windows) kept, overlapping current windows of a key counted."""
+    from datetime import UTC, datetime, timedelta
+
+    from bench.windows import KINDS, cross_check, current_windows
+    from tally import tables as T
+
+    t0 = datetime(2026, 11, 21, tzinfo=UTC)
+
+    def row(key: str, start: int, end: int, count: int, revision: int, retracted: object):
+        at = t0 + timedelta(seconds=40)
+        return (
+            t0 + timedelta(seconds=start), t0 + timedelta(seconds=end), key, count, 100 * count,
+            revision, at, at, 0, "app", True, retracted,
+        )  # fmt: skip
+
+    rows = [
+        # two sessions emitted, then bridged by an event at 12 s: both retracted, one current
+        row("a", 0, 14, 2, 1, False),
+        row("a", 20, 35, 2, 1, False),
+        row("a", 0, 14, 2, 2, True),
+        row("a", 20, 35, 2, 2, True),
+        row("a", 0, 35, 5, 2, False),
+        row("a", 40, 50, 1, 1, False),  # a later session of the same key, touching none
+        row("b", 0, 60, 3, 1, None),  # a fixed window, from before `retracted`
+        row("b", 0, 60, 4, 2, None),  # its allowed-late revision
+        row("c", 0, 20, 1, 1, False),  # two current windows of one key overlapping: a bug
+        row("c", 10, 30, 1, 1, False),
+    ]
+    warehouse = str(tmp_path / "warehouse")
+    table = T.STREAM_AGGREGATES
+    spark.createDataFrame(rows, table.schema()).write.format("delta").save(
+        T.table_path(warehouse, table.name)
+    )
+    got = current_windows(spark, warehouse, disjoint=True)
+    assert got == {
+        "windows_emitted": 7,
+        "retraction_rows": 2,
+        "current_windows": 5,
+        "current_events": 5 + 1 + 4 + 2,
+        "overlapping_windows": 1,
+    }
+    assert current_windows(spark, warehouse, disjoint=False)["overlapping_windows"] is None
+
+    # the checks of a drained run with these windows: 12 events counted + 2 late = 15 - 1
+    kinds = {k.name: k for k in KINDS}
+    run = {
+        **got,
+        "overlapping_windows": 0,
+        "input_lines": 20,
+        "drained": True,
+        "open_window_events": 0,
+        "valid_events": 15,
+        "duplicates": 1,
+        "late_events": 2,
+    }
+    assert cross_check(run, kinds["session"], 20)["exact"]
+    tumbling = cross_check(run, kinds["tumbling"], 20)  # tumbling never retracts
+    assert tumbling["checks"]["retractions"] is False and not tumbling["exact"]
+    assert cross_check({**run, "overlapping_windows": 1}, kinds["session"], 20)["checks"] == {
+        "input_lines": True,
+        "drained": True,
+        "pairs": True,
+        "retractions": True,
+        "disjoint": False,
+    }
+    assert not cross_check({**run, "late_events": 1}, kinds["session"], 20)["exact"]
+
+
 # -- the quick benchmark, end to end --------------------------------------------------------------
 
 
@@ -398,13 +472,15 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     assert so["runs"]["cluster_s3"]["master"].startswith("spark://127.0.0.1:")
     assert all(0 < t < 120 for t in so["startup_s"].values())
 
-    # 10. window kinds: tumbling and hopping on one input, every (event, window) pair
-    # accounted for exactly after the drain; session windows reported as not there yet
+    # 10. window kinds: tumbling, hopping and sessions on one input, every (event, window)
+    # pair accounted for exactly after the drain (current windows: retracted sessions dropped)
     wi = r["windows"]
-    assert wi["kind_order"] == ["tumbling", "hopping"]
+    assert wi["kind_order"] == ["tumbling", "hopping", "session"]
     assert wi["kinds"]["hopping"]["flags"] == ["--window-slide", "12s"]
     assert wi["kinds"]["hopping"]["windows_per_event"] == 5
-    assert list(wi["not_implemented"]) == ["session"]
+    assert wi["kinds"]["session"]["flags"] == ["--window-slide", "0ms", "--session-gap", "10s"]
+    assert wi["kinds"]["session"]["windows_per_event"] == 1
+    assert wi["not_implemented"] == {}
     assert wi["same_input"] and wi["all_exact"]
     for name, kind in wi["kinds"].items():
         (run,) = wi["runs"][name]  # quick: one repetition
@@ -413,15 +489,22 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         assert run["drained"] and run["open_window_events"] == 0, name
         assert run["valid_events"] == wi["valid_events"], name
         assert run["non_duplicate_events"] == wi["distinct_events"], name
-        # latest revisions' counts + late rows = windows per event x non-duplicate events
+        # current windows' counts + late rows = windows per event x non-duplicate events
         assert run["emitted_events"] + run["late_events"] == (
             kind["windows_per_event"] * wi["distinct_events"]
         ), name
         assert run["exact"], (name, run["checks"])
+        assert (run["overlapping_windows"] == 0) if kind["disjoint"] else True, name
+        assert kind["retracts"] or run["retraction_rows"] == 0, name
         assert wi["events_per_s"][name]["median"] > 0 and wi["peak_rss_mb"][name] > 100
     hop, tum = wi["runs"]["hopping"][0], wi["runs"]["tumbling"][0]
+    ses = wi["runs"]["session"][0]
     assert hop["counted_pairs"] == 5 * tum["counted_pairs"]
     assert hop["windows_emitted"] > tum["windows_emitted"]
+    assert ses["counted_pairs"] == tum["counted_pairs"]
+    # some events share a session (quick: ~4 events a key a day, so only a few do)
+    assert 0 < ses["current_windows"] < ses["current_events"]
+    assert wi["current"]["session"]["current_windows"] == ses["current_windows"]
     assert wi["ratio_to_baseline"]["hopping"] == pytest.approx(
         wi["events_per_s"]["hopping"]["median"] / wi["events_per_s"]["tumbling"]["median"]
     )
@@ -458,8 +541,8 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
         "## 5. One big input file",
         "## 8. Kafka: a pre-filled topic",
         "## 9. Scale-out: a standalone cluster and S3",
-        "## 10. Window kinds: tumbling and hopping on the same input",
-        "Session windows: not implemented in tally yet",
+        "## 10. Window kinds:",
+        "session (gap 10s)",
         "## 6. Nightly job",
         "## 7. Lateness curve",
     ):
