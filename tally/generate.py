@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tally.dates import epoch_ms, iso_ms
+
 __all__ = ["MALFORMED_KINDS", "generate"]
 
 MALFORMED_KINDS = (
@@ -98,20 +100,15 @@ _NON_OBJECTS = ("[1,2]", '["e-1","merchant-1"]', '"event"', "42", "null")
 _BAD_TIMES = ("yesterday", "not-a-time", "2026-13-45 25:61")
 
 
-def _to_ms(value: datetime) -> int:
+def start_epoch_ms(value: datetime) -> int:
+    """A generator's `start` as epoch ms (`tally.dates.epoch_ms`); a naive one is refused."""
     if value.tzinfo is None:
         raise ValueError("start must be timezone-aware (UTC)")
-    return (value - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _iso(ms: int) -> str:
-    """Epoch milliseconds -> ``2026-11-21T09:42:17.125Z``."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return epoch_ms(value)
 
 
 def _iso_formatter() -> Callable[[int], str]:
-    """A fast ``_iso`` for millions of calls: the date part is cached per day."""
+    """A fast ``iso_ms`` for millions of calls: the date part is cached per day."""
     days: dict[int, str] = {}
 
     def fmt(ms: int) -> str:
@@ -501,7 +498,7 @@ def _line_renderer(
     return line_text
 
 
-def _remove_previous_output(out: str) -> None:
+def remove_previous_output(out: str) -> None:
     """Create ``out``; remove the generator's own files from an earlier run, nothing else."""
     os.makedirs(out, exist_ok=True)
     for name in sorted(os.listdir(out)):
@@ -559,7 +556,7 @@ def _manifest(
         "valid_events": events,
         "partitions": shape.partitions,
         "keys": len(shape.key_names),
-        "start": _iso(start_ms),
+        "start": iso_ms(start_ms),
         "duration_ms": shape.duration_ms,
         "files": len(slices.bounds) - 1,
         "slice_ms": slices.span / (len(slices.bounds) - 1),
@@ -572,24 +569,24 @@ def _manifest(
         "heavy_tail_events": originals.flagged(_HEAVY_TAIL),
         "burst_events": originals.flagged(_HELD_BY_BURST),
         "burst_region": "ap-south",
-        "bursts": [[_iso(start_ms + lo), _iso(start_ms + hi)] for lo, hi in shape.bursts],
+        "bursts": [[iso_ms(start_ms + lo), iso_ms(start_ms + hi)] for lo, hi in shape.bursts],
         "lagging_partition": shape.lagging,
         "lag_ms": _LAG_MS if shape.lagging is not None else 0,
         "skewed_partition": shape.skewed,
         "idle_partition": idle,
-        "idle_from": _iso(start_ms + shape.idle_lo) if idle is not None else None,
-        "idle_until": _iso(start_ms + shape.idle_hi) if idle is not None else None,
+        "idle_from": iso_ms(start_ms + shape.idle_lo) if idle is not None else None,
+        "idle_until": iso_ms(start_ms + shape.idle_hi) if idle is not None else None,
         "events_by_partition": {str(p): counts[p] for p in range(shape.partitions)},
         "omitted_partition_events": originals.flagged(_OMIT_PARTITION),
         "epoch_ms_time_events": originals.flagged(_EPOCH_MS_TIME),
         "extra_field_events": sum(1 for extra in originals.extra_of if extra),
         "amount_total": sum(originals.amount_of),
-        "first_arrival": _iso(start_ms + slices.first) if n_lines else None,
-        "last_arrival": _iso(start_ms + slices.last) if n_lines else None,
+        "first_arrival": iso_ms(start_ms + slices.first) if n_lines else None,
+        "last_arrival": iso_ms(start_ms + slices.last) if n_lines else None,
     }
 
 
-def _write_manifest(out: str, manifest: dict[str, Any], mtime_ms: int) -> None:
+def write_manifest(out: str, manifest: dict[str, Any], mtime_ms: int) -> None:
     """Write ``_manifest.json`` with the given mtime (epoch ms)."""
     manifest_path = os.path.join(out, MANIFEST_NAME)
     with open(manifest_path, "w", encoding="utf-8", newline="\n") as fh:
@@ -611,7 +608,7 @@ def generate(
 ) -> dict[str, Any]:
     """Write the stream into ``out``; return the manifest (also written as ``_manifest.json``)."""
     files = _checked_files(events, partitions, duration_ms, keys, files)
-    start_ms = _to_ms(start)
+    start_ms = start_epoch_ms(start)
     rng = random.Random(seed)
     show = progress and events >= 100_000
     fmt = _iso_formatter()
@@ -625,9 +622,9 @@ def generate(
     lines = _queue_lines(rng, originals, replayed, malformed)
 
     slices = _slice_arrivals(lines, files)
-    _remove_previous_output(out)
+    remove_previous_output(out)
     line_text = _line_renderer(originals, malformed, start_ms, fmt)
     _write_slices(out, lines, slices, line_text, start_ms, show)
     manifest = _manifest(seed, start_ms, shape, originals, ahead, len(replayed), malformed, slices)
-    _write_manifest(out, manifest, start_ms + slices.bounds[-1])
+    write_manifest(out, manifest, start_ms + slices.bounds[-1])
     return manifest

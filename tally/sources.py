@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tally.generate import _iso, _remove_previous_output, _to_ms, _write_manifest
+from tally.dates import iso_ms
+from tally.generate import remove_previous_output, start_epoch_ms, write_manifest
 from tally.settings import format_duration, format_partition_durations
 
 __all__ = [
@@ -132,7 +133,7 @@ class _Event:
     def text(self) -> str:
         return (
             f'{{"event_id":"{self.event_id}","key":"{self.key}","amount":{self.amount},'
-            f'"event_time":"{_iso(self.time_ms)}","partition":{self.source.partition},'
+            f'"event_time":"{iso_ms(self.time_ms)}","partition":{self.source.partition},'
             f'"source":"{self.source.name}"}}'
         )
 
@@ -252,7 +253,7 @@ def _malformed(rng: random.Random, source: Source, start_ms: int, end_ms: int) -
     lines: list[_Line] = []
     for number, reason in enumerate(_MALFORMED[source.name], start=1):
         arrival = rng.randint(start_ms + _WARMUP, end_ms - 1)
-        when = _iso(arrival - rng.randint(0, source.bound_ms))
+        when = iso_ms(arrival - rng.randint(0, source.bound_ms))
         eid = f'"event_id":"bad-{source.name}-{number}"'
         key = f'"key":"{rng.choice(source.keys)}"'
         amount = rng.randint(100, 9_999)
@@ -442,8 +443,8 @@ def _source_manifest(feed: _Feed, source: Source, disorder: dict[str, int]) -> d
         "beyond_bound_events": [
             {
                 "event_id": e.event_id,
-                "event_time": _iso(e.time_ms),
-                "arrival": _iso(e.arrival_ms),
+                "event_time": iso_ms(e.time_ms),
+                "arrival": iso_ms(e.arrival_ms),
                 "delay_ms": e.arrival_ms - e.time_ms,
                 "disorder_ms": disorder[e.event_id],
             }
@@ -469,7 +470,7 @@ def generate(out: str, seed: int, start: datetime, duration_ms: int = 180_000) -
             f"duration must be at least {format_duration(MIN_DURATION_MS)} for this feed, "
             f"got {format_duration(duration_ms)}"
         )
-    start_ms = _to_ms(start)
+    start_ms = start_epoch_ms(start)
     end_ms = start_ms + duration_ms
     rng = random.Random(seed)
     # The sources draw from `rng` in this order; any reordering changes every file.
@@ -501,10 +502,10 @@ def generate(out: str, seed: int, start: datetime, duration_ms: int = 180_000) -
     disorder = _disorder(files)
     _check_bounds(feeds, disorder)
 
-    _remove_previous_output(out)
+    remove_previous_output(out)
     _write_files(out, files)
     manifest = _manifest(seed, start_ms, duration_ms, feeds, files, disorder)
-    _write_manifest(out, manifest, files[-1].mtime_ms)
+    write_manifest(out, manifest, files[-1].mtime_ms)
     return manifest
 
 
@@ -526,7 +527,7 @@ def _manifest(
     return {
         "profile": PROFILE,
         "seed": seed,
-        "start": _iso(start_ms),
+        "start": iso_ms(start_ms),
         "duration_ms": duration_ms,
         "lateness_by_partition": LATENESS_BY_PARTITION,
         "partitions": len(SOURCES),
@@ -541,10 +542,10 @@ def _manifest(
         "lines": len(events) + duplicates + len(malformed),
         "files": len(files),
         "amount_total": sum(e.amount for e in events),
-        "first_event_time": _iso(min(e.time_ms for e in events)),
-        "last_event_time": _iso(max(e.time_ms for e in events)),
-        "first_arrival": _iso(files[0].mtime_ms),
-        "last_arrival": _iso(files[-1].mtime_ms),
+        "first_event_time": iso_ms(min(e.time_ms for e in events)),
+        "last_event_time": iso_ms(max(e.time_ms for e in events)),
+        "first_arrival": iso_ms(files[0].mtime_ms),
+        "last_arrival": iso_ms(files[-1].mtime_ms),
         "beyond_bound_event_ids": sorted(e.event_id for e in events if e.beyond),
         "duplicate_event_ids": sorted(e.event_id for feed in feeds for e in feed.duplicated),
         "sources": {
