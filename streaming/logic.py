@@ -23,11 +23,10 @@ from pyspark.sql import functions as F
 
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
-    SESSION_ID,
     WINDOW_KEY,
     aggregate_windows,
     explode_windows,
-    session_ids,
+    merge_sessions,
     slide_of,
     windows_per_event,
     with_last_window,
@@ -211,7 +210,7 @@ RETRACT = "_retract"  # the emitted sessions a merged session replaced (structs)
 
 
 def _fold_sessions(window_state: DataFrame, counted: DataFrame) -> DataFrame:
-    """Sessions in state merged with this batch's counted spans (`tally.windows.session_ids`),
+    """Sessions in state merged with this batch's counted spans (`tally.windows.merge_sessions`),
     one row per resulting session, with `_fold`'s columns plus `RETRACT`.
 
     A session with exactly the bounds of one session in state is that session (its flags and
@@ -247,24 +246,17 @@ def _fold_sessions(window_state: DataFrame, counted: DataFrame) -> DataFrame:
         held & (F.col("emitted_revision") > 0),
         F.struct("window_start", "window_end", "event_count", "amount_sum", "emitted_revision"),
     )
-    grouped = (
-        session_ids(state.unionByName(spans))
-        .groupBy("key", SESSION_ID)
-        .agg(
-            F.min("window_start").alias("window_start"),
-            F.max("window_end").alias("window_end"),
-            F.sum("event_count").cast("long").alias("event_count"),
-            F.sum("amount_sum").cast("long").alias("amount_sum"),
-            F.count_if(held).alias("_pieces"),
-            F.count_if(~held).alias("_spans"),
-            F.min(of_state("window_start")).alias("_piece_start"),
-            F.max(of_state("window_end")).alias("_piece_end"),
-            F.max(of_state("emitted_revision")).alias("_piece_revision"),
-            F.bool_or(of_state("finalized")).alias("_piece_finalized"),
-            F.bool_or(of_state("pending")).alias("_piece_pending"),
-            F.max(of_state("last_emit_ms")).alias("_piece_last_emit"),
-            F.collect_list(emitted_piece).alias("_emitted_pieces"),
-        )
+    grouped = merge_sessions(
+        state.unionByName(spans),
+        F.count_if(held).alias("_pieces"),
+        F.count_if(~held).alias("_spans"),
+        F.min(of_state("window_start")).alias("_piece_start"),
+        F.max(of_state("window_end")).alias("_piece_end"),
+        F.max(of_state("emitted_revision")).alias("_piece_revision"),
+        F.bool_or(of_state("finalized")).alias("_piece_finalized"),
+        F.bool_or(of_state("pending")).alias("_piece_pending"),
+        F.max(of_state("last_emit_ms")).alias("_piece_last_emit"),
+        F.collect_list(emitted_piece).alias("_emitted_pieces"),
     )
     same = (
         (F.col("_pieces") == 1)

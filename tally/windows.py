@@ -178,10 +178,11 @@ def session_ids(intervals: DataFrame, by: Sequence[str] = ("key",)) -> DataFrame
     )
 
 
-def merge_sessions(intervals: DataFrame) -> DataFrame:
+def merge_sessions(intervals: DataFrame, *extra: Column) -> DataFrame:
     """One row per session (WINDOW_KEY, event_count, amount_sum) of interval rows that carry
-    WINDOW_KEY, event_count and amount_sum."""
-    return (
+    WINDOW_KEY, event_count and amount_sum; `extra` aggregates over each session's intervals
+    (aliased) follow them (the stream's bookkeeping of the sessions it held)."""
+    merged = (
         session_ids(intervals)
         .groupBy("key", SESSION_ID)
         .agg(
@@ -189,9 +190,12 @@ def merge_sessions(intervals: DataFrame) -> DataFrame:
             F.max("window_end").alias("window_end"),
             F.sum("event_count").cast("long").alias("event_count"),
             F.sum("amount_sum").cast("long").alias("amount_sum"),
+            *extra,
         )
-        .select(*WINDOW_KEY, "event_count", "amount_sum")
+        .drop(SESSION_ID)
     )
+    totals = [*WINDOW_KEY, "event_count", "amount_sum"]
+    return merged.select(*totals, *[c for c in merged.columns if c not in totals])
 
 
 def aggregate_sessions(events: DataFrame, gap_ms: int) -> DataFrame:
