@@ -23,13 +23,14 @@ $(STAMP): pyproject.toml constraints.txt
 	scripts/install-browser.sh
 	touch $(STAMP)
 
-$(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.pom.xml jars/s3.pom.xml
+$(JARS)/.fetched: jars/pom.xml jars/kafka-connector.pom.xml jars/kafka-broker.pom.xml jars/s3.pom.xml \
+		jvm/pom.xml $(wildcard jvm/src/main/java/tally/jvm/*.java)
 	scripts/fetch-jars.sh $(JARS) $(KAFKA_JARS)
 	touch $@
 
-install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka + S3A jars (once; offline afterwards)
+install: $(STAMP) $(JARS)/.fetched ## virtualenv, pinned packages, Delta + Kafka + S3A jars, tally's scanner jar (once; offline afterwards)
 
-jars: $(JARS)/.fetched ## fetch Delta's, Spark's Kafka and S3A jars (.cache/jars) and a Kafka broker (.cache/kafka)
+jars: $(JARS)/.fetched ## fetch Delta's, Spark's Kafka and S3A jars, build tally's (.cache/jars); a Kafka broker (.cache/kafka)
 
 lint: install ## ruff lint + format check
 	$(BIN)/ruff check .

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch, once, with Maven (cached in ~/.m2):
 #   $1 (default .cache/jars): the jars tally's Spark sessions load: Delta Lake (jars/pom.xml),
-#      Spark's Kafka source (jars/kafka-connector.pom.xml) and S3A (jars/s3.pom.xml), leaving
+#      Spark's Kafka source (jars/kafka-connector.pom.xml), S3A (jars/s3.pom.xml) and tally's
+#      own line scanner, built from jvm/ (jvm/pom.xml), leaving
 #      out what pyspark already ships (Hadoop, Jackson, Scala, Parquet, logging, compression,
 #      Netty), so the classpath has one copy of each;
 #   $2 (default .cache/kafka): a Kafka broker for scripts/kafka.sh (jars/kafka-broker.pom.xml),
@@ -30,6 +31,10 @@ mvn -B -q -f jars/s3.pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$out" -DincludeScope=runtime \
   -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,org.slf4j,commons-logging
 ls "$out"/hadoop-aws-*.jar "$out"/s3-2.*.jar >/dev/null
+# tally's own JVM component (jvm/pom.xml): the line scanner `tally.events` registers. Spark and
+# Jackson are provided by pyspark; the jar holds tally's classes only.
+mvn -B -q -f jvm/pom.xml package
+cp jvm/target/tally-jvm.jar "$out"/
 echo "Spark session jars in $out: $(ls "$out"/*.jar | wc -l) files"
 mvn -B -q -f jars/kafka-broker.pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$broker" -DincludeScope=runtime

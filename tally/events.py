@@ -33,6 +33,7 @@ QUARANTINE_REASONS = (
     *SOURCE_REASONS,
     "empty_line",
     "invalid_json",
+    "duplicate_field",  # an object naming a top-level field twice: which value counts?
     "missing_event_id",
     "missing_key",
     "missing_amount",
@@ -43,26 +44,14 @@ QUARANTINE_REASONS = (
     "bad_watermark",  # a control record whose watermark is no time (source watermarks only)
 )
 
-# The one parse every line pays (the typed view): a field whose JSON token does not fit its
-# type reads as null and sets `_corrupt`; event_time stays text (ISO-8601 or epoch digits).
-_TYPED_SCHEMA = (
-    "event_id STRING, key STRING, amount BIGINT, event_time STRING, partition INT, _corrupt STRING"
-)
-_STRICT = {"allowSingleQuotes": "false"}
-_TYPED_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt", **_STRICT}
-# The text view (field -> JSON text), parsed only for lines that may carry unknown fields or
-# fail the fast check: it says whether a field was there at all, and holds the unknown fields.
-_TEXT_SCHEMA = "MAP<STRING, STRING>"
 # An ISO-8601 time with a zone, the contract's text form of event_time (unanchored).
-ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)"
-_ZONED_ISO = f"^{ZONED_ISO_TIME}$"
+ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})"
 # Optional columns of a source's raw frame that `parse_lines` consumes: the reason a record was
 # refused before parsing (one of SOURCE_REASONS), and the partition the source read it from,
 # which then is the event's watermark `partition` (the payload's own `partition`, if any, is
 # kept as data in `extra`).
 SOURCE_REASON = "source_reason"
 SOURCE_PARTITION = "source_partition"
-_INTEGER = r"^-?\d+$"
 # The event times the contract accepts: years 0001 to 9999 in UTC, the years ISO-8601's
 # four digits can say. An epoch outside them is bad_event_time (Spark's timestamp would
 # overflow converting far larger ones).
@@ -76,196 +65,104 @@ class ParsedEvents(NamedTuple):
     controls: DataFrame  # control records: partition, CONTROL_MS and provenance
 
 
-def _reason(fields: Column, typed: Column, event_time: Column, line: Column) -> Column:
-    """The first quarantine reason of a line (null when valid): the detailed diagnosis."""
-
-    def has(name: str) -> Column:
-        return fields.getItem(name).isNotNull()
-
-    text = fields.getItem
-    return (
-        F.when(line.rlike(r"^\s*$"), F.lit("empty_line"))
-        # Spark's parser stops after the first object; text after its closing brace must
-        # not slip through as a valid event.
-        .when(fields.isNull() | ~line.rlike(r"\}\s*$"), F.lit("invalid_json"))
-        .when(~has("event_id") | (F.trim(text("event_id")) == ""), F.lit("missing_event_id"))
-        .when(~has("key") | (F.trim(text("key")) == ""), F.lit("missing_key"))
-        .when(~has("amount"), F.lit("missing_amount"))
-        # A quoted "12" reads as text "12" but is not a JSON integer: the typed view is null.
-        .when(typed["amount"].isNull() | ~text("amount").rlike(_INTEGER), "amount_not_integer")
-        .when(~has("event_time"), F.lit("missing_event_time"))
-        .when(event_time.isNull(), F.lit("bad_event_time"))
-        .when(has("partition") & typed["partition"].isNull(), F.lit("partition_not_integer"))
-    )
-
-
 def _fence() -> Column:
     """An optimizer fence, always true. Catalyst pushes a filter on `parse_lines`' output (e.g.
-    `split_parsed`'s `reason IS NULL`) down through deterministic projections, inlining every
-    column it reads, each parse in them many times over, into the filter. spark_partition_id()
-    is nondeterministic, so no filter passes the projection computing `reason`; columns that
-    nobody reads are still pruned (counting lines does not parse them)."""
+    `split_parsed`'s `reason IS NULL`) down through deterministic projections, inlining the
+    columns it reads, the scan among them, into the filter: the scan would run twice.
+    spark_partition_id() is nondeterministic, so no filter passes the projection computing
+    `reason`; columns that nobody reads are still pruned (counting lines does not scan them)."""
     return F.spark_partition_id() >= 0
 
 
-def _event_ms(text: Column, line: Column, field: str = "event_time") -> Column:
-    """A time field's JSON text (event_time, or a control record's watermark) -> epoch ms;
-    null unless epoch milliseconds (a JSON integer) or ISO-8601 with a zone. The typed view's
-    text equals the text view's (one converter)."""
-    # Only all-digit text is parsed again as a JSON number (null when it was a quoted string):
-    # the common ISO case never pays for that second parse.
-    epoch_ms = F.from_json(line, f"`{field}` BIGINT", _STRICT).getItem(field)
-    # ISO-8601 allows hh:mm without seconds; Spark's parser wants them. Past the ISO check,
-    # character 17 is ':' exactly when the seconds are there (else the zone starts).
-    with_seconds = F.when(F.substring(text, 17, 1) == ":", text).otherwise(
-        F.regexp_replace(text, r"^(.{10}[T ]\d{2}:\d{2})(Z|[+-].*)$", "$1:00$2")
-    )
-    # Zone required: a bare local time is ambiguous, and we do not guess.
-    return F.when(text.rlike(_ZONED_ISO), F.unix_millis(F.try_to_timestamp(with_seconds))).when(
-        text.rlike(_INTEGER), epoch_ms
-    )
+# The contract's scanner (jvm/src/main/java/tally/jvm/ScanEventLine.java), built by `make
+# install` into the session's jars: one Jackson pass over a line's bytes gives its verdict and
+# fields. Spark's own `from_json` would parse each line several times over (typed, as a map,
+# per time form) and through a char decoder; the scanner also sees what it cannot: text after
+# the object and a field named twice.
+SCAN_FUNCTION = "tally_scan_line"
+SCAN_CLASS = "tally.jvm.ScanEventLine"
+SCAN_TYPE = (
+    "struct<verdict:string,event_id:string,key:string,amount:bigint,event_ms:bigint,"
+    "partition:int,extra:map<string,string>,control_ms:bigint>"
+)
+VALID, CONTROL = "valid", "control"  # the scanner's verdicts that are no quarantine reason
 
 
-def _event_time(event_ms: Column) -> Column:
-    """The contract's range checked on epoch ms, before a timestamp exists (converting a far
-    epoch would overflow)."""
-    return F.when(
-        event_ms.between(EVENT_TIME_MIN_MS, EVENT_TIME_MAX_MS), F.timestamp_millis(event_ms)
-    )
+class ScannerMissing(RuntimeError):
+    """The scanner's jar is not on the session's classpath (one-line message)."""
 
 
-def _only_known_fields(line: Column, typed: Column) -> Column:
-    """True only when the line's object provably has no field but the known ones with a value,
-    for a line whose typed view parsed cleanly (no `_corrupt`) with event_id, key, amount and
-    event_time present: fewer commas in the whole line than such fields.
+def register_scanner(spark: SparkSession) -> None:
+    """Register the scanner as `SCAN_FUNCTION` in `spark` (idempotent, a driver-side call)."""
+    try:
+        spark.udf.registerJavaFunction(SCAN_FUNCTION, SCAN_CLASS, SCAN_TYPE)
+    except Exception as exc:
+        if SCAN_CLASS not in str(exc):
+            raise
+        raise ScannerMissing(
+            f"{SCAN_CLASS} is not on the Spark classpath: run `make install` (it builds "
+            ".cache/jars/tally-jvm.jar)"
+        ) from None
 
-    Those k fields (4, or 5 with partition) are distinct members of the object; m members are
-    separated by m - 1 commas (escapes cannot make a structural comma). So at most k - 1 commas
-    means m = k: no unknown field, no duplicate, no JSON-null field. More commas (in a value,
-    after the object, or from another member) only mean "look": parse the field map.
-    """
-    members = F.lit(4) + typed["partition"].isNotNull().cast("int")
-    # substring_index(s, ',', k) is s itself exactly when s has fewer than k commas.
-    before_kth_comma = F.call_function("substring_index", line, F.lit(","), members)
-    return F.octet_length(before_kth_comma) == F.octet_length(line)
+
+def scan_line(line: Column, control_field: str) -> Column:
+    """The scanner's struct (`SCAN_TYPE`) for a line."""
+    return F.call_function(SCAN_FUNCTION, line.cast("binary"), F.lit(control_field))
 
 
 CONTROL_MS = "control_ms"  # parse_lines: a control record's watermark (epoch ms), else null
 
 
-def _control(fields: Column, typed: Column, line: Column, field: str) -> tuple[Column, Column]:
-    """(is a control record, its reason or null) for a line that missed the fast path: a JSON
-    object with `field` and no `event_id`. Its reason: `partition_not_integer`, or
-    `bad_watermark` when `field` is no time the contract accepts."""
-    is_control = (
-        fields.isNotNull()
-        & line.rlike(r"\}\s*$")
-        & fields.getItem(field).isNotNull()
-        & fields.getItem("event_id").isNull()
-    )
-    watermark = _event_time(_event_ms(fields.getItem(field), line, field))
-    reason = F.when(
-        fields.getItem("partition").isNotNull() & typed["partition"].isNull(),
-        F.lit("partition_not_integer"),
-    ).when(watermark.isNull(), F.lit("bad_watermark"))
-    return F.coalesce(is_control, F.lit(False)), reason
-
-
 def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
-    """`raw` (column `raw_line` plus provenance columns), each line parsed once, one row per
+    """`raw` (column `raw_line` plus provenance columns), each line scanned once, one row per
     line: the event's typed columns when valid, else `raw_line` and the quarantine `reason`.
     With `control_field`, a control record (see the module docstring) has neither: its
     `partition` and `CONTROL_MS`, the watermark it carries.
 
-    Fast path: every line pays one typed `from_json` and cheap checks (object braces, no
-    `_corrupt`, the required fields, the event time, no unknown fields). A line that passes is
-    valid, with exactly the columns the detailed diagnosis gives it; only the other lines (and
-    lines with unknown fields, for `extra`) parse the field map and go through `_reason`.
-
     Persist the result when both outputs of `split_parsed` are used: otherwise each output
-    reads and parses every line again.
+    reads and scans every line again.
     """
+    register_scanner(raw.sparkSession)
     seams = (SOURCE_REASON, SOURCE_PARTITION)
     provenance = [c for c in raw.columns if c not in ("raw_line", *seams)]
     given = {c: F.col(c) if c in raw.columns else F.lit(None) for c in seams}
     line = F.col("raw_line")
-    typed = F.col("_typed")
-    event_time = F.col("_event_time")
-    # Each step is its own projection: a column used several times is computed once per row,
-    # and an expensive value inside F.when is only computed for the rows its condition holds.
-    parsed = raw.select(
+    # Its own projection: every column below reads the one scan of the row.
+    scanned = raw.select(
         *provenance,
         line,
         given[SOURCE_REASON].cast("string").alias("_source_reason"),
         given[SOURCE_PARTITION].cast("int").alias("_source_partition"),
-        F.from_json(line, _TYPED_SCHEMA, _TYPED_OPTIONS).alias("_typed"),
-    ).withColumn("_event_ms", _event_ms(typed["event_time"], line))
-    parsed = parsed.withColumn("_event_time", _event_time(F.col("_event_ms")))
-    typed_ok_check = (
-        line.startswith("{")
-        & line.endswith("}")
-        & typed["_corrupt"].isNull()
-        & (F.trim(typed["event_id"]) != "")  # null when missing: the condition is null
-        & (F.trim(typed["key"]) != "")
-        & typed["amount"].isNotNull()
-        & event_time.isNotNull()
+        scan_line(line, control_field or "").alias("_scan"),
     )
-    typed_ok, maybe_unknown = F.col("_typed_ok"), F.col("_maybe_unknown")
-    checked = (
-        parsed.withColumn("_typed_ok", F.coalesce(typed_ok_check, F.lit(False)))
-        .withColumn("_maybe_unknown", F.when(typed_ok, ~_only_known_fields(line, typed)))
-        # The text view, only where the fast path cannot decide alone.
-        .withColumn(
-            "_fields",
-            F.when(~typed_ok | maybe_unknown, F.from_json(line, _TEXT_SCHEMA, _STRICT)),
-        )
-        # With unknown fields, the fast path also needs the text view to parse (as the
-        # diagnosis does: a bad escape deep in an unknown field makes the line invalid_json).
-        .withColumn("_fast", typed_ok & (~maybe_unknown | F.col("_fields").isNotNull()))
+    scan, source_reason = F.col("_scan"), F.col("_source_reason")
+    verdict = scan["verdict"]
+    # A source's own reason (Kafka: a tombstone, no UTF-8, oversized) comes before the scan's.
+    reason = F.when(source_reason.isNotNull(), source_reason).when(
+        ~verdict.isin(VALID, CONTROL), verdict
     )
-    reason = F.when(F.col("_source_reason").isNotNull(), F.col("_source_reason"))
-    control_ms = F.lit(None).cast("long")
-    if control_field:  # control records: only among the lines that missed the fast path
-        checked = checked.withColumn(
-            "_control", ~F.col("_fast") & _control(F.col("_fields"), typed, line, control_field)[0]
-        )
-        is_control = F.col("_control") & F.col("_source_reason").isNull()
-        control_reason = _control(F.col("_fields"), typed, line, control_field)[1]
-        reason = reason.when(is_control, control_reason)
-        control_ms = F.when(
-            is_control & control_reason.isNull(),
-            _event_ms(F.col("_fields").getItem(control_field), line, control_field),
-        )
-    checked = checked.withColumn(
-        "_reason", reason.when(~F.col("_fast"), _reason(F.col("_fields"), typed, event_time, line))
-    ).withColumn("_control_ms", control_ms)
-    # Compact: typed columns for valid lines, the raw text only for quarantined ones.
-    valid = F.col("_reason").isNull() & F.col("_control_ms").isNull()
-    fields = F.col("_fields")
-    extra = F.when(fields.isNull(), F.create_map().cast(_TEXT_SCHEMA)).otherwise(
-        F.map_filter(fields, lambda k, _v: ~k.isin(*KNOWN_FIELDS))
-    )
-    payload_partition = F.coalesce(typed["partition"], F.lit(0))
+    valid = source_reason.isNull() & (verdict == VALID)
+    control = source_reason.isNull() & (verdict == CONTROL)
+    extra = scan["extra"]
+    payload_partition = scan["partition"]
     source_partition = F.col("_source_partition")
     if SOURCE_PARTITION in raw.columns:  # the payload's partition is data, not the watermark's
         extra = F.when(
-            typed["partition"].isNotNull(),
-            F.map_concat(
-                extra, F.create_map(F.lit("partition"), typed["partition"].cast("string"))
-            ),
+            payload_partition.isNotNull(),
+            F.map_concat(extra, F.create_map(F.lit("partition"), payload_partition.cast("string"))),
         ).otherwise(extra)
-    partition = F.coalesce(source_partition, payload_partition)
-    return checked.select(
-        F.when(valid, typed["event_id"]).alias("event_id"),
-        F.when(valid, typed["key"]).alias("key"),
-        F.when(valid, typed["amount"]).cast("long").alias("amount"),
-        F.when(valid, event_time).alias("event_time"),
-        F.when(valid | F.col("_control_ms").isNotNull(), partition).cast("int").alias("partition"),
+    partition = F.coalesce(source_partition, payload_partition, F.lit(0))
+    return scanned.select(
+        F.when(valid, scan["event_id"]).alias("event_id"),
+        F.when(valid, scan["key"]).alias("key"),
+        F.when(valid, scan["amount"]).cast("long").alias("amount"),
+        F.when(valid, F.timestamp_millis(scan["event_ms"])).alias("event_time"),
+        F.when(valid | control, partition).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
         *provenance,
-        F.when(F.col("_reason").isNotNull(), line).alias("raw_line"),
-        F.when(_fence(), F.col("_reason")).alias("reason"),
-        F.col("_control_ms").alias(CONTROL_MS),
+        F.when(reason.isNotNull(), line).alias("raw_line"),
+        F.when(_fence(), reason).alias("reason"),
+        F.when(control, scan["control_ms"]).alias(CONTROL_MS),
     )
 
 

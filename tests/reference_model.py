@@ -60,6 +60,7 @@ COUNTED = (ON_TIME, ALLOWED_LATE)
 REASONS = (
     "empty_line",
     "invalid_json",
+    "duplicate_field",
     "missing_event_id",
     "missing_key",
     "missing_amount",
@@ -242,7 +243,8 @@ class DrainedError(RuntimeError):
 # -- validation -----------------------------------------------------------------------------
 _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
-    r"(Z|([+-])(\d{2}):(\d{2}))$"
+    r"(Z|([+-])(\d{2}):(\d{2}))$",
+    re.ASCII,  # ASCII digits only
 )
 _ASCII_SPACE = " \t\r\n\f\v"
 
@@ -292,16 +294,35 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"not JSON: {name}")
 
 
+class _Fields(dict):  # type: ignore[type-arg]
+    """A JSON object that remembers whether it named a field twice."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]):
+        super().__init__(pairs)
+        self.named_twice = len(self) < len(pairs)
+
+
+def load_object(raw: str) -> dict[str, Any] | str:
+    """The line's one JSON object, or the reason it is none: `invalid_json` (not JSON, not an
+    object, or more after it), `duplicate_field` (a top-level name used twice)."""
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_Fields)
+    except ValueError:  # includes text after the object ("Extra data")
+        return "invalid_json"
+    if not isinstance(obj, dict):
+        return "invalid_json"
+    if isinstance(obj, _Fields) and obj.named_twice:
+        return "duplicate_field"
+    return obj
+
+
 def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
     """(event, None) for a valid line, (None, first matching reason) otherwise."""
     if raw.strip(_ASCII_SPACE) == "":
         return None, "empty_line"
-    try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
-    except ValueError:
-        return None, "invalid_json"
-    if not isinstance(obj, dict):
-        return None, "invalid_json"
+    obj = load_object(raw)
+    if isinstance(obj, str):
+        return None, obj
 
     def present(name: str) -> bool:
         return obj.get(name) is not None
@@ -351,11 +372,8 @@ def parse_control(raw: str, field: str) -> tuple[tuple[int, int] | None, str | N
     """None when the line is no control record (a JSON object with `field` and no
     `event_id`); else ((partition, watermark ms), None), or (None, reason) when it is a
     control record the contract refuses."""
-    try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or obj.get(field) is None or obj.get("event_id") is not None:
+    obj = load_object(raw)
+    if isinstance(obj, str) or obj.get(field) is None or obj.get("event_id") is not None:
         return None
     partition = obj.get("partition")
     if partition is None:

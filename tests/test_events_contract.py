@@ -64,8 +64,18 @@ QUARANTINED = [
     Bad("JSON string", '"event"', "invalid_json"),
     Bad("single-quoted pseudo-JSON is not JSON", line().replace('"', "'"), "invalid_json"),
     Bad("trailing text after the object", line() + " trailing", "invalid_json"),
+    # Jackson's root parse stops after the first value; the contract is one object a line.
+    Bad("a stray closing brace after the object", line() + "}", "invalid_json"),
+    Bad("a second object on the line", line() + ' {"x":1}', "invalid_json"),
+    Bad("NaN is no JSON number", line().replace("12550", "NaN"), "invalid_json"),
+    Bad("a byte-order mark before the object", "\ufeff" + line(), "invalid_json"),
+    # Which amount counts? Neither: the line is refused whole, before any field rule.
+    Bad("amount named twice", line()[:-1] + ', "amount": 1}', "duplicate_field"),
+    Bad("an unknown field named twice", line()[:-1] + ', "x": "a", "x": "b"}', "duplicate_field"),
+    Bad("a duplicate beats a missing id", '{"key": "k", "key": "k"}', "duplicate_field"),
     Bad("event_id missing", line(event_id=DROP), "missing_event_id"),
     Bad("event_id blank", line(event_id="   "), "missing_event_id"),
+    Bad("event_id a tab (blank is any ASCII whitespace)", line(event_id="\t"), "missing_event_id"),
     Bad("key missing", line(key=DROP), "missing_key"),
     Bad("key empty", line(key=""), "missing_key"),
     Bad("amount missing", line(amount=DROP), "missing_amount"),
@@ -82,6 +92,12 @@ QUARANTINED = [
     Bad("event_time missing", line(event_time=DROP), "missing_event_time"),
     Bad("event_time without a zone", line(event_time="2026-11-21T09:42:17.125"), "bad_event_time"),
     Bad("event_time garbage", line(event_time="yesterday"), "bad_event_time"),
+    Bad(
+        "event_time zone without colon",
+        line(event_time="2026-11-21T15:12:17+0530"),
+        "bad_event_time",
+    ),
+    Bad("event_time zone hours only", line(event_time="2026-11-21T15:12:17+05"), "bad_event_time"),
     Bad(
         "event_time out of range fields", line(event_time="2026-13-45T25:61:00Z"), "bad_event_time"
     ),
@@ -221,6 +237,46 @@ VALID = [
         {},
     ),
     Good("amount 0", line(amount=0), "e-1", "merchant-42", 0, NOW_MS, 3, {}),
+    Good(
+        "unknown fields of any type: their compact JSON text, null as null",
+        line(n=1.5, flag=True, nested={"a": [1, 2]}, gone=None),
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {"n": "1.5", "flag": "true", "nested": '{"a":[1,2]}', "gone": None},  # type: ignore[dict-item]
+    ),
+    Good(
+        "whitespace around the object",
+        "  " + line() + " \t",
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {},
+    ),
+    Good(
+        "a numeric event_id is its text",
+        line(event_id=17),
+        "17",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {},
+    ),
+    Good(
+        "a space instead of T, partition null means 0",
+        line(event_time="2026-11-21 09:42:17.125Z", partition=None),
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        0,
+        {},
+    ),
     Good(
         "fields in another order",
         json.dumps(
