@@ -269,11 +269,24 @@ class BatchProcessor:
         # Writes of one batch to different tables go side by side: each is mostly waiting on
         # Delta's commit protocol, not computing.
         self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
-        T.ensure_tables(spark, params.warehouse, T.STREAMING_TABLES)
-        # a warehouse from before source watermarks lacks their progress columns
-        T.add_missing_columns(spark, params.warehouse, T.STREAM_PROGRESS)
-        # early firings' `final`, session windows' `retracted`
-        T.add_missing_columns(spark, params.warehouse, T.STREAM_AGGREGATES)
+        self._created = self._ensure_tables()
+
+    def _ensure_tables(self) -> set[str]:
+        """Create the stream's tables that do not exist yet, side by side (a Delta commit
+        each); the names created. An existing table gains the columns newer versions added."""
+        warehouse = self.params.warehouse
+        missing = [t for t in T.STREAMING_TABLES if not T.exists(self.spark, warehouse, t.name)]
+        for future in [
+            self._writers.submit(T.ensure_table, self.spark, warehouse, t) for t in missing
+        ]:
+            future.result()
+        created = {t.name for t in missing}
+        # a warehouse from before source watermarks lacks their progress columns; early
+        # firings' `final`, session windows' `retracted`
+        for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES):
+            if table.name not in created:
+                T.add_missing_columns(self.spark, warehouse, table)
+        return created
 
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""
@@ -309,6 +322,8 @@ class BatchProcessor:
 
     def previous_progress(self, before_batch: int | None = None) -> dict[str, Any] | None:
         """The last committed batch of this query (a small row, with times as epoch ms)."""
+        if T.STREAM_PROGRESS.name in self._created and self._committed is None:
+            return None  # this process created the table and has not committed to it yet
         progress = self._read(T.STREAM_PROGRESS).where(F.col("app_id") == self.app_id)
         if before_batch is not None:
             progress = progress.where(F.col("batch_id") < before_batch)
@@ -617,7 +632,7 @@ class BatchProcessor:
         }
         # Kept ids are the union of the previous batch's and this batch's: without a coalesce
         # their partitions (and the files of every state write) would grow batch by batch.
-        dedup = out.dedup_state.coalesce(self._state_partitions).localCheckpoint(eager=True)
+        dedup = out.dedup_state.coalesce(self._state_partitions)
         # Both come from the checkpointed fold: counting them reads memory, not the batch.
         open_windows, emitted = window_counts(out)
         events = classified.events.withColumns(
@@ -646,7 +661,9 @@ class BatchProcessor:
         for future in [self._writers.submit(task) for task in tasks]:
             future.result()
         committed = CommittedState(self._table_version(T.EVENTS), batch_id, open_windows, emitted)
-        return committed, KeptState(batch_id, out.window_state, dedup)
+        # The next batch reads the remembered ids back from the files just written: computing
+        # them once for the write is cheaper than a checkpoint in memory and then the write.
+        return committed, KeptState(batch_id, out.window_state, self.store.read_dedup(batch_id))
 
     def _progress_values(
         self,

@@ -112,6 +112,12 @@ class StateStore:
             reader.schema(schema_of(DEDUP_DDL)).parquet(f"{base}/dedup"),
         )
 
+    def read_dedup(self, batch_id: int) -> DataFrame:
+        """The remembered ids this process just wrote for `batch_id` (no completeness check)."""
+        return self.spark.read.schema(schema_of(DEDUP_DDL)).parquet(
+            f"{self.state_dir(batch_id)}/dedup"
+        )
+
     def forget_before(self, batch_id: int) -> None:
         """Once `batch_id` committed, delete what no replay can need. A replay of `batch_id`
         itself (Spark had not recorded it) reads the state of `batch_id` - 1 and the clock of
