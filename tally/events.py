@@ -52,11 +52,6 @@ ZONED_ISO_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\
 # kept as data in `extra`).
 SOURCE_REASON = "source_reason"
 SOURCE_PARTITION = "source_partition"
-# The event times the contract accepts: years 0001 to 9999 in UTC, the years ISO-8601's
-# four digits can say. An epoch outside them is bad_event_time (Spark's timestamp would
-# overflow converting far larger ones).
-EVENT_TIME_MIN_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
-EVENT_TIME_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 class ParsedEvents(NamedTuple):

@@ -37,7 +37,9 @@ import org.apache.spark.sql.api.java.UDF2;
 public final class ScanEventLine implements UDF2<byte[], String, Row> {
   private static final long serialVersionUID = 1L;
 
-  // tally.events EVENT_TIME_MIN_MS / EVENT_TIME_MAX_MS: 0001-01-01 .. 9999-12-31T23:59:59.999Z
+  // The event times the contract accepts: years 0001 to 9999 in UTC, the years ISO-8601's four
+  // digits can say (0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z). An epoch outside them is
+  // bad_event_time (Spark's timestamp would overflow converting far larger ones).
   static final long EVENT_TIME_MIN_MS = -62_135_596_800_000L;
   static final long EVENT_TIME_MAX_MS = 253_402_300_799_999L;
 
