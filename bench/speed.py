@@ -17,8 +17,9 @@ files a trigger, micro-batches of ~200k lines); the previous configuration (micr
 alternately, in an order rotated each repetition, on fresh directories; medians are reported.
 events/s = input lines / wall seconds of the process.
 
-Targets (issue 12): tally / plain durable >= 1.0, tally / aggregation only >= 0.8. tally must
-account for every input line (`stream_progress.input_lines` sums to the input's lines).
+Targets (issue 23, "must"): tally / plain durable >= 0.8, tally / aggregation only >= 0.6 (the
+goal beyond them: durable >= 1.0). tally must account for every input line
+(`stream_progress.input_lines` sums to the input's lines).
 
 Expected duration, full mode on 2 cores: generating 2M events ~15 s; a round of the six runs
 ~4-5 min (each tally run ~90 s, each plain engine 20-40 s, JVM start ~10-20 s included, plus
@@ -40,8 +41,8 @@ from bench import engines as E
 from bench import phases
 from bench.common import DAY, Backlog, StreamShape, load_average, log, stopwatch, summary
 
-TARGET_DURABLE = 1.0  # tally events/s over plain durable events/s
-TARGET_AGG = 0.8  # tally events/s over plain aggregation-only events/s
+TARGET_DURABLE = 0.8  # tally events/s over plain durable events/s (issue 23's must; goal 1.0)
+TARGET_AGG = 0.6  # tally events/s over plain aggregation-only events/s
 
 
 @dataclass(frozen=True)
