@@ -263,7 +263,11 @@ class BatchProcessor:
         self._committed: dict[str, Any] | None = None
         self._kept: KeptState | None = None
         self._batches_seen = 0
-        self._replay_marked = True  # until the first batch looks for its clock record
+        # Whether this batch may repeat an attempt that already appended: only the first batch
+        # a process runs can (`_may_be_replay`), and only if it found an earlier attempt's
+        # clock record (every attempt records it before its first append); set per batch by
+        # `_batch_now_ms`, so the per-table checks (a Spark job each) run only then.
+        self._replaying = True
         self._state_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or "4")
         self.last_phases: dict[str, float] = {}
         # Writes of one batch to different tables go side by side: each is mostly waiting on
@@ -364,7 +368,7 @@ class BatchProcessor:
         """
         prev_ms = prev["processing_ms"] if prev else None
         recorded = self.store.recorded_clock(batch_id) if self._may_be_replay else None
-        self._replay_marked = recorded is not None
+        self._replaying = recorded is not None
         if self.params.arrival_clock:
             now_ms = newest_input_ms if newest_input_ms is not None else (prev_ms or 0)
             now_ms = max(now_ms, prev_ms) if prev_ms is not None else now_ms
@@ -403,10 +407,10 @@ class BatchProcessor:
             T.conform(df, table).write.format("delta").mode("append").save(self._path(table))
         log.debug("append %s: %.2f s", table.name, time.monotonic() - t0)
 
-    def _write_state(self, kind: str, batch_id: int, frame: DataFrame) -> None:
-        self._label(batch_id, f"state {kind}")
-        write = self.store.write_windows if kind == "windows" else self.store.write_dedup
-        write(batch_id, frame)
+    def _labelled(self, batch_id: int, what: str, write: Callable[[], None]) -> None:
+        """Run `write` (in a writer thread) with its Spark jobs named."""
+        self._label(batch_id, what)
+        write()
 
     def _table_version(self, table: T.Table) -> int:
         """The table's current version as this process's Delta log knows it (after its own
@@ -417,14 +421,6 @@ class BatchProcessor:
             self.spark._jsparkSession, self._path(table)
         )
         return int(delta_log.unsafeVolatileSnapshot().version())
-
-    @property
-    def _replaying(self) -> bool:
-        # Whether this batch may repeat an attempt that already appended: the first batch a
-        # process runs (`_may_be_replay`) that found an earlier attempt's clock record. Every
-        # attempt records its clock before its first append, so without a record no append of
-        # the batch can exist, and the per-table checks (a Spark job each) are skipped.
-        return self._may_be_replay and self._replay_marked
 
     @property
     def _may_be_replay(self) -> bool:
@@ -644,8 +640,14 @@ class BatchProcessor:
         )
         tasks: list[Callable[[], None]] = [
             lambda: self._append(events, T.EVENTS, batch_id),
-            lambda: self._write_state("windows", batch_id, out.window_state),
-            lambda: self._write_state("dedup", batch_id, dedup),
+            lambda: self._labelled(
+                batch_id,
+                "state windows",
+                lambda: self.store.write_windows(batch_id, out.window_state),
+            ),
+            lambda: self._labelled(
+                batch_id, "state dedup", lambda: self.store.write_dedup(batch_id, dedup)
+            ),
         ]
         if classified.quarantined(batch.input_lines):
             quarantine = batch.parsed.quarantine.withColumns(columns)
