@@ -56,6 +56,17 @@ class Cluster:
         apps = [*state["completedapps"], *state["activeapps"]]
         return sorted(apps, key=lambda a: a["starttime"])
 
+    def finished_application(self, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        """The one application called NAME, once the master has moved it to its completed list.
+        The driver's process can exit a moment before the master notices the disconnection, so
+        a check right after the process ended can still read RUNNING."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            (app,) = [a for a in self.applications() if a["name"] == name]
+            if app["state"] != "RUNNING" or time.monotonic() > deadline:
+                return app
+            time.sleep(0.5)
+
     def executor_dirs(self, app_id: str) -> list[Path]:
         """The worker's directory of each executor the application had (stdout, stderr, jars)."""
         return sorted(p for p in (self.home / "work" / app_id).glob("*") if p.is_dir())

@@ -117,8 +117,7 @@ def streamed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Stre
 
 
 def app_named(cluster: Cluster, name: str) -> dict[str, Any]:
-    (app,) = [a for a in cluster.applications() if a["name"] == name]
-    return app
+    return cluster.finished_application(name)
 
 
 def assert_ran_on_executors(cluster: Cluster, app: dict[str, Any]) -> None:
