@@ -31,8 +31,9 @@ mvn -B -q -f jars/s3.pom.xml dependency:copy-dependencies \
   -DoutputDirectory="$out" -DincludeScope=runtime \
   -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,org.slf4j,commons-logging
 ls "$out"/hadoop-aws-*.jar "$out"/s3-2.*.jar >/dev/null
-# tally's own JVM component (jvm/pom.xml): the line scanner `tally.events` registers. Spark and
-# Jackson are provided by pyspark; the jar holds tally's classes only.
+# tally's own JVM component (jvm/pom.xml): the functions `tally.jvm_functions` registers (the line
+# scanner, the batch values). Spark and Jackson are provided by pyspark; the jar holds tally's
+# classes only.
 mvn -B -q -f jvm/pom.xml package
 cp jvm/target/tally-jvm.jar "$out"/
 echo "Spark session jars in $out: $(ls "$out"/*.jar | wc -l) files"

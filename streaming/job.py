@@ -53,6 +53,7 @@ from tally.events import (
     split_parsed,
     with_row_ids,
 )
+from tally.jvm_functions import batch_long, batch_timestamp
 from tally.settings import Settings, default_checkpoint, kafka_client_options
 from tally.spark import session_for
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
@@ -622,8 +623,8 @@ class BatchProcessor:
         written: a replay recomputes them empty again."""
         batch_id = ctx.batch_id
         columns = {
-            "batch_id": F.lit(batch_id).cast("long"),
-            "ingest_time": F.timestamp_millis(F.lit(ctx.now_ms)),
+            "batch_id": batch_long(batch_id),
+            "ingest_time": batch_timestamp(ctx.now_ms),
             "app_id": F.lit(self.app_id),
         }
         # Kept ids are the union of the previous batch's and this batch's: without a coalesce
@@ -633,7 +634,7 @@ class BatchProcessor:
         open_windows, emitted = window_counts(out)
         events = classified.events.withColumns(
             {
-                "clock_skewed": F.unix_millis("event_time") > F.lit(classified.skew_limit_ms),
+                "clock_skewed": F.unix_millis("event_time") > batch_long(classified.skew_limit_ms),
                 **columns,
                 "event_date": F.to_date("event_time"),
             }
@@ -657,7 +658,7 @@ class BatchProcessor:
             tasks.append(lambda: self._append(late, T.LATE_EVENTS, batch_id))
         if emitted:
             aggregates = out.aggregates.withColumns(
-                {"batch_id": F.lit(batch_id).cast("long"), "app_id": F.lit(self.app_id)}
+                {"batch_id": batch_long(batch_id), "app_id": F.lit(self.app_id)}
             )
             tasks.append(lambda: self._append(aggregates, T.STREAM_AGGREGATES, batch_id))
         for future in [self._writers.submit(task) for task in tasks]:
@@ -746,7 +747,7 @@ class BatchProcessor:
                     F.count_if(status == s).alias(s)
                     for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
                 ],
-                F.count_if(F.unix_millis("event_time") > skew_limit_ms).alias("skewed"),
+                F.count_if(F.unix_millis("event_time") > batch_long(skew_limit_ms)).alias("skewed"),
                 F.sum(late_windows).alias("late_windows"),
             )
             .collect()

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from tally.jvm_functions import batch_long, batch_timestamp
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
     WINDOW_KEY,
@@ -72,7 +73,9 @@ class WindowParams:
 
 
 def ts(ms: int) -> Column:
-    return F.timestamp_millis(F.lit(ms))
+    """A batch's time (a watermark, the processing time) as a TIMESTAMP column: through
+    `batch_timestamp`, so the stages holding it are not compiled again every batch."""
+    return batch_timestamp(ms)
 
 
 # A shuffle partition of the batch's events holds at most about this many lines: each task's
@@ -127,7 +130,7 @@ def window_status(status: Column, watermark_before_ms: int | None, allowed_ms: i
     beyond it, `on_time` otherwise."""
     if watermark_before_ms is not None:
         closed = F.col("window_end") <= ts(watermark_before_ms)
-        revisable = F.unix_millis(F.col("window_end")) + F.lit(allowed_ms) > F.lit(
+        revisable = F.unix_millis(F.col("window_end")) + F.lit(allowed_ms) > batch_long(
             watermark_before_ms
         )
         status = status.when(closed & revisable, F.lit(ALLOWED_LATE)).when(closed, F.lit(LATE))
@@ -166,7 +169,7 @@ def late_window_count(watermark_before_ms: int | None, params: WindowParams) -> 
     threshold = watermark_before_ms - params.allowed_lateness_ms
     # late iff k >= ceil((end - threshold) / H) (a double quotient of integers below 2^53,
     # correctly rounded: its ceiling is exact at these magnitudes)
-    first_late = F.ceil((F.unix_millis("window_end") - F.lit(threshold)) / F.lit(slide))
+    first_late = F.ceil((F.unix_millis("window_end") - batch_long(threshold)) / F.lit(slide))
     count = F.lit(n) - F.greatest(F.lit(0), F.least(F.lit(n), first_late))
     return F.when(F.col("arrival_status") == DUPLICATE, F.lit(0)).otherwise(count)
 
@@ -313,7 +316,7 @@ def _emission(
     interval = params.early_firing_interval_ms
     if interval > 0 and not drain:
         due = F.col("last_emit_ms").isNull() | (
-            F.lit(now_ms) - F.col("last_emit_ms") >= F.lit(interval)
+            batch_long(now_ms) - F.col("last_emit_ms") >= F.lit(interval)
         )
         early = ~closable & (F.col("_changed") | F.col("pending")) & due
     if params.sessions:  # a session that replaced emitted ones is shown at once
@@ -332,7 +335,7 @@ def _next_state(now_ms: int) -> list[Column]:
         .alias("emitted_revision"),
         (F.col("finalized") | F.col("_final")).alias("finalized"),
         ((F.col("_changed") | F.col("pending")) & ~emitted).alias("pending"),
-        F.when(emitted, F.lit(now_ms))
+        F.when(emitted, batch_long(now_ms))
         .otherwise(F.col("last_emit_ms"))
         .cast("long")
         .alias("last_emit_ms"),
@@ -346,7 +349,7 @@ def _still_changeable(watermark_after_ms: int | None, slack_ms: int, drain: bool
         return F.lit(False)
     if watermark_after_ms is None:
         return F.lit(True)
-    return F.unix_millis(F.col("window_end")) + F.lit(slack_ms) > F.lit(watermark_after_ms)
+    return F.unix_millis(F.col("window_end")) + F.lit(slack_ms) > batch_long(watermark_after_ms)
 
 
 def _closable(watermark_after_ms: int | None, drain: bool) -> Column:
@@ -431,7 +434,7 @@ def _late_output(
     return late.select(
         "*",
         ts(wm_before).alias("watermark_at_arrival"),
-        (F.lit(wm_before) - F.unix_millis("window_end")).alias("lateness_ms"),
-        (F.lit(now_ms) - F.unix_millis("event_time")).alias("arrival_delay_ms"),
+        (batch_long(wm_before) - F.unix_millis("window_end")).alias("lateness_ms"),
+        (batch_long(now_ms) - F.unix_millis("event_time")).alias("arrival_delay_ms"),
         F.lit(reason).alias("reason"),
     )

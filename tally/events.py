@@ -23,6 +23,8 @@ from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
+from tally.jvm_functions import SCAN_FUNCTION, register_jvm_functions
+
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 
 # Reasons a source gives a record before it is a line of text (Kafka: a tombstone, bytes
@@ -69,39 +71,16 @@ def _fence() -> Column:
     return F.spark_partition_id() >= 0
 
 
-# The contract's scanner (jvm/src/main/java/tally/jvm/ScanEventLine.java), built by `make
-# install` into the session's jars: one Jackson pass over a line's bytes gives its verdict and
-# fields. Spark's own `from_json` would parse each line several times over (typed, as a map,
-# per time form) and through a char decoder; the scanner also sees what it cannot: text after
-# the object and a field named twice.
-SCAN_FUNCTION = "tally_scan_line"
-SCAN_CLASS = "tally.jvm.ScanEventLine"
-SCAN_TYPE = (
-    "struct<verdict:string,event_id:string,key:string,amount:bigint,event_ms:bigint,"
-    "partition:int,extra:map<string,string>,control_ms:bigint>"
-)
+# The contract's scanner (jvm/src/main/java/tally/jvm/ScanEventLine.java, registered with
+# tally's other JVM functions by `tally.jvm_functions`): one Jackson pass over a line's bytes
+# gives its verdict and fields. Spark's own `from_json` would parse each line several times
+# over (typed, as a map, per time form) and through a char decoder; the scanner also sees what
+# it cannot: text after the object and a field named twice.
 VALID, CONTROL = "valid", "control"  # the scanner's verdicts that are no quarantine reason
 
 
-class ScannerMissing(RuntimeError):
-    """The scanner's jar is not on the session's classpath (one-line message)."""
-
-
-def register_scanner(spark: SparkSession) -> None:
-    """Register the scanner as `SCAN_FUNCTION` in `spark` (idempotent, a driver-side call)."""
-    try:
-        spark.udf.registerJavaFunction(SCAN_FUNCTION, SCAN_CLASS, SCAN_TYPE)
-    except Exception as exc:
-        if SCAN_CLASS not in str(exc):
-            raise
-        raise ScannerMissing(
-            f"{SCAN_CLASS} is not on the Spark classpath: run `make install` (it builds "
-            ".cache/jars/tally-jvm.jar)"
-        ) from None
-
-
 def scan_line(line: Column, control_field: str) -> Column:
-    """The scanner's struct (`SCAN_TYPE`) for a line."""
+    """The scanner's struct (`tally.jvm_functions.SCAN_TYPE`) for a line."""
     return F.call_function(SCAN_FUNCTION, line.cast("binary"), F.lit(control_field))
 
 
@@ -117,7 +96,7 @@ def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
     Persist the result when both outputs of `split_parsed` are used: otherwise each output
     reads and scans every line again.
     """
-    register_scanner(raw.sparkSession)
+    register_jvm_functions(raw.sparkSession)
     seams = (SOURCE_REASON, SOURCE_PARTITION)
     provenance = [c for c in raw.columns if c not in ("raw_line", *seams)]
     given = {c: F.col(c) if c in raw.columns else F.lit(None) for c in seams}

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tally.jvm_functions import JvmFunctionsMissing, register_jvm_functions
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -98,6 +100,11 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.structuredLogging.enabled", "false")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # Compiled code Spark keeps for reuse (default 100): a stream's micro-batch alone runs
+        # ~130 distinct stages, so with 100 most of them were compiled again every batch
+        # (Janino, on the driver; measured: ~90 compilations a batch -> ~20, and a 20k-line
+        # batch 3.9 -> 3.1 s). A static setting: it must be given before the session starts.
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
         # Our own foreachBatch writes are made idempotent with txnAppId/txnVersion.
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
     )
@@ -119,6 +126,9 @@ def build_session(
     with _stderr_to(_jvm_log["path"]):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # Every session can call tally's JVM functions; without the jar the first parse says so.
+    with contextlib.suppress(JvmFunctionsMissing):
+        register_jvm_functions(spark)
     return spark
 
 
