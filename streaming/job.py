@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -274,24 +274,29 @@ class BatchProcessor:
         # Writes of one batch to different tables go side by side: each is mostly waiting on
         # Delta's commit protocol, not computing.
         self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
-        self._created = self._ensure_tables()
+        self._created, self._creating = self._start_tables()
 
-    def _ensure_tables(self) -> set[str]:
-        """Create the stream's tables that do not exist yet, side by side (a Delta commit
-        each); the names created. An existing table gains the columns newer versions added."""
+    def _start_tables(self) -> tuple[set[str], list[Future[None]]]:
+        """Start creating the stream's tables that do not exist yet, side by side in the writer
+        threads (a Delta commit each), while the first batch reads and classifies: in a fresh
+        JVM creating them takes seconds, mostly Delta's first use. The names to create, and
+        their creations (`await_tables`). An existing table gains the columns newer versions
+        added, before anything else runs."""
         warehouse = self.params.warehouse
         missing = [t for t in T.STREAMING_TABLES if not T.exists(self.spark, warehouse, t.name)]
-        for future in [
-            self._writers.submit(T.ensure_table, self.spark, warehouse, t) for t in missing
-        ]:
-            future.result()
         created = {t.name for t in missing}
         # a warehouse from before source watermarks lacks their progress columns; early
         # firings' `final`, session windows' `retracted`
         for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES):
             if table.name not in created:
                 T.add_missing_columns(self.spark, warehouse, table)
-        return created
+        creating = [self._writers.submit(T.ensure_table, self.spark, warehouse, t) for t in missing]
+        return created, creating
+
+    def await_tables(self) -> None:
+        """Wait until every stream table exists (raises what a creation raised)."""
+        for creation in self._creating:
+            creation.result()
 
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""
@@ -327,6 +332,8 @@ class BatchProcessor:
 
     def previous_progress(self, before_batch: int | None = None) -> dict[str, Any] | None:
         """The last committed batch of this query (a small row, with times as epoch ms)."""
+        if before_batch is None and self._committed is not None:
+            return dict(self._committed)  # the last commit of the query is this process's own
         if T.STREAM_PROGRESS.name in self._created and self._committed is None:
             return None  # this process created the table and has not committed to it yet
         progress = self._read(T.STREAM_PROGRESS).where(F.col("app_id") == self.app_id)
@@ -622,6 +629,7 @@ class BatchProcessor:
         `stream_aggregates` when they have rows, and the state files. Empty outputs are not
         written: a replay recomputes them empty again."""
         batch_id = ctx.batch_id
+        self.await_tables()  # the first batch of a new warehouse may get here before them
         columns = {
             "batch_id": batch_long(batch_id),
             "ingest_time": batch_timestamp(ctx.now_ms),
@@ -933,6 +941,7 @@ def _run_query(
         finally:
             if query.isActive:
                 query.stop()
+        processor.await_tables()  # a stream that got no batch has created them all the same
         if drain:
             processor.drain()
         last = processor.previous_progress()
