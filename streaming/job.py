@@ -44,6 +44,7 @@ from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, ope
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
+from tally.dates import epoch_ms, iso_ms
 from tally.events import (
     SPLIT_START,
     ParsedEvents,
@@ -127,10 +128,6 @@ class StreamParams:
 
 def wall_clock() -> datetime:
     return datetime.now(UTC)
-
-
-def _ms(value: datetime) -> int:
-    return int(value.timestamp() * 1000)
 
 
 # -- values passed between the phases of a micro-batch ------------------------------------
@@ -383,7 +380,7 @@ class BatchProcessor:
         elif recorded is not None:
             return recorded
         else:
-            now_ms = _ms(self.clock())
+            now_ms = epoch_ms(self.clock())
             if prev_ms is not None:
                 now_ms = max(now_ms, prev_ms)  # processing time never runs backwards
         if recorded is None:
@@ -849,7 +846,7 @@ def warehouse_lease(
         settings.warehouse,
         this_process(settings.checkpoint_location),
         settings.lease_ttl,
-        now_ms=lambda: int(wall().timestamp() * 1000),
+        now_ms=lambda: epoch_ms(wall()),
     )
     try:
         lease.acquire()
@@ -886,7 +883,7 @@ def run_stream(
             raise
     if last is None:
         return "no input processed"
-    watermark = "end of input (drained)" if last["drained"] else _fmt_ms(last["watermark_ms"])
+    watermark = "end of input (drained)" if last["drained"] else iso_ms(last["watermark_ms"])
     return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
 
 
@@ -946,10 +943,3 @@ def _run_query(
             processor.drain()
         last = processor.previous_progress()
     return last
-
-
-def _fmt_ms(ms: int | None) -> str:
-    if ms is None:
-        return "none"
-    seconds, millis = divmod(ms, 1000)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
