@@ -272,3 +272,27 @@ def test_a_deleted_stream_row_is_exactly_one_unexplained_window(
     failed = day_rows(spark, warehouse, "validation_results").where(~F.col("success"))
     assert failed.where(F.col("suite") == "gap").count() >= 1
     assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()
+
+
+def test_a_stream_without_input_still_creates_its_tables(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The tables are created while the first batch runs; with no batch at all the stream still
+    # waits for them, so readers (the nightly, `tally show`) find every table, empty.
+    from tally import tables as T
+
+    (tmp_path / "in").mkdir()
+    settings = Settings(
+        window=WINDOW_MS,
+        lateness=30_000,
+        warehouse=str(tmp_path / "warehouse"),
+        input=str(tmp_path / "in"),
+        shuffle_partitions=2,
+        spark_master="local[2]",
+    )
+    assert run_stream(settings, available_now=True, clock="arrival", spark=spark) == (
+        "no input processed"
+    )
+    for table in T.STREAMING_TABLES:
+        assert T.exists(spark, settings.warehouse, table.name), table.name
+        assert read(spark, settings.warehouse, table.name).count() == 0, table.name
