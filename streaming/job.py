@@ -56,7 +56,7 @@ from tally.events import (
 )
 from tally.jvm_functions import batch_long, batch_timestamp
 from tally.settings import Settings, default_checkpoint, kafka_client_options
-from tally.spark import session_for
+from tally.spark import jvm_class, session_for
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
@@ -420,9 +420,7 @@ class BatchProcessor:
     def _table_version(self, table: T.Table) -> int:
         """The table's current version as this process's Delta log knows it (after its own
         commit, no read of the log: the commit updated it)."""
-        jvm = self.spark._jvm
-        assert jvm is not None
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        delta_log = jvm_class(self.spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
             self.spark._jsparkSession, self._path(table)
         )
         return int(delta_log.unsafeVolatileSnapshot().version())

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from tally.spark import jvm_class
 from tally.tables import schema_of
 
 # finalized: a final row was emitted; pending: changed since its last row; last_emit_ms: the
@@ -51,9 +52,7 @@ class StateStore:
 
     # -- the Hadoop file system, through the JVM (works for every scheme Spark reads) -----
     def _fs_path(self, location: str):  # type: ignore[no-untyped-def]
-        jvm = self.spark._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(location)
+        path = jvm_class(self.spark, "org.apache.hadoop.fs.Path")(location)
         return path.getFileSystem(self.spark._jsc.hadoopConfiguration()), path
 
     def _exists(self, location: str) -> bool:
@@ -74,9 +73,8 @@ class StateStore:
         fs, path = self._fs_path(location)
         stream = fs.open(path)
         try:
-            jvm = self.spark._jvm
-            assert jvm is not None
-            text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")).strip()
+            io_utils = jvm_class(self.spark, "org.apache.commons.io.IOUtils")
+            text = str(io_utils.toString(stream, "UTF-8")).strip()
         finally:
             stream.close()
         return int(text) if text.lstrip("-").isdigit() else None
