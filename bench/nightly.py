@@ -247,6 +247,9 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "events_version": _long(1),
         "control_records": zero,
         "partition_source_watermark": T.literal_map({}, "int", "timestamp"),
+        "partition_unheard": T.literal_map({}, "int", "timestamp"),
+        "source_watermark_regressions": T.literal_map({}, "int", "bigint"),
+        "source_watermark_regression_ms": T.literal_map({}, "int", "bigint"),
     }
 
 

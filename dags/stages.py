@@ -159,7 +159,7 @@ def check_stream_health(
 
     params = HealthParams.from_settings(settings)
     spark = spark or session_for(settings, "tally-dag")
-    rows = read_recent_progress(spark, settings.warehouse, params.history)
+    rows = read_recent_progress(spark, settings.warehouse, params.rows_needed)
     fields = context_fields(context, settings) if context else {}
     fields.pop("business_date", None)
     if rows:

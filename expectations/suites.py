@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import MapType
 
 from tally.dates import DayBounds, business_day_bounds, window_in_day
 from tally.settings import Settings
@@ -417,9 +418,8 @@ def stream_progress_frame(stream_progress: DataFrame, bounds: DayBounds) -> Data
             "*", step.alias("wm_step_ms"), last_lag.alias("last_watermark_lag_ms")
         )
         .where(carried)
-        .drop(
-            "partition_high_water", "partition_last_seen", "partition_idle"
-        )  # maps: GX cannot profile them and they are not checked
+        # maps (per-partition marks, flags, counts): GX cannot profile them, none is checked
+        .drop(*[f.name for f in stream_progress.schema.fields if isinstance(f.dataType, MapType)])
     )
 
 

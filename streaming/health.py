@@ -1,12 +1,13 @@
 """Streaming health: is the speed layer keeping up? Pure checks over the newest
 `stream_progress` rows (watermark lag vs its steady state, late-event rate, idle partitions,
-growing partition spread), and the read of those rows. Sending alerts is not done here."""
+expected partitions still unheard, growing partition spread, sources whose watermark keeps
+regressing), and the read of those rows. Sending alerts is not done here."""
 
 from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from tally.alert import Alert
 from tally.settings import Settings, format_duration
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,18 @@ class HealthParams:
     min_lag_ms: int  # ... and above this floor
     history: int  # recent batches read (steady state, late rate)
     spread_batches: int  # k: spread rising in each of the last k batches
-    idle_max_ms: int  # a partition silent longer than this
+    idle_max_ms: int  # a partition silent (or an expected one unheard) longer than this
     lateness_ms: int  # the configured bound: a spread above it matters
     late_rate_warn: float
     late_rate_fail: float
     min_history: int = 3  # batches needed before the lag has a steady state
+    regression_min: int = 3  # a source watermark regressed in at least this many ...
+    regression_batches: int = 10  # ... of the last this many batches
+
+    @property
+    def rows_needed(self) -> int:
+        """How many recent batches the checks read."""
+        return max(self.history, self.regression_batches)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HealthParams:
@@ -43,6 +51,8 @@ class HealthParams:
             lateness_ms=settings.lateness,
             late_rate_warn=settings.late_rate_warn,
             late_rate_fail=settings.late_rate_fail,
+            regression_min=settings.health_regression_min,
+            regression_batches=settings.health_regression_batches,
         )
 
 
@@ -55,15 +65,18 @@ Rows = Sequence[Mapping[str, Any]]
 
 def evaluate_health(rows: Rows, params: HealthParams) -> list[Alert]:
     """Alerts for the recent `stream_progress` rows of one query, oldest first (times as epoch
-    ms: `processing_ms`, `watermark_lag_ms`, `partition_spread_ms`, `last_seen` {partition:
-    ms}, counts `late_events`, `valid_events`). Pure: no Spark."""
+    ms: `processing_ms`, `watermark_lag_ms`, `partition_spread_ms`, `last_seen` and
+    `unheard` {partition: ms}, `regressions` {partition: count}, counts `late_events`,
+    `valid_events`). Pure: no Spark."""
     if not rows:
         return [Alert("stream has committed no micro-batch", "0 batches", ">= 1", "warning")]
     return [
         *lag_alerts(rows, params),
         *late_rate_alerts(rows, params),
         *idle_alerts(rows, params),
+        *unheard_alerts(rows, params),
         *spread_alerts(rows, params),
+        *regression_alerts(rows, params),
     ]
 
 
@@ -90,7 +103,9 @@ def lag_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
 
 
 def late_rate_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
-    """Late events over valid events of the recent batches: a warning, then an error."""
+    """Late events over valid events of the recent `history` batches: a warning, then an
+    error."""
+    rows = rows[-params.history :] if params.history else rows
     valid = sum(int(r.get("valid_events") or 0) for r in rows)
     late = sum(int(r.get("late_events") or 0) for r in rows)
     if not valid:
@@ -124,6 +139,48 @@ def idle_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     ]
 
 
+def unheard_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
+    """Expected partitions that have reported nothing for longer than `idle_max_ms` since they
+    were first expected (the watermark waits for them until the idle timeout)."""
+    latest = rows[-1]
+    now_ms = latest.get("processing_ms")
+    if now_ms is None:
+        return []
+    return [
+        Alert(
+            f"expected partition {part} not heard from",
+            f"nothing for {format_duration(int(now_ms - since))} since it was expected",
+            format_duration(params.idle_max_ms),
+            "warning",
+        )
+        for part, since in sorted((latest.get("unheard") or {}).items())
+        if since is not None and now_ms - since > params.idle_max_ms
+    ]
+
+
+def regression_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
+    """Partitions whose source watermark went back (a control record below the one before)
+    in at least `regression_min` of the last `regression_batches` batches."""
+    recent = rows[-params.regression_batches :]
+    regressed: dict[int, int] = {}
+    for row in recent:
+        for part, count in (row.get("regressions") or {}).items():
+            if count:
+                regressed[part] = regressed.get(part, 0) + 1
+    if params.regression_min < 1:
+        return []
+    return [
+        Alert(
+            f"partition {part}'s source watermark keeps going back",
+            f"regressed in {batches} of the last {len(recent)} batches",
+            f"fewer than {params.regression_min} of {params.regression_batches}",
+            "warning",
+        )
+        for part, batches in sorted(regressed.items())
+        if batches >= params.regression_min
+    ]
+
+
 def spread_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     """The partition spread rose in each of the last k batches and ended above the bound."""
     k = params.spread_batches
@@ -146,7 +203,8 @@ def spread_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
 
 
 def read_recent_progress(spark: SparkSession, warehouse: str, history: int) -> list[dict[str, Any]]:
-    """The last `history` live (not drained) batches of the newest query, oldest first."""
+    """The last `history` live (not drained) batches of the newest query, oldest first
+    (`unheard` and `regressions` are empty in rows from before those columns)."""
     from pyspark.sql import functions as F
 
     if not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
@@ -167,9 +225,22 @@ def read_recent_progress(spark: SparkSession, warehouse: str, history: int) -> l
             F.transform_values("partition_last_seen", lambda _k, v: F.unix_millis(v)).alias(
                 "last_seen"
             ),
+            # columns a table from before them lacks until its stream restarts: read as null
+            _if_present(
+                progress,
+                "partition_unheard",
+                lambda c: F.transform_values(c, lambda _k, v: F.unix_millis(v)),
+            ).alias("unheard"),
+            _if_present(progress, "source_watermark_regressions", lambda c: c).alias("regressions"),
             "late_events",
             "valid_events",
         )
         .collect()
     )
     return [r.asDict() for r in reversed(rows)]
+
+
+def _if_present(frame: DataFrame, name: str, read: Callable[[Column], Column]) -> Column:
+    from pyspark.sql import functions as F
+
+    return read(F.col(name)) if name in frame.columns else F.lit(None)

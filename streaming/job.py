@@ -39,6 +39,7 @@ from streaming.logic import (
     close_windows,
     event_partitions,
     late_window_count,
+    source_watermark_stats,
 )
 from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
@@ -89,6 +90,8 @@ class StreamParams:
     source_watermark_field: str = ""
     # L_p per source partition where it differs from `lateness_ms`
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
+    # partitions the watermark waits for until each has reported (docs/semantics.md)
+    expected_partitions: frozenset[int] = frozenset()
 
     @property
     def window(self) -> WindowParams:
@@ -106,7 +109,14 @@ class StreamParams:
         return self.checkpoint or default_checkpoint(self.warehouse)
 
     @classmethod
-    def from_settings(cls, settings: Settings, arrival_clock: bool = False) -> StreamParams:
+    def from_settings(
+        cls, settings: Settings, arrival_clock: bool = False, topic_partitions: int = 0
+    ) -> StreamParams:
+        """`topic_partitions`: how many partitions the Kafka topic has (for
+        `expected_partitions = all`)."""
+        expected = settings.expected_partition_set
+        if expected is None:  # `all`: the topic's partitions when the stream starts
+            expected = frozenset(range(topic_partitions))
         return cls(
             warehouse=settings.warehouse,
             window_ms=settings.window,
@@ -123,6 +133,7 @@ class StreamParams:
             session_gap_ms=settings.session_gap,
             source_watermark_field=settings.source_watermark_field,
             early_firing_interval_ms=settings.early_firing_interval,
+            expected_partitions=expected,
         )
 
 
@@ -172,6 +183,10 @@ class Classified:
     # marks) and how many there were
     source_watermark_ms: Mapping[int, int] = field(default_factory=dict)
     control_records: int = 0
+    # per partition: control records below the partition's source watermark before them,
+    # and the largest such regression (ms); partitions without one are absent
+    source_regressions: Mapping[int, int] = field(default_factory=dict)
+    source_regression_ms: Mapping[int, int] = field(default_factory=dict)
 
     def count(self, column: str) -> int:
         """Total over partitions of a stats column (a status, `valid` or `skewed`)."""
@@ -352,6 +367,9 @@ class BatchProcessor:
                 F.transform_values(
                     "partition_source_watermark", lambda _k, v: F.unix_millis(v)
                 ).alias("source_watermark"),
+                F.transform_values("partition_unheard", lambda _k, v: F.unix_millis(v)).alias(
+                    "unheard"
+                ),
                 F.col("window_state_version").alias("state_batch"),
                 "events_version",
             )
@@ -565,6 +583,7 @@ class BatchProcessor:
             dict(prev["high_water"] or {}),
             dict(prev["last_seen"] or {}),
             dict(prev.get("source_watermark") or {}),
+            dict(prev.get("unheard") or {}),
         )
         kept = self._kept
         if kept is not None and kept.batch_id == prev["batch_id"]:
@@ -588,12 +607,37 @@ class BatchProcessor:
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
         late_windows = late_window_count(prior.watermark.watermark_ms, p.window)
         stats = self._batch_stats(events, skew_limit_ms, late_windows)
-        source_wm, controls = (
-            self._control_stats(batch.parsed.controls, skew_limit_ms)
+        controls = (
+            source_watermark_stats(
+                batch.parsed.controls, skew_limit_ms, prior.watermark.source_watermark_ms
+            ).collect()
             if p.source_watermark_field
-            else ({}, 0)
+            else []
         )
-        classified = Classified(events, stats, skew_limit_ms, source_wm, controls)
+        classified = Classified(
+            events,
+            stats,
+            skew_limit_ms,
+            source_watermark_ms={int(r["partition"]): int(r["wm"]) for r in controls},
+            control_records=sum(int(r["n"]) for r in controls),
+            source_regressions={int(r["partition"]): int(r["regressions"]) for r in controls},
+            source_regression_ms={
+                int(r["partition"]): int(r["regression_ms"])
+                for r in controls
+                if r["regression_ms"] is not None
+            },
+        )
+        for part, count in sorted(classified.source_regressions.items()):
+            if count:  # the source broke its promise; the watermark ignores it (semantics.md)
+                log.warning(
+                    "source watermark regression: batch=%d partition=%d records=%d "
+                    "largest_ms=%d kept=%s",
+                    ctx.batch_id,
+                    part,
+                    count,
+                    classified.source_regression_ms[part],
+                    iso_ms(prior.watermark.source_watermark_ms.get(part)),
+                )
         log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
         return classified
 
@@ -614,6 +658,7 @@ class BatchProcessor:
             p.watermark_policy,
             p.lateness_by_partition,
             classified.source_watermark_ms,
+            p.expected_partitions,
         )
         return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
 
@@ -702,6 +747,9 @@ class BatchProcessor:
             "quarantined_lines": classified.quarantined(batch.input_lines),
             "control_records": classified.control_records,
             "source_watermark": dict(after.source_watermark_ms),
+            "unheard": dict(after.unheard_since_ms),
+            "source_regressions": dict(classified.source_regressions),
+            "source_regression_ms": dict(classified.source_regression_ms),
             "clock_skewed_events": classified.count("skewed"),
             "windows_emitted": state.windows_emitted,
             "open_windows": state.open_windows,
@@ -731,6 +779,7 @@ class BatchProcessor:
             "high_water": dict(step.after.high_water_ms),
             "last_seen": dict(step.after.last_seen_ms),
             "source_watermark": dict(step.after.source_watermark_ms),
+            "unheard": dict(step.after.unheard_since_ms),
             "state_batch": state.state_batch,
             "events_version": state.events_version,
         }
@@ -756,18 +805,6 @@ class BatchProcessor:
             .collect()
         )
 
-    @staticmethod
-    def _control_stats(controls: DataFrame, skew_limit_ms: int) -> tuple[dict[int, int], int]:
-        """(newest source watermark per partition, clipped to now + max clock skew like a
-        high-water mark; number of control records): one small aggregate."""
-        rows = (
-            controls.groupBy("partition")
-            .agg(F.max("control_ms").alias("wm"), F.count(F.lit(1)).alias("n"))
-            .collect()
-        )
-        marks = {int(r["partition"]): min(int(r["wm"]), skew_limit_ms) for r in rows}
-        return marks, sum(int(r["n"]) for r in rows)
-
     def _progress_row(self, p: dict[str, Any]) -> DataFrame:
         def ts_or_null(ms: int | None) -> Column:
             return F.timestamp_millis(F.lit(ms).cast("long"))
@@ -784,6 +821,13 @@ class BatchProcessor:
             "partition_high_water": ms_map(p.pop("high_water")),
             "partition_last_seen": ms_map(p.pop("last_seen")),
             "partition_source_watermark": ms_map(p.pop("source_watermark")),
+            "partition_unheard": ms_map(p.pop("unheard")),
+            "source_watermark_regressions": T.literal_map(
+                p.pop("source_regressions"), "int", "bigint"
+            ),
+            "source_watermark_regression_ms": T.literal_map(
+                p.pop("source_regression_ms"), "int", "bigint"
+            ),
             "partition_idle": T.literal_map(p.pop("partition_idle"), "int", "boolean"),
         }
         return T.literal_row(self.spark, {**{k: F.lit(v) for k, v in p.items()}, **special})
@@ -864,16 +908,18 @@ def run_stream(
 ) -> str:
     """Run the speed layer; returns a one-line summary of the last batch."""
     kafka = kafka_spec(settings, os.environ)
+    topic_partitions = 0
     if settings.source_kind == "kafka":  # before the session: an unreadable topic stops here
         try:
-            kafka_topic_partitions(kafka)
+            topic_partitions = kafka_topic_partitions(kafka)
         except SourceError as exc:
             raise StreamError(f"stream: {exc}") from None
+    params = StreamParams.from_settings(settings, clock == "arrival", topic_partitions)
     # Before the session too: a second stream on this warehouse stops before it writes.
     with warehouse_lease(settings, wall) as lease:
         try:
             last = _run_query(
-                settings, kafka, available_now, drain, clock, timeout_s, spark, wall, lease
+                settings, params, kafka, available_now, drain, timeout_s, spark, wall, lease
             )
         except Exception:
             if lease is not None and lease.lost:
@@ -887,10 +933,10 @@ def run_stream(
 
 def _run_query(
     settings: Settings,
+    params: StreamParams,
     kafka: KafkaSpec,
     available_now: bool,
     drain: bool,
-    clock: str,
     timeout_s: float | None,
     spark: SparkSession | None,
     wall: Clock,
@@ -907,7 +953,6 @@ def _run_query(
     # A batch's events span one or two dates: a writer per date open side by side instead of
     # Delta's sort of every task's rows by event_date (more dates than this fall back to it).
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
-    params = StreamParams.from_settings(settings, arrival_clock=(clock == "arrival"))
     guard = lease.check if lease is not None else None
     processor = BatchProcessor(spark, params, clock=wall, guard=guard)
     source = open_source(

@@ -14,7 +14,7 @@ A micro-batch goes through two pure steps with one driver-side step between them
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from tally.jvm_functions import batch_long, batch_timestamp
+from tally.tables import literal_map
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
     WINDOW_KEY,
@@ -172,6 +173,35 @@ def late_window_count(watermark_before_ms: int | None, params: WindowParams) -> 
     first_late = F.ceil((F.unix_millis("window_end") - batch_long(threshold)) / F.lit(slide))
     count = F.lit(n) - F.greatest(F.lit(0), F.least(F.lit(n), first_late))
     return F.when(F.col("arrival_status") == DUPLICATE, F.lit(0)).otherwise(count)
+
+
+def source_watermark_stats(
+    controls: DataFrame, skew_limit_ms: int, kept_ms: Mapping[int, int]
+) -> DataFrame:
+    """One row per partition of the batch's control records (`partition`, `control_ms`, the
+    line order): `wm` the newest source watermark (clipped to `skew_limit_ms` like a
+    high-water mark), `n` the records, `regressions` those below the partition's source
+    watermark before them (`kept_ms`, then the earlier records of the batch in arrival
+    order) and `regression_ms` the largest such gap."""
+    clipped = F.least(F.col("control_ms"), batch_long(skew_limit_ms))
+    earlier = (
+        Window.partitionBy("partition")
+        .orderBy(*LINE_ORDER)
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    kept = F.element_at(literal_map(dict(kept_ms), "int", "bigint"), F.col("partition"))
+    before = F.greatest(F.max(clipped).over(earlier), kept)  # greatest skips nulls
+    gap = F.when(clipped < before, before - clipped)
+    return (
+        controls.select("partition", clipped.alias("mark"), gap.alias("gap"))
+        .groupBy("partition")
+        .agg(
+            F.max("mark").alias("wm"),
+            F.count(F.lit(1)).alias("n"),
+            F.count("gap").alias("regressions"),
+            F.max("gap").alias("regression_ms"),
+        )
+    )
 
 
 class WindowOut(NamedTuple):

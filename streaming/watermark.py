@@ -21,6 +21,8 @@ class WatermarkState:
     last_seen_ms: Mapping[int, int] = field(default_factory=dict)
     # the newest watermark each partition's source sent in a control record
     source_watermark_ms: Mapping[int, int] = field(default_factory=dict)
+    # expected partitions that have reported nothing yet -> since when they are expected
+    unheard_since_ms: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ def advance_watermark(
     policy: str = "partition-min",
     lateness_by_partition: Mapping[int, int] | None = None,
     batch_source_watermark_ms: Mapping[int, int] | None = None,
+    expected_partitions: frozenset[int] = frozenset(),
 ) -> WatermarkAdvance:
     """The watermark after a batch whose partitions reached `batch_high_water_ms`.
 
@@ -47,6 +50,11 @@ def advance_watermark(
     partition is active if it sent data within `idle_timeout_ms` of processing time (0
     disables idleness). global-max: the maximum over all partitions (Spark's own rule when
     every L_p is the same). Never moves backwards; with no active partition it stays put.
+
+    Expected partitions (`expected_partitions`, either policy): while one has reported
+    nothing (no event, no control record), the watermark stays put (undefined at the start);
+    with idleness on, one unheard for `idle_timeout_ms` since it was first expected is idle
+    (excluded) like a silent partition.
 
     Source watermarks (`batch_source_watermark_ms`, from control records, already clipped to
     now + max clock skew): a partition's own never moves back, a control record makes its
@@ -62,9 +70,9 @@ def advance_watermark(
     for partition, wm in (batch_source_watermark_ms or {}).items():
         source[partition] = max(wm, source.get(partition, wm))
         last_seen[partition] = now_ms
-    idle = {
-        p: idle_timeout_ms > 0 and now_ms - seen >= idle_timeout_ms for p, seen in last_seen.items()
-    }
+    unheard = unheard_partitions(prev.unheard_since_ms, expected_partitions, last_seen, now_ms)
+    since = {**last_seen, **unheard}
+    idle = {p: idle_timeout_ms > 0 and now_ms - t >= idle_timeout_ms for p, t in since.items()}
     bound = {p: hw - bounds.get(p, lateness_ms) for p, hw in high_water.items()}
     for partition, wm in source.items():
         bound[partition] = max(wm, bound.get(partition, wm))
@@ -75,6 +83,8 @@ def advance_watermark(
         candidate = max(bound.values()) if bound else None
     else:
         raise ValueError(f"watermark_policy: unknown policy {policy!r}")
+    if any(not idle[p] for p in unheard):  # an input with no upper bound yet: no minimum
+        candidate = None
     watermark = prev.watermark_ms
     regression = None
     if candidate is not None:
@@ -84,5 +94,18 @@ def advance_watermark(
         else:
             watermark = candidate
     return WatermarkAdvance(
-        WatermarkState(watermark, high_water, last_seen, source), idle, regression
+        WatermarkState(watermark, high_water, last_seen, source, unheard), idle, regression
     )
+
+
+def unheard_partitions(
+    unheard_since_ms: Mapping[int, int],
+    expected_partitions: frozenset[int],
+    heard: Mapping[int, int],
+    now_ms: int,
+) -> dict[int, int]:
+    """The expected partitions not `heard` from yet, each with the processing time since
+    which it is expected (kept from before; now for one expected from this batch on)."""
+    return {
+        p: unheard_since_ms.get(p, now_ms) for p in sorted(expected_partitions) if p not in heard
+    }

@@ -91,6 +91,42 @@ def parse_partition_durations(raw: str | Mapping[str, Any], name: str) -> dict[i
     return out
 
 
+def parse_partition_list(raw: str | list[Any], name: str) -> frozenset[int]:
+    """Source partitions: text `0-2,5` or a TOML list `[0, 1, 2]` (an item is a partition or
+    an inclusive range) -> the set. `all` is not a list: callers handle it first."""
+    items = [str(v) for v in raw] if isinstance(raw, list) else str(raw).split(",")
+    out: set[int] = set()
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        match = _PARTITIONS.match(item)
+        if not match:
+            raise SettingsError(
+                f"{name}: {item!r} is not a partition or a range like 0-2 (or all, for Kafka)"
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if not INT32_RANGE[0] <= first <= last <= INT32_RANGE[1] or last - first > 100_000:
+            raise SettingsError(f"{name}: {item!r} is not a range of 32-bit partitions (a <= b)")
+        for partition in range(first, last + 1):
+            if partition in out:
+                raise SettingsError(f"{name}: partition {partition} is given twice")
+            out.add(partition)
+    return frozenset(out)
+
+
+def format_partition_list(partitions: frozenset[int] | set[int]) -> str:
+    """The canonical text of `parse_partition_list`: sorted, consecutive partitions as ranges."""
+    return ",".join(
+        key.partition("=")[0]
+        for key in format_partition_durations(dict.fromkeys(partitions, 0)).split(",")
+        if key
+    )
+
+
+ALL_PARTITIONS = "all"  # expected_partitions: every partition of the Kafka topic at start
+
+
 def format_partition_durations(by_partition: Mapping[int, int]) -> str:
     """The canonical text of `parse_partition_durations`: sorted, consecutive partitions with
     the same duration written as one range."""
@@ -164,6 +200,10 @@ class Settings:
     # A lateness bound per source partition or partition range (a source group), overriding
     # `lateness` there: `0=100ms,1-3=30s`, or a TOML table (docs/semantics.md, "Watermark").
     lateness_by_partition: str = field(default="", metadata={"kind": "partition_durations"})
+    # Sources the watermark waits for: until each of these partitions has reported (an event
+    # or a control record), the watermark is undefined (docs/semantics.md, "Expected
+    # partitions"). `0-2`, a TOML list, or `all` (Kafka: the topic's partitions at start).
+    expected_partitions: str = field(default="", metadata={"kind": "partition_list"})
     allowed_lateness: int = _duration_field("0s")
     # How long an event id is remembered for duplicate detection after its window stopped
     # changing (docs/semantics.md, "Dedup horizon"); bounds the stream's dedup state.
@@ -224,7 +264,10 @@ class Settings:
     health_min_lag: int = _duration_field("1m")  # ... and above this floor
     health_history: int = 20  # recent batches read (steady state, late rate)
     health_spread_batches: int = 5  # spread rising in each of the last k batches
-    health_idle_max: int = _duration_field("10m")  # a partition silent longer than this
+    health_idle_max: int = _duration_field("10m")  # a partition silent (or unheard) this long
+    # a partition whose source watermark regressed in >= min of the last `batches` batches
+    health_regression_min: int = 3
+    health_regression_batches: int = 10
     # orchestration (Airflow): runner, schedules (cron, in report_timezone), retries, sensor
     spark_runner: str = "local"  # local: in the task's process; submit: spark-submit
     nightly_schedule: str = "30 0 * * *"
@@ -342,6 +385,13 @@ class Settings:
             )
         parse_duration_list(self.lateness_candidates, "lateness_candidates")
         parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
+        if self.expected_partitions == ALL_PARTITIONS and self.source_kind != "kafka":
+            raise SettingsError(
+                "expected_partitions: all means every partition of a Kafka topic; with "
+                f"source_kind {self.source_kind} list them, e.g. 0-2"
+            )
+        if self.expected_partitions != ALL_PARTITIONS:
+            parse_partition_list(self.expected_partitions, "expected_partitions")
         self._check_orchestration()
         try:
             from zoneinfo import ZoneInfo
@@ -364,9 +414,13 @@ class Settings:
             raise SettingsError(
                 f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}"
             ) from None
-        for name in ("retries", "health_history", "health_spread_batches"):
+        for name in ("retries", "health_history", "health_spread_batches", "health_regression_min"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must not be negative, got {getattr(self, name)}")
+        if self.health_regression_batches < 1:
+            raise SettingsError(
+                f"health_regression_batches: must be positive, got {self.health_regression_batches}"
+            )
         if self.health_lag_factor <= 0:
             raise SettingsError(
                 f"health_lag_factor: must be positive, got {self.health_lag_factor}"
@@ -396,6 +450,14 @@ class Settings:
     def lateness_by_partition_ms(self) -> dict[int, int]:
         """The per-partition lateness bounds ({} = `lateness` everywhere)."""
         return parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
+
+    @property
+    def expected_partition_set(self) -> frozenset[int] | None:
+        """The partitions the watermark waits for: an empty set when none are expected, None
+        for `all` (the Kafka topic's partitions, known when the stream starts)."""
+        if self.expected_partitions == ALL_PARTITIONS:
+            return None
+        return parse_partition_list(self.expected_partitions, "expected_partitions")
 
     @property
     def lateness_candidates_ms(self) -> list[int]:
@@ -440,6 +502,10 @@ def _coerce(name: str, raw: Any) -> Any:
         return parse_duration(raw, name)
     if f.metadata.get("kind") == "partition_durations":
         return format_partition_durations(parse_partition_durations(raw, name))
+    if f.metadata.get("kind") == "partition_list":
+        if isinstance(raw, str) and raw.strip().lower() == ALL_PARTITIONS:
+            return ALL_PARTITIONS
+        return format_partition_list(parse_partition_list(raw, name))
     kind = f.type if isinstance(f.type, str) else f.type.__name__
     if kind == "bool":
         return _coerce_bool(name, raw)

@@ -122,12 +122,18 @@ STREAM_PROGRESS = Table(
     "watermark_lag_ms BIGINT, partition_spread_ms BIGINT, batch_duration_ms BIGINT, "
     "drained BOOLEAN, window_state_version BIGINT, dedup_state_version BIGINT, "
     "events_version BIGINT, control_records BIGINT, "
-    "partition_source_watermark MAP<INT, TIMESTAMP>",
+    "partition_source_watermark MAP<INT, TIMESTAMP>, partition_unheard MAP<INT, TIMESTAMP>, "
+    "source_watermark_regressions MAP<INT, BIGINT>, "
+    "source_watermark_regression_ms MAP<INT, BIGINT>",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
     "idle flags, counts, lag, spread, duration; window_state_version and dedup_state_version "
     "name the batch whose state files (in the checkpoint) hold the state after it; "
     "control_records and partition_source_watermark: the batch's control records and each "
-    "partition's source watermark after it (null in rows from before source watermarks).",
+    "partition's source watermark after it (null in rows from before source watermarks); "
+    "source_watermark_regressions and source_watermark_regression_ms: per partition, the "
+    "batch's control records below the partition's source watermark and the largest such gap; "
+    "partition_unheard: expected partitions that have reported nothing yet, and since when "
+    "they are expected (the watermark waits for them).",
     properties=_stats_on("app_id", "batch_id", "processing_time"),
     order_by=("processing_time", "app_id", "batch_id"),
 )

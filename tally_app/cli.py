@@ -24,6 +24,8 @@ SETTING_HELP = {
     "early_firing_interval": "emit changed open windows early (final=false) at most this often",
     "source_watermark_field": "lines with this field and no event_id are source watermarks",
     "lateness_by_partition": "lateness per source partition or range, e.g. 0=100ms,1-3=30s",
+    "expected_partitions": "no watermark until each of these partitions reported, e.g. 0-2 "
+    "(Kafka: all)",
     "allowed_lateness": "allowed lateness G: revise closed windows for this long",
     "dedup_horizon": "remember event ids this long after their window stops changing",
     "idle_timeout": "exclude a partition silent this long (processing time)",
@@ -55,6 +57,7 @@ STREAM_SETTINGS = (
     "session_gap",
     "lateness",
     "lateness_by_partition",
+    "expected_partitions",
     "source_watermark_field",
     "early_firing_interval",
     "allowed_lateness",

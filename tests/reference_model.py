@@ -112,6 +112,9 @@ class Params:
     # Session windows: each event spans [t, t + D) and a key's spans merge into sessions
     # (0: off, fixed windows). Excludes window_slide_ms.
     session_gap_ms: int = 0
+    # Expected partitions: no watermark while one of these has reported nothing (unless it
+    # has been unheard for the idle timeout)
+    expected_partitions: frozenset[int] = frozenset()
 
     @property
     def sessions(self) -> bool:
@@ -234,6 +237,11 @@ class ProgressRow(NamedTuple):
     drained: bool
     control_records: int = 0
     source_watermark: tuple[tuple[int, int], ...] = ()  # sorted (partition, ms)
+    unheard: tuple[tuple[int, int], ...] = ()  # expected, not heard: (partition, since ms)
+    # partitions with control records in the batch: how many fell below the partition's
+    # source watermark before them, and (where any did) the largest gap
+    source_regressions: tuple[tuple[int, int], ...] = ()
+    source_regression_ms: tuple[tuple[int, int], ...] = ()
 
 
 class DrainedError(RuntimeError):
@@ -414,6 +422,7 @@ class ReferenceModel:
     high_water: dict[int, int] = field(default_factory=dict)
     last_seen: dict[int, int] = field(default_factory=dict)
     source_watermark: dict[int, int] = field(default_factory=dict)
+    unheard_since: dict[int, int] = field(default_factory=dict)
     # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
     seen_ids: dict[str, int] = field(default_factory=dict)
     windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
@@ -500,13 +509,27 @@ class ReferenceModel:
             clipped = min(top, skew_limit)
             self.high_water[part] = max(self.high_water.get(part, clipped), clipped)
             self.last_seen[part] = now
+        regressions: dict[int, int] = {}
+        regression_gap: dict[int, int] = {}
         for part, mark in controls:  # a source watermark never moves back; clipped like hw
             clipped = min(mark, skew_limit)
+            kept = self.source_watermark.get(part)
+            regressions.setdefault(part, 0)
+            if kept is not None and clipped < kept:  # the source broke its promise
+                regressions[part] += 1
+                regression_gap[part] = max(regression_gap.get(part, 0), kept - clipped)
             self.source_watermark[part] = max(self.source_watermark.get(part, clipped), clipped)
             self.last_seen[part] = now
+        # An expected partition that never reported has no bound yet: no minimum exists
+        # until it reports, or until it has been unheard for the idle timeout.
+        self.unheard_since = {
+            part: self.unheard_since.get(part, now)
+            for part in sorted(p.expected_partitions)
+            if part not in self.last_seen
+        }
         idle = {
-            part: p.idle_timeout_ms > 0 and now - seen >= p.idle_timeout_ms
-            for part, seen in self.last_seen.items()
+            part: p.idle_timeout_ms > 0 and now - since >= p.idle_timeout_ms
+            for part, since in {**self.last_seen, **self.unheard_since}.items()
         }
         # Each partition bounds the watermark by its high-water mark minus its own lateness,
         # or by its source's watermark when that is further.
@@ -519,6 +542,8 @@ class ReferenceModel:
             candidate = min(active) if active else None
         else:
             candidate = max(bound.values()) if bound else None
+        if any(not idle[part] for part in self.unheard_since):
+            candidate = None
         regression = None
         wm_after = wm_before
         if candidate is not None:
@@ -597,6 +622,9 @@ class ReferenceModel:
             drained=False,
             control_records=len(controls),
             source_watermark=tuple(sorted(self.source_watermark.items())),
+            unheard=tuple(sorted(self.unheard_since.items())),
+            source_regressions=tuple(sorted(regressions.items())),
+            source_regression_ms=tuple(sorted(regression_gap.items())),
         )
         self.progress.append(row)
         self.batch_id += 1
@@ -781,6 +809,7 @@ class ReferenceModel:
             open_windows=0,
             drained=True,
             source_watermark=tuple(sorted(self.source_watermark.items())),
+            unheard=tuple(sorted(self.unheard_since.items())),
         )
         self.progress.append(row)
         self.batch_id += 1

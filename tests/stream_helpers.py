@@ -81,6 +81,7 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         source_watermark_field=params.source_watermark_field or "",
         early_firing_interval_ms=params.early_firing_interval_ms,
         session_gap_ms=params.session_gap_ms,
+        expected_partitions=params.expected_partitions,
     )
 
 
@@ -239,6 +240,9 @@ class SparkProgress:
     drained: bool
     control_records: int
     source_watermark: tuple[tuple[int, int], ...]
+    unheard: tuple[tuple[int, int], ...]
+    source_regressions: tuple[tuple[int, int], ...]
+    source_regression_ms: tuple[tuple[int, int], ...]
 
 
 PROGRESS_FIELDS = tuple(SparkProgress.__dataclass_fields__)
@@ -276,6 +280,9 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             "drained",
             "control_records",
             ms_map("partition_source_watermark"),
+            ms_map("partition_unheard"),
+            "source_watermark_regressions",
+            "source_watermark_regression_ms",
         )
         .orderBy("batch_id")
         .collect()
@@ -302,6 +309,9 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             drained=r.drained,
             control_records=r.control_records,
             source_watermark=_pairs(r.partition_source_watermark),
+            unheard=_pairs(r.partition_unheard),
+            source_regressions=_pairs(r.source_watermark_regressions),
+            source_regression_ms=_pairs(r.source_watermark_regression_ms),
         )
         for r in rows
     ]
@@ -452,6 +462,7 @@ def streams(
     control_fields: Sequence[str | None] = (None, None, "watermark"),
     early_intervals: Sequence[int] = (0, 0, 0, 20_000),
     session_gaps: Sequence[int] = (0,),
+    expected: Sequence[frozenset[int]] = (frozenset(),),
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -462,7 +473,9 @@ def streams(
     `monotone_now` is False. Hypothesis tries the simplest stream first (the minimum of
     every draw), so a caller with few examples should set `min_batches`/`min_lines`.
     `session_gaps`: the session gap is drawn from these (0: fixed windows, the default); a
-    stream with a gap has no slide (the two window kinds exclude each other).
+    stream with a gap has no slide (the two window kinds exclude each other). `expected`:
+    the expected partitions are drawn from these (a partition beyond the stream's 2-3 never
+    reports).
     """
     from hypothesis import strategies as st
 
@@ -496,6 +509,8 @@ def streams(
                     max_size=2,
                 )
             ),
+            # expected partitions: no watermark until each has reported (or idled out)
+            expected_partitions=draw(st.sampled_from(list(expected))),
         )
         partitions = draw(st.integers(2, 3))
         lag_ms = [draw(st.sampled_from([0, 0, 15_000, 45_000])) for _ in range(partitions)]

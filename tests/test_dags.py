@@ -277,6 +277,41 @@ def test_health_idle_partition_and_growing_spread() -> None:
     assert [a.what for a in evaluate_health(rows, _params())] == ["partition 1 idle too long"]
 
 
+def test_health_expected_partition_unheard_too_long() -> None:
+    from streaming.health import evaluate_health
+
+    rows = _progress(3)
+    now = rows[-1]["processing_ms"]
+    # partition 2 expected since 11 min ago (over the 10 min default), 3 since 1 min ago
+    rows[-1]["unheard"] = {2: now - 660_000, 3: now - 60_000}
+    (alert,) = evaluate_health(rows, _params())
+    assert (alert.what, alert.severity) == ("expected partition 2 not heard from", "warning")
+    assert alert.observed.startswith("nothing for 11m") and alert.threshold == "10m"
+    assert evaluate_health(rows, _params(health_idle_max=900_000)) == []
+
+
+@pytest.mark.parametrize(
+    ("regressed_batches", "alerts"),
+    [
+        ([7, 8, 9], 1),  # 3 of the last 10 batches: the default minimum
+        ([8, 9], 0),  # 2 of 10: a source hiccup, no alert
+        ([0, 1, 9], 0),  # 3, but two of them older than the last 10 batches
+    ],
+)
+def test_health_source_watermark_keeps_regressing(
+    regressed_batches: list[int], alerts: int
+) -> None:
+    from streaming.health import evaluate_health
+
+    rows = _progress(12)
+    for row in rows:
+        row["regressions"] = {0: 0, 1: 2 if row["batch_id"] in regressed_batches else 0}
+    found = evaluate_health(rows, _params())
+    assert [a.what for a in found] == ["partition 1's source watermark keeps going back"] * alerts
+    if alerts:
+        assert found[0].observed == "regressed in 3 of the last 10 batches"
+
+
 def test_health_without_progress_warns() -> None:
     from streaming.health import evaluate_health
 

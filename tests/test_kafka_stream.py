@@ -495,3 +495,34 @@ def test_a_control_record_on_a_kafka_partition_sets_that_partitions_watermark(
     # control records are neither events nor quarantined lines
     assert sorted(e.event_id for e in out.events) == ["a", "b"] and not out.quarantine
     assert T.read_table(spark, settings.warehouse, "events").count() == 2
+
+
+def test_expected_partitions_all_waits_for_every_partition_of_the_topic(
+    spark, broker: Broker, tmp_path_factory
+) -> None:
+    """`expected_partitions = all`: the topic's three partitions when the stream starts. Only
+    0 and 1 have records in the first run, so there is no watermark although their bound
+    (40 s - 10 s) would close [0, 10); partition 2's first record (run two) releases it."""
+    from streaming.job import run_stream
+
+    root = tmp_path_factory.mktemp("kafka_expected")
+    create_topic(broker.bootstrap, "expected", partitions=3)
+    first = [
+        Record(p, H.event_line(f"e{p}", "k", 1, T0 + 40 * S, p).encode(), T0 + 50 * S)
+        for p in (0, 1)
+    ]
+    send(broker.bootstrap, "expected", first)
+    settings = kafka_settings(broker, "expected", root, window=10 * S, expected_partitions="all")
+    run_stream(settings, available_now=True, clock="arrival", spark=spark)
+    send(
+        broker.bootstrap,
+        "expected",
+        [Record(2, H.event_line("e2", "k", 1, T0 + 35 * S, 2).encode(), T0 + 55 * S)],
+    )
+    run_stream(settings, available_now=True, clock="arrival", spark=spark)
+    out = H.read_outputs(spark, settings.warehouse)
+    assert [(p.watermark_after_ms, p.unheard) for p in out.progress] == [
+        (None, ((2, T0 + 50 * S),)),  # partition 2 awaited since the first batch
+        (T0 + 25 * S, ()),  # min(40, 40, 35) - 10
+    ]
+    assert not out.late_events and not out.aggregates  # nothing closed before 25 s

@@ -268,7 +268,12 @@ MODEL_SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 random_streams = H.streams(
-    max_batches=8, max_lines=12, replays_change_time=True, monotone_now=False
+    max_batches=8,
+    max_lines=12,
+    replays_change_time=True,
+    monotone_now=False,
+    # none; the stream's partitions (2-3, some silent for a while); one that never reports
+    expected=(frozenset(), frozenset(), frozenset({0, 1, 2}), frozenset({0, 3})),
 )
 
 
@@ -311,8 +316,9 @@ def test_accounting_identity_after_drain(stream: H.Stream) -> None:
     last = model.progress[-1]
     assert last.watermark_after_ms is None and last.drained
     assert not any(p.drained for p in model.progress[:-1])
-    for a in model.aggregates:  # only the drain emits without a watermark
-        assert (a.watermark_at_emit_ms is None) == (a.batch_id == last.batch_id)
+    for a in model.aggregates:  # only the drain emits final rows without a watermark
+        if a.final:  # (early rows may, before the first watermark)
+            assert (a.watermark_at_emit_ms is None) == (a.batch_id == last.batch_id)
 
 
 @MODEL_SETTINGS
@@ -380,6 +386,48 @@ def test_watermark_and_processing_time_are_monotone(stream: H.Stream) -> None:
         # clipped high-water marks never run ahead of processing time + the skew bound
         assert all(hw <= row.now_ms + stream.params.max_clock_skew_ms for _, hw in row.high_water)
         previous = row
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_an_unheard_expected_partition_holds_the_watermark(stream: H.Stream) -> None:
+    model = stream.run_model()
+    expected = stream.params.expected_partitions
+    heard: set[int] = set()
+    for row in model.progress:
+        if row.drained:
+            continue
+        heard |= {part for part, _ in row.last_seen}
+        unheard = dict(row.unheard)
+        assert set(unheard) == expected - heard  # exactly the expected not heard from yet
+        idle = dict(row.idle)
+        if any(not idle[part] for part in unheard):  # waiting: the watermark stays put
+            assert row.watermark_after_ms == row.watermark_before_ms
+        for part, since in unheard.items():  # since: when it was first expected, kept
+            assert since == model.progress[0].now_ms
+            assert idle[part] == (
+                stream.params.idle_timeout_ms > 0
+                and row.now_ms - since >= stream.params.idle_timeout_ms
+            )
+
+
+@MODEL_SETTINGS
+@given(stream=random_streams)
+def test_source_watermark_regressions_are_counted(stream: H.Stream) -> None:
+    # Replays the control records of each batch in arrival order against the kept mark.
+    model = stream.run_model()
+    marks: dict[int, int] = {}
+    for row in model.progress:
+        if row.drained:
+            assert row.source_regressions == ()
+            continue
+        assert set(dict(row.source_regression_ms)) == {
+            part for part, count in row.source_regressions if count
+        }
+        assert all(gap > 0 for _, gap in row.source_regression_ms)
+        for part, mark in row.source_watermark:  # never back, whatever regressed
+            assert mark >= marks.get(part, mark)
+            marks[part] = mark
 
 
 @MODEL_SETTINGS

@@ -70,6 +70,12 @@ def test_precedence_file_env_flags(tmp_path) -> None:
         # two window kinds at once: which one the user meant is not ours to guess
         ({"TALLY_SESSION_GAP": "30s", "TALLY_WINDOW_SLIDE": "10s"}, r"^session_gap and window_"),
         ({"TALLY_SESSION_GAP": "a while"}, r"^session_gap: expected a duration"),
+        # expected partitions: a name, a reversed range, a repeat, `all` without Kafka
+        ({"TALLY_EXPECTED_PARTITIONS": "radar"}, r"^expected_partitions: 'radar' is not"),
+        ({"TALLY_EXPECTED_PARTITIONS": "2-0"}, r"^expected_partitions: '2-0' is not a range"),
+        ({"TALLY_EXPECTED_PARTITIONS": "0-2,1"}, r"^expected_partitions: partition 1 is given"),
+        ({"TALLY_EXPECTED_PARTITIONS": "all"}, r"^expected_partitions: all means every part"),
+        ({"TALLY_HEALTH_REGRESSION_BATCHES": "0"}, r"^health_regression_batches: must be pos"),
     ],
 )
 def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
@@ -94,6 +100,31 @@ def test_lateness_by_partition(raw: object, expected: dict[int, int]) -> None:
     # the canonical text (provenance, `tally show`) reads back to the same bounds
     again = load_settings(env={"TALLY_LATENESS_BY_PARTITION": settings.lateness_by_partition})
     assert again.lateness_by_partition_ms == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "partitions", "text"),
+    [
+        ("", frozenset(), ""),  # none expected: today's rule, the minimum over those seen
+        ("0-2", frozenset({0, 1, 2}), "0-2"),
+        ("5, 0-1", frozenset({0, 1, 5}), "0-1,5"),  # canonical: sorted, ranges
+        ([2, 0, 1], frozenset({0, 1, 2}), "0-2"),  # a TOML list
+        (["0-1", 3], frozenset({0, 1, 3}), "0-1,3"),  # a TOML list with a range
+    ],
+)
+def test_expected_partitions(raw: object, partitions: frozenset[int], text: str) -> None:
+    settings = load_settings(env={}, overrides={"expected_partitions": raw})
+    assert settings.expected_partition_set == partitions
+    assert settings.expected_partitions == text
+    again = load_settings(env={"TALLY_EXPECTED_PARTITIONS": settings.expected_partitions})
+    assert again.expected_partition_set == partitions
+
+
+def test_expected_partitions_all_is_the_kafka_topic() -> None:
+    env = {"TALLY_EXPECTED_PARTITIONS": "ALL", "TALLY_SOURCE_KIND": "kafka"}
+    settings = load_settings(env=env)
+    assert settings.expected_partitions == "all"
+    assert settings.expected_partition_set is None  # resolved when the stream starts
 
 
 def test_lateness_by_partition_from_a_toml_table(tmp_path) -> None:

@@ -8,6 +8,7 @@ BatchProcessor in which a source watermark closes windows before the bounded rul
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, NamedTuple
 
 import pytest
@@ -219,7 +220,8 @@ def mark(seconds: int) -> str:
 #
 # The source's mark 30 closes [10, 20) and [20, 30) in batch 0, where the bounded rule alone
 # (WM -5) would close nothing until e.g. an event at 50 s. e3 (28 s) breaks the source's
-# promise: late, in the side output (lateness 0). Mark 20 is behind: ignored (never back).
+# promise: late, in the side output (lateness 0). Mark 20 is behind: ignored (never back), and
+# recorded as the source's broken promise (one regression of 10 s in batch 1).
 BATCHES = [
     [H.InputFile("b0.jsonl", t(60), [ev("e1", 12, 1), ev("e2", 25, 2), mark(30)])],
     [H.InputFile("b1.jsonl", t(70), [ev("e3", 28, 4), ev("e4", 45, 8), mark(20)])],
@@ -240,6 +242,12 @@ PROGRESS = [  # (control records, quarantined, source watermark of p0 after)
     (1, 1, t(50)),
     (0, 0, t(50)),
 ]
+REGRESSIONS = [  # per batch: (partition, regressed records), (partition, largest gap ms)
+    (((0, 0),), ()),
+    (((0, 1),), ((0, 10 * S),)),
+    (((0, 0),), ()),  # mark 50 is ahead again; the bad mark is quarantined, no record
+    ((), ()),  # the drain reads no line
+]
 
 
 def check_replay(out: H.Outputs) -> None:
@@ -256,6 +264,7 @@ def check_replay(out: H.Outputs) -> None:
         (p.control_records, p.quarantined_lines, dict(p.source_watermark).get(0))
         for p in out.progress
     ] == PROGRESS
+    assert [(p.source_regressions, p.source_regression_ms) for p in out.progress] == REGRESSIONS
     assert [(q.reason, q.batch_id) for q in out.quarantine] == [("bad_watermark", 2)]
     assert sorted(e.event_id for e in out.events) == ["e1", "e2", "e3", "e4"]  # no control
 
@@ -270,10 +279,19 @@ def test_the_model_computes_the_hand_expectations() -> None:
     assert {q.reason for q in off.quarantine} == {"missing_event_id"}
 
 
-def test_a_source_watermark_closes_windows_before_the_bounded_rule(spark, tmp_path) -> None:
+def test_a_source_watermark_closes_windows_before_the_bounded_rule(
+    spark, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
     warehouse = str(tmp_path / "warehouse")
-    H.run_processor(spark, warehouse, tmp_path / "input", BATCHES, PARAMS, drain=True)
+    with caplog.at_level(logging.WARNING, logger="tally.stream"):
+        H.run_processor(spark, warehouse, tmp_path / "input", BATCHES, PARAMS, drain=True)
     check_replay(H.read_outputs(spark, warehouse))
+    # one structured line per partition and batch with regressions
+    regressions = [r.getMessage() for r in caplog.records if "regression" in r.getMessage()]
+    assert regressions == [
+        "source watermark regression: batch=1 partition=0 records=1 largest_ms=10000 "
+        "kept=2026-11-21T00:00:30.000Z"
+    ]
 
 
 def test_a_warehouse_from_before_source_watermarks_gains_their_columns(spark, tmp_path) -> None:
@@ -285,8 +303,8 @@ def test_a_warehouse_from_before_source_watermarks_gains_their_columns(spark, tm
 
     warehouse = str(tmp_path / "warehouse")
     new_columns = ", control_records BIGINT, partition_source_watermark MAP<INT, TIMESTAMP>"
-    assert T.STREAM_PROGRESS.ddl.endswith(new_columns)
-    old = dataclasses.replace(T.STREAM_PROGRESS, ddl=T.STREAM_PROGRESS.ddl[: -len(new_columns)])
+    cut = T.STREAM_PROGRESS.ddl.index(new_columns)  # those two and every later column
+    old = dataclasses.replace(T.STREAM_PROGRESS, ddl=T.STREAM_PROGRESS.ddl[:cut])
     T.ensure_table(spark, warehouse, old)
     assert "control_records" not in T.read_table(spark, warehouse, "stream_progress").columns
     H.run_processor(spark, warehouse, tmp_path / "input", BATCHES[:1], PARAMS)

@@ -103,6 +103,37 @@ def test_hopping_per_source_source_watermarks_and_early_firings_match_the_model(
     assert not diffs, "\n".join([stream.describe(), *diffs])
 
 
+def waits_and_regresses(stream: H.Stream) -> bool:
+    progress = stream.run_model().progress
+    return any(row.unheard for row in progress) and any(
+        count for row in progress for _, count in row.source_regressions
+    )
+
+
+@settings(SPARK_SETTINGS, max_examples=2)
+@given(data=st.data())
+def test_expected_partitions_and_source_regressions_match_the_model(
+    spark, tmp_path_factory, data
+) -> None:
+    # Forced on: expected partitions (the stream's own, or one that never reports) and control
+    # records; only streams whose model run waits for an unheard partition and records a
+    # regressed source watermark are kept.
+    stream = data.draw(
+        H.streams(
+            min_batches=2,
+            max_batches=3,
+            min_lines=3,
+            max_lines=8,
+            control_fields=["watermark"],
+            expected=[frozenset({0, 1, 2}), frozenset({0, 3})],
+        ).filter(waits_and_regresses),
+        label="stream",
+    )
+    assert stream.params.expected_partitions
+    diffs = run_both(spark, tmp_path_factory.mktemp("expected"), stream)
+    assert not diffs, "\n".join([stream.describe(), *diffs])
+
+
 def retracts(stream: H.Stream) -> bool:
     return any(a.retracted for a in stream.run_model().aggregates)
 

@@ -277,3 +277,143 @@ def test_previous_state_is_not_mutated() -> None:
 def test_unknown_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match="policy"):
         advance_watermark(EMPTY, {0: 1}, 1, L, IDLE, "newest")
+
+
+# -- expected partitions: the minimum waits for every expected input ----------------------------
+class ExpectedCase(NamedTuple):
+    why: str
+    prev: WatermarkState
+    batch_hw: dict[int, int]  # seconds
+    now: int  # seconds
+    expected: frozenset[int]
+    wm: int | None  # expected watermark after, seconds
+    unheard: dict[int, int]  # expected unheard after: partition -> since, seconds
+    idle: dict[int, bool]
+    idle_timeout: int = IDLE
+    policy: str = "partition-min"
+
+
+def waiting(wm: int | None, hw: dict[int, int], seen: dict[int, int], unheard: dict[int, int]):
+    return WatermarkState(
+        None if wm is None else wm * S,
+        {p: v * S for p, v in hw.items()},
+        {p: v * S for p, v in seen.items()},
+        {},
+        {p: v * S for p, v in unheard.items()},
+    )
+
+
+EXPECTED_CASES = [
+    ExpectedCase(
+        "partition 1 expected, not heard: no watermark although 0 and 2 report",
+        EMPTY,
+        {0: 50, 2: 40},
+        50,
+        frozenset({0, 1, 2}),
+        None,
+        {1: 50},
+        {0: False, 1: False, 2: False},
+    ),
+    ExpectedCase(
+        "still unheard later: the watermark stays undefined, since keeps the first batch",
+        waiting(None, {0: 50, 2: 40}, {0: 50, 2: 50}, {1: 50}),
+        {0: 80},
+        80,
+        frozenset({0, 1, 2}),
+        None,
+        {1: 50},
+        {0: False, 1: False, 2: False},
+    ),
+    ExpectedCase(
+        "1 reports: min(80, 45, 40) - 10; nothing unheard",
+        waiting(None, {0: 80, 2: 40}, {0: 80, 2: 50}, {1: 50}),
+        {1: 45},
+        90,
+        frozenset({0, 1, 2}),
+        30,
+        {},
+        {0: False, 1: False, 2: False},
+    ),
+    ExpectedCase(
+        "unheard for the idle timeout (60 s since 50): idle, excluded, min(100, 90) - 10",
+        waiting(None, {0: 80, 2: 40}, {0: 100, 2: 100}, {1: 50}),
+        {0: 100, 2: 90},
+        110,
+        frozenset({0, 1, 2}),
+        80,
+        {1: 50},
+        {0: False, 1: True, 2: False},
+    ),
+    ExpectedCase(
+        "idleness off: an unheard partition holds the watermark forever",
+        waiting(None, {0: 80}, {0: 100}, {1: 50}),
+        {0: 500},
+        500,
+        frozenset({0, 1}),
+        None,
+        {1: 50},
+        {0: False, 1: False},
+        idle_timeout=0,
+    ),
+    ExpectedCase(
+        "expected from a later batch on (a setting added to a running stream): the "
+        "watermark stays put, never back",
+        waiting(70, {0: 80}, {0: 100}, {}),
+        {0: 120},
+        120,
+        frozenset({0, 5}),
+        70,
+        {5: 120},
+        {0: False, 5: False},
+    ),
+    ExpectedCase(
+        "a partition no longer expected is forgotten: the minimum is back",
+        waiting(None, {0: 80}, {0: 100}, {1: 50}),
+        {0: 120},
+        120,
+        frozenset({0}),
+        110,
+        {},
+        {0: False},
+    ),
+    ExpectedCase(
+        "global-max waits too",
+        EMPTY,
+        {0: 50},
+        50,
+        frozenset({0, 1}),
+        None,
+        {1: 50},
+        {0: False, 1: False},
+        policy="global-max",
+    ),
+    ExpectedCase(
+        "heard from a control record only: heard (source watermark 95)",
+        waiting(None, {0: 100}, {0: 100}, {1: 50}),
+        {},
+        100,
+        frozenset({0, 1}),
+        90,
+        {},
+        {0: False, 1: False},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EXPECTED_CASES, ids=[c.why for c in EXPECTED_CASES])
+def test_expected_partitions(case: ExpectedCase) -> None:
+    # the last case's batch carries a control record of partition 1 (watermark 95 s)
+    control = {1: 95 * S} if case.why.startswith("heard from a control") else None
+    out = advance_watermark(
+        case.prev,
+        {p: v * S for p, v in case.batch_hw.items()},
+        case.now * S,
+        L,
+        case.idle_timeout,
+        case.policy,
+        batch_source_watermark_ms=control,
+        expected_partitions=case.expected,
+    )
+    assert out.state.watermark_ms == (None if case.wm is None else case.wm * S)
+    assert dict(out.state.unheard_since_ms) == {p: v * S for p, v in case.unheard.items()}
+    assert out.idle == case.idle
