@@ -55,7 +55,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
-from fractions import Fraction
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -65,7 +64,7 @@ from batch.reconcile import ReconcileError, day_events
 from tally import tables as T
 from tally.arrivals import first_arrivals
 from tally.events import parse_events, read_jsonl_lines
-from tally.settings import format_duration, format_partition_durations
+from tally.settings import format_duration, format_partition_durations, meets_target
 from tally.vocabulary import ARRIVAL_ORDER, LINE_ORDER
 from tally.windows import with_window
 
@@ -122,13 +121,6 @@ def events_from_jsonl(spark: SparkSession, path: str) -> DataFrame:
 
 
 # -- the curve --------------------------------------------------------------------------------
-
-
-def meets_target(admitted: int, events: int, target: float) -> bool:
-    """100 · admitted / events ≥ target, exactly (target read as the decimal it prints as)."""
-    if events == 0:
-        return True
-    return Fraction(100 * admitted, events) >= Fraction(repr(float(target)))
 
 
 def lateness_curve(

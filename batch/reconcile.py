@@ -93,6 +93,7 @@ from tally.vocabulary import (
 from tally.windows import (
     WINDOW_KEY,
     aggregate_windows,
+    describe_windowing,
     slide_of,
     window_kind,
     windowing_error,
@@ -378,13 +379,8 @@ class ReconcileResult:
 
     @property
     def windowing(self) -> str:
-        """`tumbling 60000 ms`, `hopping 300000 ms every 60000 ms` or `session, gap 10000 ms`."""
-        kind = window_kind(self.window_ms, self.window_slide_ms, self.session_gap_ms)
-        if kind == "session":
-            return f"session, gap {self.session_gap_ms} ms"
-        if kind == "tumbling":
-            return f"tumbling {self.window_ms} ms"
-        return f"hopping {self.window_ms} ms every {self.window_slide_ms} ms"
+        """`tumbling 1m`, `hopping 5m every 1m` or `session, gap 10s`."""
+        return describe_windowing(self.window_ms, self.window_slide_ms, self.session_gap_ms)
 
     @property
     def unexplained_windows(self) -> int:
@@ -405,9 +401,7 @@ class ReconcileResult:
         """The one-paragraph summary the CLI prints."""
         s = self.summary
         rate = s["late_event_rate"]
-        kind = f"{self.windowing} windows"
-        if self.session_gap_ms:
-            kind = f"session windows, gap {self.session_gap_ms} ms"
+        kind = f"windows: {self.windowing}"
         lines = [
             f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
             f"{kind}; events v{self.events_version}, stream_aggregates "

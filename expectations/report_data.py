@@ -28,8 +28,9 @@ from pyspark.sql import functions as F
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
-from tally.settings import SettingsError, format_duration, parse_duration
+from tally.settings import SettingsError, format_duration, meets_target, parse_duration
 from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
+from tally.windows import describe_windowing as windowing_text
 
 # Candidate shifts of the lateness bound for the estimated curve.
 CURVE_SHIFTS_MS = (
@@ -435,12 +436,7 @@ def _recommend(curve: list[dict[str, Any]], target: float | None) -> int | None:
     for entry in sorted(curve, key=lambda e: e["lateness_ms"]):
         admitted, events = entry.get("admitted"), entry.get("events")
         if admitted is not None and events is not None:
-            # exact: 100 * admitted / events >= target
-            from fractions import Fraction
-
-            if events == 0 or Fraction(100 * int(admitted), int(events)) >= Fraction(
-                repr(float(target))
-            ):
+            if meets_target(int(admitted), int(events), target):
                 return int(entry["lateness_ms"])
         elif float(entry["completeness_pct"]) >= target:
             return int(entry["lateness_ms"])
@@ -525,16 +521,12 @@ def describe_windowing(window_ms: Any, settings: Mapping[str, Any]) -> str | Non
     """The window kind and its parameters, as the run recorded them: `tumbling 1m`,
     `hopping 5m every 1m` or `session, gap 10s` (a run from before hopping windows recorded
     no slide: tumbling; one from before session windows no gap: fixed windows)."""
-    gap = settings.get("session_gap_ms")
-    if gap:
-        return f"session, gap {format_duration(int(gap))}"
-    if not window_ms:
+    gap = int(settings.get("session_gap_ms") or 0)
+    if not window_ms and not gap:
         return None
-    size = int(window_ms)
-    slide = int(settings.get("window_slide_ms") or size)
-    if slide == size:
-        return f"tumbling {format_duration(size)}"
-    return f"hopping {format_duration(size)} every {format_duration(slide)}"
+    size = int(window_ms or gap)  # a session run's curve window is not part of its windowing
+    slide = settings.get("window_slide_ms")
+    return windowing_text(size, int(slide) if slide else None, gap)
 
 
 def _provenance(

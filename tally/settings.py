@@ -11,6 +11,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from tally.dates import parse_business_date
@@ -153,6 +154,15 @@ def format_duration(ms: int) -> str:
         if ms and ms % _UNIT_MS[unit] == 0:
             return f"{ms // _UNIT_MS[unit]}{unit}"
     return f"{ms}ms"
+
+
+def meets_target(admitted: int, events: int, target: float) -> bool:
+    """Completeness `100 · admitted / events` reaches `completeness_target`, exactly (the
+    target read as the decimal it prints as; no events is complete). The one place the target
+    is compared: the lateness curve, the tuning and the report use it."""
+    if events == 0:
+        return True
+    return Fraction(100 * admitted, events) >= Fraction(repr(float(target)))
 
 
 def default_checkpoint(warehouse: str) -> str:

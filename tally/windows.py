@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from tally.settings import format_duration
+
 WINDOW_KEY = ("window_start", "window_end", "key")
 
 
@@ -57,6 +59,18 @@ def window_kind(window_ms: int, slide_ms: int | None, session_gap_ms: int = 0) -
     if session_gap_ms:
         return "session"
     return "tumbling" if slide_of(window_ms, slide_ms) == window_ms else "hopping"
+
+
+def describe_windowing(window_ms: int, slide_ms: int | None = None, session_gap_ms: int = 0) -> str:
+    """The window kind and its sizes as people write them: `tumbling 1m`, `hopping 5m every
+    1m` or `session, gap 10s` (the CLI's summary and the report say the same)."""
+    kind = window_kind(window_ms, slide_ms, session_gap_ms)
+    if kind == "session":
+        return f"session, gap {format_duration(session_gap_ms)}"
+    if kind == "tumbling":
+        return f"tumbling {format_duration(window_ms)}"
+    slide = format_duration(slide_of(window_ms, slide_ms))
+    return f"hopping {format_duration(window_ms)} every {slide}"
 
 
 def last_window_ms(event_time_ms: int, window_ms: int, slide_ms: int | None) -> tuple[int, int]:

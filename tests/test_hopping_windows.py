@@ -159,8 +159,8 @@ def test_reconciliation_explains_each_window_by_its_own_late_rows(
     # every event counted once per window: 5 events x 3 windows = 15 (window, event) pairs
     assert (result.summary["batch_count"], result.summary["stream_count"]) == (15, 11)
     assert result.summary["explained_count"] == len(LATE)
-    assert result.windowing == "hopping 30000 ms every 10000 ms"
-    assert "hopping 30000 ms every 10000 ms windows" in result.describe()
+    assert result.windowing == "hopping 30s every 10s"
+    assert "windows: hopping 30s every 10s;" in result.describe()  # as the report says
 
 
 def test_validation_passes_and_the_report_names_the_windowing(hopping: dict[str, Any]) -> None:

@@ -507,6 +507,6 @@ def test_reconcile_uses_the_window_the_stream_recorded(
     )
     assert not (tmp_path / "reports").exists()
     assert tally_cli(run, **out) == 1  # the scenario has UNEXPLAINED windows
-    assert "420000 ms windows" in capsys.readouterr().out
+    assert "windows: tumbling 7m;" in capsys.readouterr().out
     assert recorded_run(spark, warehouse, DAY)["window_ms"] == W
     assert (tmp_path / "reports" / "report-2026-11-20.html").exists()

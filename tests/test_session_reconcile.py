@@ -283,8 +283,8 @@ def test_no_other_rows_and_the_summary(reconciled: dict[str, Any], spark) -> Non
 
 def test_provenance_and_reproduce(reconciled: dict[str, Any], spark) -> None:
     warehouse, result = reconciled["warehouse"], reconciled["result"]
-    assert result.windowing == "session, gap 21600000 ms"
-    assert "session windows, gap 21600000 ms" in result.describe()
+    assert result.windowing == "session, gap 6h"
+    assert "windows: session, gap 6h;" in result.describe()
     run = recorded_run(spark, warehouse, DAY)
     assert run is not None
     assert json.loads(run["settings"]) == {
@@ -434,7 +434,7 @@ def test_narrower_than_finds_rows_below_the_gap(spark) -> None:
 
 def test_result_windowing_names_sessions() -> None:
     result = ReconcileResult(DAY, 0, 0, 0, WINDOW, "UTC", session_gap_ms=10_000)
-    assert result.windowing == "session, gap 10000 ms"
+    assert result.windowing == "session, gap 10s"
 
 
 # -- the nightly ----------------------------------------------------------------------------------
@@ -475,7 +475,7 @@ def test_tally_reconcile_with_a_session_gap(reconciled, spark, tmp_path, capsys,
     env = {"TALLY_GX_ROOT": str(tmp_path), "TALLY_REPORT_DIR": str(tmp_path / "reports")}
     assert tally_cli([*run, "--session-gap", "6h", "--window", "1m"], **env) == 1
     out = capsys.readouterr().out
-    assert "session windows, gap 21600000 ms" in out and "9 windows" in out
+    assert "windows: session, gap 6h;" in out and "9 windows" in out
     assert recon_rows(spark, warehouse) == reconciled["rows"]
     failed = {
         (r["suite"], r["check_name"])

@@ -217,7 +217,7 @@ def test_the_nightly_explains_the_sessions_a_late_event_would_have_merged(nightl
         11_111_118,
         10_000_000,
     )
-    assert result.windowing == "session, gap 10000 ms"
+    assert result.windowing == "session, gap 10s"
 
 
 def test_validation_and_the_report_of_the_sessions(nightly) -> None:
