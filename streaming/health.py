@@ -123,37 +123,38 @@ def late_rate_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
 
 def idle_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     """Partitions silent (processing time) longer than `idle_max_ms` at the newest batch."""
-    latest = rows[-1]
-    now_ms = latest.get("processing_ms")
-    if now_ms is None:
-        return []
-    return [
-        Alert(
-            f"partition {part} idle too long",
-            f"silent {format_duration(int(now_ms - seen))}",
-            format_duration(params.idle_max_ms),
-            "warning",
-        )
-        for part, seen in sorted((latest.get("last_seen") or {}).items())
-        if seen is not None and now_ms - seen > params.idle_max_ms
-    ]
+    return _quiet_too_long(rows, params, "last_seen", "partition {} idle too long", "silent {}")
 
 
 def unheard_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     """Expected partitions that have reported nothing for longer than `idle_max_ms` since they
     were first expected (the watermark waits for them until the idle timeout)."""
+    return _quiet_too_long(
+        rows,
+        params,
+        "unheard",
+        "expected partition {} not heard from",
+        "nothing for {} since it was expected",
+    )
+
+
+def _quiet_too_long(
+    rows: Rows, params: HealthParams, column: str, what: str, observed: str
+) -> list[Alert]:
+    """A warning per partition of the newest batch's `column` ({partition: since ms}) quiet
+    for longer than `idle_max_ms`."""
     latest = rows[-1]
     now_ms = latest.get("processing_ms")
     if now_ms is None:
         return []
     return [
         Alert(
-            f"expected partition {part} not heard from",
-            f"nothing for {format_duration(int(now_ms - since))} since it was expected",
+            what.format(part),
+            observed.format(format_duration(int(now_ms - since))),
             format_duration(params.idle_max_ms),
             "warning",
         )
-        for part, since in sorted((latest.get("unheard") or {}).items())
+        for part, since in sorted((latest.get(column) or {}).items())
         if since is not None and now_ms - since > params.idle_max_ms
     ]
 

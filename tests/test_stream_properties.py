@@ -63,6 +63,18 @@ def run_both(spark: Any, root: Any, stream: H.Stream) -> list[str]:
     return compare(H.read_outputs(spark, warehouse), H.model_outputs(stream.run_model()))
 
 
+def draw_forced(data: Any, keep: Any = None, **forced: Any) -> H.Stream:
+    """A small stream (2-3 batches of 3-8 lines) with the `forced` strategy arguments, kept
+    only when `keep(stream)` (the model is cheap, Spark is not)."""
+    strategy = H.streams(min_batches=2, max_batches=3, min_lines=3, max_lines=8, **forced)
+    return data.draw(strategy.filter(keep) if keep else strategy, label="stream")
+
+
+def assert_spark_matches_the_model(spark: Any, root: Any, stream: H.Stream) -> None:
+    diffs = run_both(spark, root, stream)
+    assert not diffs, "\n".join([stream.describe(), *diffs])
+
+
 @pytest.mark.parametrize("policy", M.POLICIES)
 @SPARK_SETTINGS
 @given(data=st.data())
@@ -83,24 +95,17 @@ def test_hopping_per_source_source_watermarks_and_early_firings_match_the_model(
     # Forced on (the test above draws them too, but its few examples start from the simplest
     # stream): S/H = 2, 6 or 12 windows per event, at least one partition's own bound, and
     # control records carrying source watermarks, early firings every 20 s.
-    stream = data.draw(
-        H.streams(
-            min_batches=2,
-            max_batches=3,
-            min_lines=3,
-            max_lines=8,
-            slides=[5_000],
-            min_lateness_overrides=1,
-            control_fields=["watermark"],
-            early_intervals=[20_000],
-        ),
-        label="stream",
+    stream = draw_forced(
+        data,
+        slides=[5_000],
+        min_lateness_overrides=1,
+        control_fields=["watermark"],
+        early_intervals=[20_000],
     )
     assert stream.params.window_slide_ms == 5_000 and stream.params.lateness_by_partition
     assert stream.params.source_watermark_field == "watermark"
     assert stream.params.early_firing_interval_ms == 20_000
-    diffs = run_both(spark, tmp_path_factory.mktemp("hopping"), stream)
-    assert not diffs, "\n".join([stream.describe(), *diffs])
+    assert_spark_matches_the_model(spark, tmp_path_factory.mktemp("hopping"), stream)
 
 
 def waits_and_regresses(stream: H.Stream) -> bool:
@@ -118,20 +123,14 @@ def test_expected_partitions_and_source_regressions_match_the_model(
     # Forced on: expected partitions (the stream's own, or one that never reports) and control
     # records; only streams whose model run waits for an unheard partition and records a
     # regressed source watermark are kept.
-    stream = data.draw(
-        H.streams(
-            min_batches=2,
-            max_batches=3,
-            min_lines=3,
-            max_lines=8,
-            control_fields=["watermark"],
-            expected=[frozenset({0, 1, 2}), frozenset({0, 3})],
-        ).filter(waits_and_regresses),
-        label="stream",
+    stream = draw_forced(
+        data,
+        waits_and_regresses,
+        control_fields=["watermark"],
+        expected=[frozenset({0, 1, 2}), frozenset({0, 3})],
     )
     assert stream.params.expected_partitions
-    diffs = run_both(spark, tmp_path_factory.mktemp("expected"), stream)
-    assert not diffs, "\n".join([stream.describe(), *diffs])
+    assert_spark_matches_the_model(spark, tmp_path_factory.mktemp("expected"), stream)
 
 
 def retracts(stream: H.Stream) -> bool:
@@ -145,18 +144,7 @@ def test_session_windows_match_the_model(spark, tmp_path_factory, data) -> None:
     # early firings every 20 s in some draws. Only streams whose model run retracts a
     # session are kept (about a third are drawn so; the model is cheap, Spark is not), so
     # every Spark example merges emitted sessions.
-    stream = data.draw(
-        H.streams(
-            min_batches=2,
-            max_batches=3,
-            min_lines=3,
-            max_lines=8,
-            session_gaps=[10_000, 30_000],
-            early_intervals=[0, 20_000],
-        ).filter(retracts),
-        label="stream",
-    )
+    stream = draw_forced(data, retracts, session_gaps=[10_000, 30_000], early_intervals=[0, 20_000])
     assert stream.params.session_gap_ms in (10_000, 30_000)
     assert stream.params.window_slide_ms is None
-    diffs = run_both(spark, tmp_path_factory.mktemp("sessions"), stream)
-    assert not diffs, "\n".join([stream.describe(), *diffs])
+    assert_spark_matches_the_model(spark, tmp_path_factory.mktemp("sessions"), stream)
