@@ -83,6 +83,7 @@ from tally.dates import (
     utc_dates_touching,
     window_in_day,
 )
+from tally.settings import windowing_problem
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     EXPLAINED_BY_LATE,
@@ -96,7 +97,6 @@ from tally.windows import (
     describe_windowing,
     slide_of,
     window_kind,
-    windowing_error,
     with_windows,
 )
 
@@ -525,18 +525,9 @@ def _check_window_size(
 
 def _checked_windowing(window_ms: int, slide_ms: int | None, gap_ms: int) -> None:
     """The window, slide and session gap make one windowing (one-line ReconcileError)."""
-    if window_ms <= 0:
-        raise ReconcileError(f"window: must be positive, got {window_ms} ms")
-    if gap_ms < 0:
-        raise ReconcileError(f"session_gap: must be positive (or 0: off), got {gap_ms} ms")
-    if gap_ms and slide_ms:
-        raise ReconcileError(
-            "session_gap and window_slide: both set; pick one window kind (sessions, or "
-            "hopping windows)"
-        )
-    problem = windowing_error(window_ms, slide_ms)
+    problem = windowing_problem(window_ms, slide_ms, gap_ms)
     if problem is not None:
-        raise ReconcileError(f"window_slide: {problem}")
+        raise ReconcileError(problem)
 
 
 def _checked_bounds(

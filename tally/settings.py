@@ -156,6 +156,28 @@ def format_duration(ms: int) -> str:
     return f"{ms}ms"
 
 
+def windowing_problem(window_ms: int, slide_ms: int | None, session_gap_ms: int) -> str | None:
+    """Why a window size, slide (0 or None: tumbling) and session gap (0: fixed windows) make
+    no windowing, in one line naming the setting; None when they make one (docs/semantics.md,
+    "Windows"). The one check: settings, the nightly and the window arithmetic use it."""
+    slide = slide_ms or 0
+    if window_ms <= 0:
+        return f"window: must be positive, got {format_duration(window_ms)}"
+    if slide < 0 or slide > window_ms or (slide and window_ms % slide):
+        return (
+            f"window_slide: the window {format_duration(window_ms)} must be a multiple of the "
+            f"slide, got {format_duration(slide)}"
+        )
+    if session_gap_ms < 0:
+        return f"session_gap: must be positive (or 0: off), got {format_duration(session_gap_ms)}"
+    if session_gap_ms and slide:
+        return (
+            "session_gap and window_slide: both set; pick one window kind (sessions, or "
+            "hopping windows)"
+        )
+    return None
+
+
 def meets_target(admitted: int, events: int, target: float) -> bool:
     """Completeness `100 · admitted / events` reaches `completeness_target`, exactly (the
     target read as the decimal it prints as; no events is complete). The one place the target
@@ -292,25 +314,9 @@ class Settings:
     alert_email: str = ""  # recipients of the SMTP alerts, comma-separated
 
     def __post_init__(self) -> None:
-        if self.window <= 0:
-            raise SettingsError(f"window: must be positive, got {format_duration(self.window)}")
-        if self.window_slide and (
-            self.window_slide > self.window or self.window % self.window_slide
-        ):
-            raise SettingsError(
-                f"window_slide: the window {format_duration(self.window)} must be a multiple "
-                f"of the slide, got {format_duration(self.window_slide)}"
-            )
-        if self.session_gap < 0:
-            raise SettingsError(
-                "session_gap: must be positive (or 0: off), got "
-                f"{format_duration(self.session_gap)}"
-            )
-        if self.session_gap and self.window_slide:
-            raise SettingsError(
-                "session_gap and window_slide: both set; pick one window kind (sessions, or "
-                "hopping windows)"
-            )
+        problem = windowing_problem(self.window, self.window_slide, self.session_gap)
+        if problem is not None:
+            raise SettingsError(problem)
         if self.source_watermark_field and (
             not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.source_watermark_field)
             or self.source_watermark_field

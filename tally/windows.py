@@ -40,16 +40,6 @@ def slide_of(window_ms: int, slide_ms: int | None) -> int:
     return slide_ms or window_ms
 
 
-def windowing_error(window_ms: int, slide_ms: int | None) -> str | None:
-    """Why (S, H) is not a windowing, in one line; None when it is."""
-    slide = slide_of(window_ms, slide_ms)
-    if window_ms <= 0 or slide <= 0:
-        return f"window {window_ms} ms and slide {slide} ms must be positive"
-    if slide > window_ms or window_ms % slide:
-        return f"window {window_ms} ms must be a multiple of the slide {slide} ms"
-    return None
-
-
 def windows_per_event(window_ms: int, slide_ms: int | None) -> int:
     """S/H: how many windows hold each event (1 for tumbling windows)."""
     return window_ms // slide_of(window_ms, slide_ms)

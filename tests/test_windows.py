@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import pytest
 
+from tally.settings import windowing_problem
 from tally.windows import (
     aggregate_sessions,
     last_window_ms,
@@ -15,7 +16,6 @@ from tally.windows import (
     window_range_ms,
     window_start_col,
     window_start_ms,
-    windowing_error,
     windows_of_ms,
     windows_per_event,
     with_window,
@@ -207,18 +207,24 @@ def test_with_windows_in_the_jvm_agrees_with_the_table(spark) -> None:
 
 
 @pytest.mark.parametrize(
-    ("window_ms", "slide_ms", "error"),
+    ("window_ms", "slide_ms", "gap_ms", "error"),
     [
-        (MINUTE, None, None),  # tumbling
-        (5 * MINUTE, MINUTE, None),  # S/H = 5
-        (5 * MINUTE, 2 * MINUTE, "must be a multiple of the slide"),  # 5 / 2 is no integer
-        (MINUTE, 2 * MINUTE, "must be a multiple of the slide"),  # a slide longer than S
-        (0, None, "must be positive"),
+        (MINUTE, None, 0, None),  # tumbling
+        (MINUTE, 0, 0, None),  # a slide of 0 is tumbling too
+        (5 * MINUTE, MINUTE, 0, None),  # S/H = 5
+        (MINUTE, None, 10_000, None),  # sessions (the window only sizes the curve)
+        (5 * MINUTE, 2 * MINUTE, 0, "window_slide: the window 5m must be a multiple"),  # 5/2
+        (MINUTE, 2 * MINUTE, 0, "window_slide: the window 1m must be a multiple"),  # H > S
+        (0, None, 0, "window: must be positive"),
+        (MINUTE, None, -1, "session_gap: must be positive (or 0: off)"),
+        (5 * MINUTE, MINUTE, 10_000, "session_gap and window_slide: both set"),  # two kinds
     ],
 )
-def test_windowing_error(window_ms: int, slide_ms: int | None, error: str | None) -> None:
-    got = windowing_error(window_ms, slide_ms)
-    assert (got is None) if error is None else (got is not None and error in got)
+def test_windowing_problem(
+    window_ms: int, slide_ms: int | None, gap_ms: int, error: str | None
+) -> None:
+    got = windowing_problem(window_ms, slide_ms, gap_ms)
+    assert got is None if error is None else (got is not None and got.startswith(error))
 
 
 # -- session windows --------------------------------------------------------------------------
