@@ -183,8 +183,8 @@ class Classified:
     # marks) and how many there were
     source_watermark_ms: Mapping[int, int] = field(default_factory=dict)
     control_records: int = 0
-    # per partition: control records below the partition's source watermark before them,
-    # and the largest such regression (ms); partitions without one are absent
+    # per partition with control records: how many fell below the partition's source
+    # watermark before them (0 included), and, where any did, the largest gap (ms)
     source_regressions: Mapping[int, int] = field(default_factory=dict)
     source_regression_ms: Mapping[int, int] = field(default_factory=dict)
 
