@@ -77,19 +77,25 @@ def parse_partition_durations(raw: str | Mapping[str, Any], name: str) -> dict[i
             pairs.append((key.strip(), value.strip()))
     out: dict[int, int] = {}
     for key, value in pairs:
-        match = _PARTITIONS.match(key.strip())
-        if not match:
-            raise SettingsError(f"{name}: {key!r} is not a partition or a range like 1-3")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
-        if not INT32_RANGE[0] <= first <= last <= INT32_RANGE[1] or last - first > 100_000:
-            raise SettingsError(f"{name}: {key!r} is not a range of 32-bit partitions (a <= b)")
+        partitions = _partition_range(key, name, "a partition or a range like 1-3")
         ms = parse_duration(value, f"{name}[{key}]")
-        for partition in range(first, last + 1):
+        for partition in partitions:
             if partition in out:
                 raise SettingsError(f"{name}: partition {partition} is given twice")
             out[partition] = ms
     return out
+
+
+def _partition_range(key: str, name: str, expected: str) -> range:
+    """`3` or the inclusive range `1-3` (or `1..3`) of 32-bit partitions."""
+    match = _PARTITIONS.match(key.strip())
+    if not match:
+        raise SettingsError(f"{name}: {key!r} is not {expected}")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) is not None else first
+    if not INT32_RANGE[0] <= first <= last <= INT32_RANGE[1] or last - first > 100_000:
+        raise SettingsError(f"{name}: {key!r} is not a range of 32-bit partitions (a <= b)")
+    return range(first, last + 1)
 
 
 def parse_partition_list(raw: str | list[Any], name: str) -> frozenset[int]:
@@ -100,16 +106,9 @@ def parse_partition_list(raw: str | list[Any], name: str) -> frozenset[int]:
     for item in (i.strip() for i in items):
         if not item:
             continue
-        match = _PARTITIONS.match(item)
-        if not match:
-            raise SettingsError(
-                f"{name}: {item!r} is not a partition or a range like 0-2 (or all, for Kafka)"
-            )
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
-        if not INT32_RANGE[0] <= first <= last <= INT32_RANGE[1] or last - first > 100_000:
-            raise SettingsError(f"{name}: {item!r} is not a range of 32-bit partitions (a <= b)")
-        for partition in range(first, last + 1):
+        for partition in _partition_range(
+            item, name, "a partition or a range like 0-2 (or all, for Kafka)"
+        ):
             if partition in out:
                 raise SettingsError(f"{name}: partition {partition} is given twice")
             out.add(partition)
@@ -159,7 +158,7 @@ def format_duration(ms: int) -> str:
 def windowing_problem(window_ms: int, slide_ms: int | None, session_gap_ms: int) -> str | None:
     """Why a window size, slide (0 or None: tumbling) and session gap (0: fixed windows) make
     no windowing, in one line naming the setting; None when they make one (docs/semantics.md,
-    "Windows"). The one check: settings, the nightly and the window arithmetic use it."""
+    "Windows"). The one check: the settings and the nightly use it."""
     slide = slide_ms or 0
     if window_ms <= 0:
         return f"window: must be positive, got {format_duration(window_ms)}"
