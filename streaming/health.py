@@ -162,14 +162,14 @@ def _quiet_too_long(
 def regression_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     """Partitions whose source watermark went back (a control record below the one before)
     in at least `regression_min` of the last `regression_batches` batches."""
+    if params.regression_min < 1:  # 0: the check is off
+        return []
     recent = rows[-params.regression_batches :]
     regressed: dict[int, int] = {}
     for row in recent:
         for part, count in (row.get("regressions") or {}).items():
             if count:
                 regressed[part] = regressed.get(part, 0) + 1
-    if params.regression_min < 1:
-        return []
     return [
         Alert(
             f"partition {part}'s source watermark keeps going back",

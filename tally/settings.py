@@ -297,6 +297,7 @@ class Settings:
     health_spread_batches: int = 5  # spread rising in each of the last k batches
     health_idle_max: int = _duration_field("10m")  # a partition silent (or unheard) this long
     # a partition whose source watermark regressed in >= min of the last `batches` batches
+    # (min 0: no such alert)
     health_regression_min: int = 3
     health_regression_batches: int = 10
     # orchestration (Airflow): runner, schedules (cron, in report_timezone), retries, sensor
