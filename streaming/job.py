@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.lease import LeaseError, WarehouseLease, lease_store, this_process
@@ -38,6 +38,7 @@ from streaming.logic import (
     classify_events,
     close_windows,
     event_partitions,
+    fold_counts,
     late_window_count,
     source_watermark_stats,
 )
@@ -481,6 +482,7 @@ class BatchProcessor:
         step = self._advance(ctx, prior.watermark, classified)
         phases.done("classify")
         self._label(batch_id, "windows")
+        fold = Observation(f"tally_fold_{batch_id}")
         out = close_windows(
             classified.events,
             prior.window_state,
@@ -490,12 +492,14 @@ class BatchProcessor:
             now_ms,
             self.params.window,
             drain=drain,
-            materialize=lambda df: df.localCheckpoint(eager=True),
+            materialize=lambda df: df.observe(
+                fold, *fold_counts(self.params.window)
+            ).localCheckpoint(eager=True),
         )
         phases.done("windows")
         self.guard()
         self._label(batch_id, "write")
-        state, kept = self._write_batch(ctx, batch, classified, out)
+        state, kept = self._write_batch(ctx, batch, classified, out, fold.get)
         phases.done("write")
         progress = self._progress_values(ctx, batch, classified, step, state)
         self._label(batch_id, "progress")
@@ -663,7 +667,12 @@ class BatchProcessor:
         return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
 
     def _write_batch(
-        self, ctx: BatchContext, batch: BatchInput, classified: Classified, out: WindowOut
+        self,
+        ctx: BatchContext,
+        batch: BatchInput,
+        classified: Classified,
+        out: WindowOut,
+        fold: dict[str, Any],
     ) -> tuple[CommittedState, KeptState]:
         """Everything but the progress row, side by side: `events`, the side outputs and
         `stream_aggregates` when they have rows, and the state files. Empty outputs are not
@@ -678,8 +687,8 @@ class BatchProcessor:
         # Kept ids are the union of the previous batch's and this batch's: without a coalesce
         # their partitions (and the files of every state write) would grow batch by batch.
         dedup = out.dedup_state.coalesce(self._state_partitions)
-        # Both come from the checkpointed fold: counting them reads memory, not the batch.
-        open_windows, emitted = window_counts(out)
+        # Both were observed while the fold was checkpointed (`fold_counts`).
+        open_windows, emitted = int(fold["open_windows"]), int(fold["windows_emitted"])
         events = classified.events.withColumns(
             {
                 "clock_skewed": F.unix_millis("event_time") > batch_long(classified.skew_limit_ms),
@@ -848,18 +857,6 @@ class BatchProcessor:
         )
         self.process(empty, int(prev["batch_id"]) + 1, drain=True)
         return True
-
-
-def window_counts(out: WindowOut) -> tuple[int, int]:
-    """(open windows after the batch, windows emitted by it), in one pass."""
-    rows = (
-        out.window_state.select(F.lit(1).alias("open"), F.lit(0).alias("emitted"))
-        .unionByName(out.aggregates.select(F.lit(0).alias("open"), F.lit(1).alias("emitted")))
-        .agg(F.sum("open").alias("open"), F.sum("emitted").alias("emitted"))
-        .first()
-    )
-    assert rows is not None
-    return int(rows["open"] or 0), int(rows["emitted"] or 0)
 
 
 def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:

@@ -390,6 +390,20 @@ def _closable(watermark_after_ms: int | None, drain: bool) -> Column:
     return F.col("window_end") <= ts(watermark_after_ms)
 
 
+def fold_counts(params: WindowParams) -> list[Column]:
+    """Aggregates over the frame `close_windows` hands to `materialize`: the windows open after
+    the batch (`open_windows`) and the rows it emits, retractions included (`windows_emitted`).
+    Observed while the fold materializes, they cost no pass of their own."""
+    emitted = F.count_if(F.col("_emit"))
+    if params.sessions:
+        retracted = F.size(RETRACT)  # -1 for a NULL list: no retraction rows either
+        emitted = emitted + F.coalesce(F.sum(F.greatest(retracted, F.lit(0))), F.lit(0))
+    return [
+        F.count_if(F.col("_open")).alias("open_windows"),
+        emitted.cast("long").alias("windows_emitted"),
+    ]
+
+
 def close_windows(
     classified: DataFrame,
     window_state: DataFrame,
