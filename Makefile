@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install jars kafka s3 cluster lint typecheck floors check test test-fast demo bench bench-quick airflow clean
+.PHONY: help install jars kafka s3 cluster lint typecheck floors check test test-fast docs demo bench bench-quick airflow clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ test: install check ## install everything, then lint, type-check, check the floo
 
 test-fast: install ## pytest without the slow end-to-end tests
 	$(BIN)/pytest -q -m 'not slow'
+
+docs: install ## regenerate docs/configuration.md from the settings and the command line
+	$(BIN)/python -m tally_app.config_doc --out docs/configuration.md
 
 demo: install ## generate a day of events, stream it, reconcile, print the summary
 	scripts/demo.sh

@@ -7,7 +7,7 @@
 #   scripts/cluster.sh stop     # SIGTERM worker and master by recorded pid, SIGKILL after 30 s
 #   scripts/cluster.sh status   # "running (...)" / "stopped" (or which half is up); exit 0 / 3
 #
-# Then: tally stream --spark-master spark://127.0.0.1:7077 ... (see README, "Running on a cluster").
+# Then: tally stream --spark-master spark://127.0.0.1:7077 ... (see docs/deployment.md).
 #
 # Pids, logs and the worker's work directory (one folder per application, with each executor's
 # stdout/stderr) live in TALLY_CLUSTER_HOME (default .cluster/, git-ignored). Environment

@@ -205,113 +205,255 @@ def kafka_client_options(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _duration_field(default: str) -> Any:
-    return field(default=parse_duration(default), metadata={"kind": "duration"})
+def _setting(default: Any, help: str, kind: str | None = None) -> Any:
+    """A settings field with its meaning (`help`): the one text `tally --help` and
+    docs/configuration.md show. `kind` marks the values parsed from text beyond the type."""
+    metadata = {"help": help} if kind is None else {"help": help, "kind": kind}
+    return field(default=default, metadata=metadata)
+
+
+def _duration_field(default: str, help: str) -> Any:
+    return _setting(parse_duration(default), help, kind="duration")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything an entry point may need. Durations are integer milliseconds."""
+    """Everything an entry point may need. Durations are integer milliseconds. Each field's
+    `help` says what it means (docs/configuration.md is generated from them)."""
 
-    window: int = _duration_field("60s")
-    # Hopping windows: size `window` sliding by `window_slide` (0 = the size: tumbling
-    # windows); the size must be a multiple of the slide (docs/semantics.md, "Windows").
-    window_slide: int = _duration_field("0s")
-    # Session windows: a key's events with no pause of `session_gap` or more form one session
-    # (0 = off: fixed windows of `window`); docs/semantics.md, "Session windows".
-    session_gap: int = _duration_field("0s")
-    lateness: int = _duration_field("30s")
-    # Early results: an open window whose contents changed is emitted as a provisional row
-    # (final = false) at most once per this much processing time; 0 = off (final rows only).
-    early_firing_interval: int = _duration_field("0s")
-    # Source watermarks: a line that is a JSON object with this field and no event_id is a
-    # control record setting its partition's watermark ("" = off: such a line is quarantined
-    # as missing_event_id); e.g. "watermark" (docs/semantics.md, "Source watermarks").
-    source_watermark_field: str = ""
-    # A lateness bound per source partition or partition range (a source group), overriding
-    # `lateness` there: `0=100ms,1-3=30s`, or a TOML table (docs/semantics.md, "Watermark").
-    lateness_by_partition: str = field(default="", metadata={"kind": "partition_durations"})
-    # Sources the watermark waits for: until each of these partitions has reported (an event
-    # or a control record), the watermark is undefined (docs/semantics.md, "Expected
-    # partitions"). `0-2`, a TOML list, or `all` (Kafka: the topic's partitions at start).
-    expected_partitions: str = field(default="", metadata={"kind": "partition_list"})
-    allowed_lateness: int = _duration_field("0s")
-    # How long an event id is remembered for duplicate detection after its window stopped
-    # changing (docs/semantics.md, "Dedup horizon"); bounds the stream's dedup state.
-    dedup_horizon: int = _duration_field("10m")
-    idle_timeout: int = _duration_field("60s")
-    max_clock_skew: int = _duration_field("5m")
-    trigger: int = _duration_field("5s")
-    watermark_policy: str = "partition-min"
-    warehouse: str = "warehouse"
-    checkpoint: str = ""  # default: <warehouse>/_checkpoints/stream
-    input: str = "demo/events"
-    # one stream per warehouse (streaming.lease): a stream that stopped renewing its lease for
-    # this long may be replaced by another (at once when its process is provably gone)
-    stream_lease: bool = True
-    lease_ttl: int = _duration_field("60s")
-    source_kind: str = "files"
-    # Kafka (`tally produce`): the broker scripts/kafka.sh starts unless told otherwise. Client
-    # options (security) come from the environment only: see `kafka_client_options`.
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    kafka_topic: str = "tally-events"
-    # where a new checkpoint starts reading the topic (afterwards the checkpoint's offsets)
-    kafka_starting_offsets: str = "earliest"
-    max_records_per_trigger: int = 200_000  # Kafka records per micro-batch
-    # a Kafka record value longer than this is quarantined (oversized_value), never parsed
-    max_record_bytes: int = 1_048_576
-    spark_master: str = "local[*]"
-    # On a cluster (ignored in local mode): the heap of each executor ("" = Spark's 1g) and, on
-    # a standalone cluster, the cores one application may hold (0 = all the cluster offers; cap
-    # it so a long-running stream leaves cores for the nightly jobs on the same cluster).
-    spark_executor_memory: str = ""
-    spark_cores_max: int = 0
-    # S3-compatible object storage for s3a:// warehouses and checkpoints. Credentials never
-    # live here: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the default provider chain.
-    s3_endpoint: str = ""  # e.g. http://127.0.0.1:19000 ("" = AWS's own endpoints)
-    s3_region: str = ""  # "" = the provider chain's region (AWS_REGION)
-    s3_path_style: bool = False  # bucket in the path, not the host name (most S3 servers)
-    max_files_per_trigger: int = 8
-    shuffle_partitions: int = 4
-    report_timezone: str = "UTC"
-    late_rate_warn: float = 0.001
-    late_rate_fail: float = 0.01
-    unexplained_tolerance: int = 0
-    completeness_target: float = 99.9
-    # the lateness bounds the curve and the weekly tuning try (the configured one is added)
-    lateness_candidates: str = "0s,1s,2s,5s,10s,30s,1m,5m"
-    # data-quality bounds of the validation suites (expectations.suites.Thresholds)
-    amount_min: int = -1_000_000_000  # minor units: -10,000,000.00
-    amount_max: int = 1_000_000_000
-    clock_skew_tolerance: float = 0.0  # share of events allowed beyond max_clock_skew
-    duplicate_rate_max: float = 0.01
-    watermark_lag_max: int = _duration_field("10m")
-    # where the nightly writes outside the warehouse ("" = beside a local warehouse, else the
-    # working directory): reports/ and the Great Expectations project gx/ with its Data Docs
-    report_dir: str = ""
-    gx_root: str = ""
-    # streaming health check (the tally_streaming_health DAG)
-    health_lag_factor: float = 3.0  # lag alert above factor x median lag of recent batches
-    health_min_lag: int = _duration_field("1m")  # ... and above this floor
-    health_history: int = 20  # recent batches read (steady state, late rate)
-    health_spread_batches: int = 5  # spread rising in each of the last k batches
-    health_idle_max: int = _duration_field("10m")  # a partition silent (or unheard) this long
-    # a partition whose source watermark regressed in >= min of the last `batches` batches
-    # (min 0: no such alert)
-    health_regression_min: int = 3
-    health_regression_batches: int = 10
-    # orchestration (Airflow): runner, schedules (cron, in report_timezone), retries, sensor
-    spark_runner: str = "local"  # local: in the task's process; submit: spark-submit
-    nightly_schedule: str = "30 0 * * *"
-    nightly_start: str = "2026-11-20"  # first business date the nightly DAG reconciles
-    health_schedule: str = "*/5 * * * *"
-    tuning_schedule: str = "0 3 * * 1"
-    retries: int = 2
-    retry_delay: int = _duration_field("5m")
-    max_retry_delay: int = _duration_field("1h")
-    sensor_poke: int = _duration_field("5m")
-    sensor_timeout: int = _duration_field("6h")
-    alert_email: str = ""  # recipients of the SMTP alerts, comma-separated
+    # -- windows and the watermark (the stream; the nightly uses the same windows)
+    window: int = _duration_field("60s", "window size (of tumbling or hopping windows), e.g. 60s")
+    window_slide: int = _duration_field(
+        "0s",
+        "hopping windows: slide by this; the window must be a multiple of it (0 = tumbling "
+        'windows; docs/semantics.md, "Windows")',
+    )
+    session_gap: int = _duration_field(
+        "0s",
+        "session windows: a key's events with no pause this long or longer form one session "
+        '(0 = off: fixed windows of `window`; docs/semantics.md, "Session windows")',
+    )
+    lateness: int = _duration_field(
+        "30s", "lateness bound L: the watermark is the high-water mark minus L, e.g. 30s"
+    )
+    early_firing_interval: int = _duration_field(
+        "0s",
+        "early results: an open window whose contents changed is emitted as a provisional row "
+        "(final = false) at most once per this much processing time (0 = off: final rows only)",
+    )
+    source_watermark_field: str = _setting(
+        "",
+        "source watermarks: a JSON line with this field and no event_id is a control record "
+        "setting its partition's watermark, e.g. watermark (empty = off: such a line is "
+        'quarantined as missing_event_id; docs/semantics.md, "Source watermarks")',
+    )
+    lateness_by_partition: str = _setting(
+        "",
+        "a lateness bound per source partition or partition range (a source group), overriding "
+        "`lateness` there: 0=100ms,1-3=30s, or a TOML table "
+        '{"0" = "100ms", "1-3" = "30s"} (docs/semantics.md, "Watermark")',
+        kind="partition_durations",
+    )
+    expected_partitions: str = _setting(
+        "",
+        "sources the watermark waits for: no watermark until each of these partitions has "
+        "reported (an event or a control record) or stayed unheard for idle_timeout: 0-2, a "
+        "TOML list [0, 1, 2], or all (Kafka: the topic's partitions at start; docs/semantics.md, "
+        '"Expected partitions")',
+        kind="partition_list",
+    )
+    allowed_lateness: int = _duration_field(
+        "0s", "allowed lateness G: a closed window is revised by late events for this long"
+    )
+    dedup_horizon: int = _duration_field(
+        "10m",
+        "how long an event id is remembered for duplicate detection after its window stopped "
+        'changing; bounds the stream\'s dedup state (docs/semantics.md, "Dedup horizon")',
+    )
+    idle_timeout: int = _duration_field(
+        "60s",
+        "a partition silent this long (processing time) is idle: it stops holding the "
+        "watermark back",
+    )
+    max_clock_skew: int = _duration_field(
+        "5m",
+        "event times further ahead of processing time are clipped for the watermark (and "
+        "checked by the validation suites), e.g. 5m",
+    )
+    trigger: int = _duration_field("5s", "processing-time trigger interval, e.g. 5s")
+    watermark_policy: str = _setting(
+        "partition-min",
+        "partition-min (the minimum over active partitions) or global-max (Spark's rule: the "
+        "maximum over all partitions)",
+    )
+    # -- where things are
+    warehouse: str = _setting(
+        "warehouse",
+        "warehouse location of the Delta tables: a directory or any Hadoop-compatible URI "
+        "(s3a://BUCKET/PREFIX)",
+    )
+    checkpoint: str = _setting(
+        "", "the stream's checkpoint location (empty = <warehouse>/_checkpoints/stream)"
+    )
+    input: str = _setting("demo/events", "input directory of JSONL files")
+    stream_lease: bool = _setting(
+        True,
+        "one stream per warehouse: refuse to start while another stream owns the warehouse's "
+        "lease (false: on stores without an atomic create; make sure of one stream yourself)",
+    )
+    lease_ttl: int = _duration_field(
+        "60s",
+        "a stream that stopped renewing its warehouse lease this long may be replaced by "
+        "another (at once when its process is provably gone)",
+    )
+    # -- Kafka (client options, security included, come from TALLY_KAFKA_OPT_* only:
+    # `kafka_client_options`)
+    source_kind: str = _setting(
+        "files", "where events come from: files (the input directory) or kafka (the topic)"
+    )
+    kafka_bootstrap: str = _setting(
+        "127.0.0.1:19092",
+        "Kafka bootstrap servers, HOST:PORT[,HOST:PORT] (default: the broker scripts/kafka.sh "
+        "starts)",
+    )
+    kafka_topic: str = _setting("tally-events", "Kafka topic")
+    kafka_starting_offsets: str = _setting(
+        "earliest",
+        "earliest or latest: where a new checkpoint starts in the topic (afterwards the "
+        "checkpoint's offsets)",
+    )
+    max_records_per_trigger: int = _setting(200_000, "Kafka records per micro-batch")
+    max_record_bytes: int = _setting(
+        1_048_576,
+        "a Kafka record value longer than this is quarantined (oversized_value), never parsed",
+    )
+    # -- Spark and object storage
+    spark_master: str = _setting("local[*]", "Spark master URL, e.g. local[*] or spark://host:7077")
+    spark_executor_memory: str = _setting(
+        "",
+        "on a cluster: the heap of each executor, e.g. 2g (empty = Spark's default, 1g; "
+        "ignored in local mode)",
+    )
+    spark_cores_max: int = _setting(
+        0,
+        "on a standalone cluster: the cores one application may hold (0 = all the cluster "
+        "offers); cap it so a long-running stream leaves cores for the nightly jobs",
+    )
+    s3_endpoint: str = _setting(
+        "",
+        "S3-compatible endpoint for s3a:// warehouses, e.g. http://127.0.0.1:19000 (empty = "
+        "AWS's own endpoints). Credentials are never settings: AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, or the default provider chain",
+    )
+    s3_region: str = _setting("", "S3 region (empty = the provider chain's region, AWS_REGION)")
+    s3_path_style: bool = _setting(
+        False, "bucket in the path, not the host name (most S3 servers other than AWS)"
+    )
+    max_files_per_trigger: int = _setting(
+        8, "input files per micro-batch (a batch holds whole files)"
+    )
+    shuffle_partitions: int = _setting(4, "spark.sql.shuffle.partitions for the job")
+    # -- the nightly: business dates, data quality, the lateness curve, outputs
+    report_timezone: str = _setting(
+        "UTC",
+        "time zone of business dates (a window belongs to the date its start falls on) and of "
+        "the Airflow schedules, e.g. Asia/Kolkata",
+    )
+    late_rate_warn: float = _setting(
+        0.001, "validation warns when late events exceed this share of the day's events"
+    )
+    late_rate_fail: float = _setting(
+        0.01, "validation fails when late events exceed this share of the day's events"
+    )
+    unexplained_tolerance: int = _setting(
+        0, "UNEXPLAINED windows a business date may have and still pass validation"
+    )
+    completeness_target: float = _setting(
+        99.9,
+        "completeness in percent a lateness bound must reach (the lateness curve, the weekly "
+        "tuning, the report)",
+    )
+    lateness_candidates: str = _setting(
+        "0s,1s,2s,5s,10s,30s,1m,5m",
+        "the lateness bounds the curve and the weekly tuning try (the configured one is added)",
+    )
+    amount_min: int = _setting(
+        -1_000_000_000, "validation: the smallest amount, in minor units (-10,000,000.00)"
+    )
+    amount_max: int = _setting(1_000_000_000, "validation: the largest amount, in minor units")
+    clock_skew_tolerance: float = _setting(
+        0.0, "validation: the share of events allowed further ahead than max_clock_skew"
+    )
+    duplicate_rate_max: float = _setting(0.01, "validation: the largest share of duplicate events")
+    watermark_lag_max: int = _duration_field(
+        "10m", "validation: the largest watermark lag of the last micro-batch that was not drained"
+    )
+    report_dir: str = _setting(
+        "",
+        "where the nightly writes report-DATE.html, its CSV and index.html (empty = reports/ "
+        "beside a local warehouse, else in the working directory)",
+    )
+    gx_root: str = _setting(
+        "",
+        "the directory holding the Great Expectations project gx/ and its Data Docs (empty = "
+        "beside a local warehouse, else the working directory)",
+    )
+    # -- streaming health check (the tally_streaming_health DAG)
+    health_lag_factor: float = _setting(
+        3.0,
+        "health: alert when the watermark lag is above this factor times the median lag of "
+        "recent batches (and above health_min_lag)",
+    )
+    health_min_lag: int = _duration_field(
+        "1m", "health: the watermark lag below which no lag alert is raised"
+    )
+    health_history: int = _setting(20, "health: the recent batches read (steady state, late rate)")
+    health_spread_batches: int = _setting(
+        5, "health: alert when the partition spread rose in each of the last this many batches"
+    )
+    health_idle_max: int = _duration_field(
+        "10m", "health: alert on a partition silent (or expected and unheard) this long"
+    )
+    health_regression_min: int = _setting(
+        3,
+        "health: alert on a partition whose source watermark went back in at least this many "
+        "of the last health_regression_batches batches (0 = no such alert)",
+    )
+    health_regression_batches: int = _setting(
+        10, "health: the recent batches health_regression_min counts over"
+    )
+    # -- orchestration (the Airflow DAGs): runner, schedules, retries, sensor
+    spark_runner: str = _setting(
+        "local",
+        "Airflow: local runs Spark in the task's process; submit runs each stage with "
+        "spark-submit through the connection tally_spark",
+    )
+    nightly_schedule: str = _setting(
+        "30 0 * * *", "Airflow: cron of the nightly reconciliation, in report_timezone"
+    )
+    nightly_start: str = _setting(
+        "2026-11-20", "Airflow: the first business date the nightly DAG reconciles"
+    )
+    health_schedule: str = _setting(
+        "*/5 * * * *", "Airflow: cron of the streaming health check, in report_timezone"
+    )
+    tuning_schedule: str = _setting(
+        "0 3 * * 1", "Airflow: cron of the weekly lateness tuning, in report_timezone"
+    )
+    retries: int = _setting(2, "Airflow: retries of a failed task")
+    retry_delay: int = _duration_field(
+        "5m", "Airflow: the delay before a task's first retry (then exponential back-off)"
+    )
+    max_retry_delay: int = _duration_field("1h", "Airflow: the longest delay between retries")
+    sensor_poke: int = _duration_field(
+        "5m", "Airflow: how often the nightly's sensor checks the stream's watermark"
+    )
+    sensor_timeout: int = _duration_field(
+        "6h",
+        "Airflow: how long the sensor waits for the watermark before a critical alert "
+        "(stream stalled)",
+    )
+    alert_email: str = _setting("", "Airflow: recipients of the SMTP alerts, comma-separated")
 
     def __post_init__(self) -> None:
         problem = windowing_problem(self.window, self.window_slide, self.session_gap)
@@ -506,6 +648,12 @@ class Settings:
             value = getattr(self, f.name)
             out[f.name] = format_duration(value) if f.metadata.get("kind") == "duration" else value
         return out
+
+
+def setting_help(name: str) -> str:
+    """What a setting means, as its field's `help` states it."""
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    return str(fields[name].metadata["help"])
 
 
 def _coerce(name: str, raw: Any) -> Any:

@@ -13,41 +13,8 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from tally.settings import Settings, SettingsError, given_values, parse_duration
+from tally.settings import Settings, SettingsError, given_values, parse_duration, setting_help
 
-# The help of every setting that is also a flag: one place, every command uses it.
-SETTING_HELP = {
-    "window": "window size, e.g. 60s",
-    "window_slide": "hopping windows: slide by this (the size must be a multiple); 0 = tumbling",
-    "session_gap": "session windows: a pause this long ends a key's session; 0 = fixed windows",
-    "lateness": "lateness bound L (watermark = high-water mark - L), e.g. 30s",
-    "early_firing_interval": "emit changed open windows early (final=false) at most this often",
-    "source_watermark_field": "lines with this field and no event_id are source watermarks",
-    "lateness_by_partition": "lateness per source partition or range, e.g. 0=100ms,1-3=30s",
-    "expected_partitions": "no watermark until each of these partitions reported, e.g. 0-2 "
-    "(Kafka: all)",
-    "allowed_lateness": "allowed lateness G: revise closed windows for this long",
-    "dedup_horizon": "remember event ids this long after their window stops changing",
-    "idle_timeout": "exclude a partition silent this long (processing time)",
-    "max_clock_skew": "event times further ahead of processing time are clipped, e.g. 5m",
-    "watermark_policy": "partition-min (default) or global-max",
-    "warehouse": "warehouse location (directory or URI) of the Delta tables",
-    "checkpoint": "checkpoint location (default <warehouse>/_checkpoints/stream)",
-    "input": "input directory of JSONL files",
-    "spark_master": "Spark master URL, e.g. local[*] or spark://host:7077",
-    "max_files_per_trigger": "files per micro-batch",
-    "trigger": "processing-time trigger interval, e.g. 5s",
-    "shuffle_partitions": "spark.sql.shuffle.partitions for the job",
-    "report_timezone": "time zone of business dates, e.g. Asia/Kolkata",
-    "kafka_bootstrap": "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
-    "kafka_topic": "Kafka topic",
-    "source_kind": "where events come from: files (the input directory) or kafka (the topic)",
-    "kafka_starting_offsets": "earliest or latest: where a new checkpoint starts in the topic",
-    "max_records_per_trigger": "Kafka records per micro-batch",
-    "max_record_bytes": "a Kafka record value longer than this is quarantined (oversized_value)",
-    "stream_lease": "true (default): refuse to start while another stream owns the warehouse",
-    "lease_ttl": "a stream that stopped renewing its warehouse lease this long may be replaced",
-}
 # Shorter flags some settings also answer to.
 FLAG_ALIASES = {"source_kind": ("--source",)}
 
@@ -113,7 +80,9 @@ def setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None
     """Flags that override settings; they default to None so file/env values survive."""
     for name in names:
         flags = ("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()))
-        parser.add_argument(*flags, dest=name, default=None, help=SETTING_HELP.get(name))
+        # the setting's own text (tally/settings.py); argparse reads % as a format
+        help_text = setting_help(name).replace("%", "%%")
+        parser.add_argument(*flags, dest=name, default=None, help=help_text)
 
 
 def _command(

@@ -55,7 +55,9 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--events", type=int, default=None, help="number of events (100000)")
     parser.add_argument("--partitions", type=int, default=None, help="source partitions (8)")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--seed", type=int, default=7, help="random seed: the same seed, the same feed"
+    )
     parser.add_argument(
         "--start",
         type=_utc_datetime,
@@ -200,10 +202,10 @@ def stream(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def show_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("table")
+    parser.add_argument("table", help="a table name, e.g. stream_progress (docs/tables.md)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--where", help="SQL filter, e.g. \"key = 'merchant-1'\"")
-    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--limit", type=int, default=20, help="rows to print")
 
 
 def show(args: argparse.Namespace, settings: Settings) -> int:

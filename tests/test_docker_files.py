@@ -5,8 +5,9 @@ so this checks what can be checked without one:
   directory, run the command line (`tally --help`, every command's `--help`, `tally bench`
   included) and import every module, none of them from the repository itself; hadolint;
 - the compose file: the compose-spec JSON schema (check-jsonschema; `docker compose config`
-  was run once by hand, README "A deployable stack": no Compose client is installed by the
-  project, and a test that skips where it is missing would assert nothing in CI); and its
+  was run once by hand, docs/deployment.md, "A deployable stack": no Compose client is
+  installed by the project, and a test that skips where it is missing would assert nothing in
+  CI); and its
   consistency with the repository (the services, every
   TALLY_* variable a real setting with a valid value, every AIRFLOW__ option one Airflow knows,
   the Spark connection resolving to the cluster's master, credentials only from the
