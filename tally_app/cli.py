@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "lateness-curve",
         c.lateness_curve,
         CURVE_SETTINGS,
-        flags=RECONCILE_SETTINGS,  # --lateness and --target are the curve's own flags
+        # --lateness and --target are the curve's own flags; the curve measures lateness
+        # against tumbling windows of --window, so the window-kind flags are not offered
+        flags=CURVE_SETTINGS[:4],
         help="completeness and emit latency per lateness bound, replaying arrivals",
         epilog="Exit codes: 0 some bound reaches the target, 1 none in the list does "
         "(with --by-partition: or some partition has none; the curve is still printed), "

@@ -56,6 +56,18 @@ def test_a_flag_maps_to_the_setting_its_command_reads() -> None:
     assert flags["lateness"] == {"`--lateness`": ["stream", "report"]}
     assert flags["source_kind"] == {"`--source-kind`, `--source`": ["stream"]}
     assert "alert_email" not in flags  # read by the DAGs only
+    # the curve measures against tumbling windows: it offers no window-kind flag to ignore
+    assert flags["session_gap"] == {"`--session-gap`": ["stream", "reconcile"]}
+
+
+def test_the_curve_refuses_a_window_kind_it_would_ignore(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["lateness-curve", "--date", "2026-11-20", "--session-gap", "6h"])
+    assert exit_info.value.code == 2
+    assert "--session-gap" in capsys.readouterr().err
 
 
 def test_the_command_line_help_is_the_settings_help() -> None:
