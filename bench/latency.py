@@ -258,7 +258,7 @@ def _run_tally(
     spark: SparkSession, run_dir: Path, shape: StreamShape, steady: SteadyRate, cap_s: float
 ) -> list[int]:
     """tally's stream on a processing-time trigger until stopped; its batch durations (ms)."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
 
     warehouse = run_dir / "warehouse"
     settings = tally_settings(

@@ -1,4 +1,5 @@
-"""`tally stream`: the speed layer's entry point. Builds the session, reads, writes.
+"""The speed layer's micro-batch: the foreachBatch function `streaming.run` wires to the
+source. It reads, classifies, advances the watermark, closes windows and writes.
 
 A micro-batch makes few commits: `events`, the side outputs and `stream_aggregates` when they
 have rows (written side by side, in parallel), then its `stream_progress` row, which makes
@@ -17,24 +18,19 @@ first in the checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.lease import LeaseError, WarehouseLease, lease_store, this_process
 from streaming.logic import (
     WindowOut,
-    WindowParams,
     classify_events,
     close_windows,
     event_partitions,
@@ -42,7 +38,7 @@ from streaming.logic import (
     late_window_count,
     source_watermark_stats,
 )
-from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
+from streaming.params import Clock, StreamError, StreamParams, wall_clock
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark
 from tally import tables as T
@@ -57,89 +53,17 @@ from tally.events import (
     with_row_ids,
 )
 from tally.jvm_functions import batch_long, batch_timestamp
-from tally.settings import Settings, default_checkpoint, kafka_client_options
-from tally.spark import jvm_class, session_for
+from tally.spark import jvm_class
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
 
-Clock = Callable[[], datetime]
-
-
-class StreamError(RuntimeError):
-    """A condition that stops the stream before it writes anything (one-line message)."""
-
-
-@dataclass(frozen=True)
-class StreamParams:
-    """Plain values the job runs with (read from Settings at the entry point)."""
-
-    warehouse: str
-    window_ms: int
-    lateness_ms: int
-    allowed_lateness_ms: int
-    idle_timeout_ms: int
-    max_clock_skew_ms: int
-    watermark_policy: str = "partition-min"
-    arrival_clock: bool = False  # processing time = newest input file's modification time
-    dedup_horizon_ms: int = 0
-    checkpoint: str = ""  # "": the warehouse's default checkpoint
-    window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
-    session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
-    early_firing_interval_ms: int = 0  # early (final = false) rows at most this often; 0: off
-    # the field that makes a line a control record carrying a source watermark ("": none)
-    source_watermark_field: str = ""
-    # L_p per source partition where it differs from `lateness_ms`
-    lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
-    # partitions the watermark waits for until each has reported (docs/semantics.md)
-    expected_partitions: frozenset[int] = frozenset()
-
-    @property
-    def window(self) -> WindowParams:
-        return WindowParams(
-            self.window_ms,
-            self.allowed_lateness_ms,
-            self.dedup_horizon_ms,
-            self.window_slide_ms,
-            self.early_firing_interval_ms,
-            self.session_gap_ms,
-        )
-
-    @property
-    def checkpoint_location(self) -> str:
-        return self.checkpoint or default_checkpoint(self.warehouse)
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, arrival_clock: bool = False, topic_partitions: int = 0
-    ) -> StreamParams:
-        """`topic_partitions`: how many partitions the Kafka topic has (for
-        `expected_partitions = all`)."""
-        expected = settings.expected_partition_set
-        if expected is None:  # `all`: the topic's partitions when the stream starts
-            expected = frozenset(range(topic_partitions))
-        return cls(
-            warehouse=settings.warehouse,
-            window_ms=settings.window,
-            lateness_ms=settings.lateness,
-            allowed_lateness_ms=settings.allowed_lateness,
-            idle_timeout_ms=settings.idle_timeout,
-            max_clock_skew_ms=settings.max_clock_skew,
-            watermark_policy=settings.watermark_policy,
-            arrival_clock=arrival_clock,
-            dedup_horizon_ms=settings.dedup_horizon,
-            checkpoint=settings.checkpoint_location,
-            lateness_by_partition=settings.lateness_by_partition_ms,
-            window_slide_ms=settings.window_slide,
-            session_gap_ms=settings.session_gap,
-            source_watermark_field=settings.source_watermark_field,
-            early_firing_interval_ms=settings.early_firing_interval,
-            expected_partitions=expected,
-        )
-
-
-def wall_clock() -> datetime:
-    return datetime.now(UTC)
+# One writer thread per table a batch may append to (events, quarantine, late_events,
+# stream_aggregates, stream_progress) plus the state files: every write of a batch side by side.
+WRITER_THREADS = 6
+# How long the first batch waits for the query id (known once `start()` returns): far more
+# than the start takes; a stream past it is broken, not slow.
+QUERY_ID_WAIT_S = 120
 
 
 # -- values passed between the phases of a micro-batch ------------------------------------
@@ -286,7 +210,9 @@ class BatchProcessor:
         self.last_phases: dict[str, float] = {}
         # Writes of one batch to different tables go side by side: each is mostly waiting on
         # Delta's commit protocol, not computing.
-        self._writers = ThreadPoolExecutor(max_workers=6, thread_name_prefix="tally-write")
+        self._writers = ThreadPoolExecutor(
+            max_workers=WRITER_THREADS, thread_name_prefix="tally-write"
+        )
         self._created, self._creating = self._start_tables()
 
     def _start_tables(self) -> tuple[set[str], list[Future[None]]]:
@@ -331,8 +257,8 @@ class BatchProcessor:
     @property
     def app_id(self) -> str:
         # The query id is known only once start() returns; the first batch may already run.
-        if not self._app_id_ready.wait(timeout=120):
-            raise StreamError("stream: query id not set within 120 s")
+        if not self._app_id_ready.wait(timeout=QUERY_ID_WAIT_S):
+            raise StreamError(f"stream: query id not set within {QUERY_ID_WAIT_S} s")
         assert self._app_id is not None
         return self._app_id
 
@@ -857,129 +783,3 @@ class BatchProcessor:
         )
         self.process(empty, int(prev["batch_id"]) + 1, drain=True)
         return True
-
-
-def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
-    """The Kafka source's settings, client options (security) from the environment."""
-    return KafkaSpec(
-        bootstrap=settings.kafka_bootstrap,
-        topic=settings.kafka_topic,
-        starting_offsets=settings.kafka_starting_offsets,
-        max_records_per_trigger=settings.max_records_per_trigger,
-        max_record_bytes=settings.max_record_bytes,
-        client_options=kafka_client_options(environ),
-    )
-
-
-def warehouse_lease(
-    settings: Settings, wall: Clock
-) -> contextlib.AbstractContextManager[WarehouseLease | None]:
-    """The warehouse's stream lease, taken now (StreamError naming the owner if it is not
-    free), or nothing when `stream_lease` is off."""
-    if not settings.stream_lease:
-        return contextlib.nullcontext()
-    lease = WarehouseLease(
-        lease_store(
-            settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
-        ),
-        settings.warehouse,
-        this_process(settings.checkpoint_location),
-        settings.lease_ttl,
-        now_ms=lambda: epoch_ms(wall()),
-    )
-    try:
-        lease.acquire()
-    except LeaseError as exc:
-        raise StreamError(str(exc)) from None
-    return lease
-
-
-def run_stream(
-    settings: Settings,
-    available_now: bool = False,
-    drain: bool = False,
-    clock: str = "wall",
-    timeout_s: float | None = None,
-    spark: SparkSession | None = None,
-    wall: Clock = wall_clock,
-) -> str:
-    """Run the speed layer; returns a one-line summary of the last batch."""
-    kafka = kafka_spec(settings, os.environ)
-    topic_partitions = 0
-    if settings.source_kind == "kafka":  # before the session: an unreadable topic stops here
-        try:
-            topic_partitions = kafka_topic_partitions(kafka)
-        except SourceError as exc:
-            raise StreamError(f"stream: {exc}") from None
-    params = StreamParams.from_settings(settings, clock == "arrival", topic_partitions)
-    # Before the session too: a second stream on this warehouse stops before it writes.
-    with warehouse_lease(settings, wall) as lease:
-        try:
-            last = _run_query(
-                settings, params, kafka, available_now, drain, timeout_s, spark, wall, lease
-            )
-        except Exception:
-            if lease is not None and lease.lost:
-                raise StreamError(lease.lost) from None
-            raise
-    if last is None:
-        return "no input processed"
-    watermark = "end of input (drained)" if last["drained"] else iso_ms(last["watermark_ms"])
-    return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
-
-
-def _run_query(
-    settings: Settings,
-    params: StreamParams,
-    kafka: KafkaSpec,
-    available_now: bool,
-    drain: bool,
-    timeout_s: float | None,
-    spark: SparkSession | None,
-    wall: Clock,
-    lease: WarehouseLease | None,
-) -> dict[str, Any] | None:
-    """Start the streaming query, wait for it as asked, drain; the last committed batch."""
-    spark = spark or session_for(settings, "tally-stream")
-    # The stream commits small appends every batch: replaying a table's Delta log with one
-    # task instead of several makes each commit cheaper (measured: docs/benchmarks.md).
-    spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
-    # A batch's cached frames live for one batch: building them uncompressed costs a third
-    # less (measured: 0.47 s against 0.70 s for 200k parsed lines), memory is not the limit.
-    spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
-    # A batch's events span one or two dates: a writer per date open side by side instead of
-    # Delta's sort of every task's rows by event_date (more dates than this fall back to it).
-    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
-    guard = lease.check if lease is not None else None
-    processor = BatchProcessor(spark, params, clock=wall, guard=guard)
-    source = open_source(
-        spark, settings.source_kind, settings.input, settings.max_files_per_trigger, kafka=kafka
-    )
-    writer = (
-        source.writeStream.foreachBatch(processor)
-        .option("checkpointLocation", settings.checkpoint_location)
-        .queryName("tally_stream")
-    )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now or drain
-        else writer.trigger(processingTime=f"{settings.trigger} milliseconds")
-    )
-    with processor:
-        query = writer.start()
-        processor.set_app_id(str(query.id))
-        if lease is not None:
-            lease.set_query_id(str(query.id))
-        try:
-            if available_now or drain:
-                query.awaitTermination()
-            else:
-                query.awaitTermination(int(timeout_s) if timeout_s is not None else None)
-        finally:
-            if query.isActive:
-                query.stop()
-        processor.await_tables()  # a stream that got no batch has created them all the same
-        if drain:
-            processor.drain()
-        last = processor.previous_progress()
-    return last

@@ -184,7 +184,8 @@ def stream_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def stream(args: argparse.Namespace, settings: Settings) -> int:
-    from streaming.job import StreamError, run_stream
+    from streaming.params import StreamError
+    from streaming.run import run_stream
 
     try:
         progress = run_stream(

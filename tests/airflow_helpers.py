@@ -178,7 +178,7 @@ def make_stream(
     the newest event time plus the lateness: a heavy-tail arrival at the very end makes it
     large and trips the `watermark_lag` expectation (10 min). The default seed has none
     (about 30 s with both the 1-day and the 3-day streams); this is checked below."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
     from tally.generate import generate
     from tally.settings import load_settings
 

@@ -60,7 +60,7 @@ def read_raw(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 
 
 def stream_params(warehouse: str, params: M.Params) -> Any:
-    from streaming.job import StreamParams
+    from streaming.params import StreamParams
 
     return StreamParams(
         warehouse=warehouse,

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from stream_tables import identity_check, read
 
-from streaming.job import run_stream
+from streaming.run import run_stream
 from streaming.state import StateStore
 from tally.generate import generate
 from tally.settings import Settings

@@ -90,7 +90,7 @@ def test_the_stream_waits_for_a_source_first_heard_late(spark, tmp_path) -> None
 
 
 def test_all_means_every_partition_of_the_topic() -> None:
-    from streaming.job import StreamParams
+    from streaming.params import StreamParams
     from tally.settings import Settings
 
     kafka = Settings(source_kind="kafka", expected_partitions="all")

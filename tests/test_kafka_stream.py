@@ -195,7 +195,7 @@ def without_provenance(out: H.Outputs) -> dict[str, list[Any]]:
 def one_record_per_batch(spark, broker: Broker, tmp_path_factory) -> dict[str, Any]:
     """The same records through Kafka (one `--available-now` run per record on one checkpoint:
     each run reads exactly the new record) and through files (one file per record)."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
 
     records = replay_records()
     root = tmp_path_factory.mktemp("kafka_replay")
@@ -280,7 +280,7 @@ def test_partitions_without_records_do_not_hold_the_watermark(
 def test_bad_records_are_quarantined_with_reason_and_offset(
     spark, broker: Broker, tmp_path_factory
 ) -> None:
-    from streaming.job import run_stream
+    from streaming.run import run_stream
 
     root = tmp_path_factory.mktemp("kafka_bad")
     create_topic(broker.bootstrap, "bad", partitions=2)
@@ -350,7 +350,7 @@ def lag_records(batch: int) -> list[Record]:
 @pytest.fixture(scope="module")
 def lag_runs(spark, broker: Broker, tmp_path_factory) -> dict[str, H.Outputs]:
     """Both policies read the same topic, batch by batch (one `--available-now` run each)."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
 
     root = tmp_path_factory.mktemp("kafka_lag")
     create_topic(broker.bootstrap, "lag", partitions=3)
@@ -461,7 +461,7 @@ def test_a_control_record_on_a_kafka_partition_sets_that_partitions_watermark(
     bounded rule alone would give WM = 5 s - 60 s and close nothing; partition 0's mark
     (30 s) and partition 1's (20 s, its only record) give WM = min(30, 20) = 20 s, which
     closes [0, 10) in the first batch."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
     from tally import tables as T
 
     root = tmp_path_factory.mktemp("kafka_marks")
@@ -503,7 +503,7 @@ def test_expected_partitions_all_waits_for_every_partition_of_the_topic(
     """`expected_partitions = all`: the topic's three partitions when the stream starts. Only
     0 and 1 have records in the first run, so there is no watermark although their bound
     (40 s - 10 s) would close [0, 10); partition 2's first record (run two) releases it."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
 
     root = tmp_path_factory.mktemp("kafka_expected")
     create_topic(broker.bootstrap, "expected", partitions=3)

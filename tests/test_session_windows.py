@@ -86,7 +86,7 @@ STATUSES = {
 
 
 def stream_params(warehouse: str) -> Any:
-    from streaming.job import StreamParams
+    from streaming.params import StreamParams
 
     return StreamParams(
         warehouse=warehouse,

@@ -32,7 +32,8 @@ from stream_tables import (
     identity_check,
 )
 
-from streaming.job import BatchProcessor, StreamParams
+from streaming.job import BatchProcessor
+from streaming.params import StreamParams
 from streaming.state import StateStore
 from tally.events import text_lines, text_reader
 

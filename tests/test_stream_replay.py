@@ -123,7 +123,7 @@ def replay(spark, tmp_path_factory) -> dict[str, Any]:
 
 def run_replay(spark, root) -> dict[str, Any]:
     """The replay through `run_stream` into `root`: its summary and every table."""
-    from streaming.job import run_stream
+    from streaming.run import run_stream
     from tally.settings import Settings
 
     for f in FILES:

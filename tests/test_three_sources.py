@@ -118,7 +118,7 @@ def feed(tmp_path_factory: pytest.TempPathFactory) -> Feed:
 def run(spark, feed: Feed, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from batch.reconcile import reconcile
     from expectations.validate import validate_date
-    from streaming.job import run_stream
+    from streaming.run import run_stream
     from tally.settings import Settings
 
     root = tmp_path_factory.mktemp("three-sources-run")

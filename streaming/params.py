@@ -1,0 +1,89 @@
+"""What a stream runs with: its plain parameters (read from Settings at the entry point), its
+clock, and the error that stops it before it writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from streaming.logic import WindowParams
+from tally.settings import Settings, default_checkpoint
+
+Clock = Callable[[], datetime]
+
+
+class StreamError(RuntimeError):
+    """A condition that stops the stream before it writes anything (one-line message)."""
+
+
+@dataclass(frozen=True)
+class StreamParams:
+    """Plain values the job runs with (read from Settings at the entry point)."""
+
+    warehouse: str
+    window_ms: int
+    lateness_ms: int
+    allowed_lateness_ms: int
+    idle_timeout_ms: int
+    max_clock_skew_ms: int
+    watermark_policy: str = "partition-min"
+    arrival_clock: bool = False  # processing time = newest input file's modification time
+    dedup_horizon_ms: int = 0
+    checkpoint: str = ""  # "": the warehouse's default checkpoint
+    window_slide_ms: int = 0  # hopping windows slide by this (0: tumbling)
+    session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
+    early_firing_interval_ms: int = 0  # early (final = false) rows at most this often; 0: off
+    # the field that makes a line a control record carrying a source watermark ("": none)
+    source_watermark_field: str = ""
+    # L_p per source partition where it differs from `lateness_ms`
+    lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
+    # partitions the watermark waits for until each has reported (docs/semantics.md)
+    expected_partitions: frozenset[int] = frozenset()
+
+    @property
+    def window(self) -> WindowParams:
+        return WindowParams(
+            self.window_ms,
+            self.allowed_lateness_ms,
+            self.dedup_horizon_ms,
+            self.window_slide_ms,
+            self.early_firing_interval_ms,
+            self.session_gap_ms,
+        )
+
+    @property
+    def checkpoint_location(self) -> str:
+        return self.checkpoint or default_checkpoint(self.warehouse)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, arrival_clock: bool = False, topic_partitions: int = 0
+    ) -> StreamParams:
+        """`topic_partitions`: how many partitions the Kafka topic has (for
+        `expected_partitions = all`)."""
+        expected = settings.expected_partition_set
+        if expected is None:  # `all`: the topic's partitions when the stream starts
+            expected = frozenset(range(topic_partitions))
+        return cls(
+            warehouse=settings.warehouse,
+            window_ms=settings.window,
+            lateness_ms=settings.lateness,
+            allowed_lateness_ms=settings.allowed_lateness,
+            idle_timeout_ms=settings.idle_timeout,
+            max_clock_skew_ms=settings.max_clock_skew,
+            watermark_policy=settings.watermark_policy,
+            arrival_clock=arrival_clock,
+            dedup_horizon_ms=settings.dedup_horizon,
+            checkpoint=settings.checkpoint_location,
+            lateness_by_partition=settings.lateness_by_partition_ms,
+            window_slide_ms=settings.window_slide,
+            session_gap_ms=settings.session_gap,
+            source_watermark_field=settings.source_watermark_field,
+            early_firing_interval_ms=settings.early_firing_interval,
+            expected_partitions=expected,
+        )
+
+
+def wall_clock() -> datetime:
+    return datetime.now(UTC)
