@@ -70,8 +70,8 @@ Runner = Callable[[Engine, Path], dict[str, Any]]
 
 
 def generate_backlog(out: Path, backlog: Backlog) -> dict[str, Any]:
-    """A backlog from `tally.generate` (1,000 keys, the generator's lateness and disorder)."""
-    from tally.generate import generate
+    """A backlog from `tally_tools.generate` (1,000 keys, the generator's lateness and disorder)."""
+    from tally_tools.generate import generate
 
     with stopwatch() as t:
         manifest = generate(
