@@ -232,8 +232,7 @@ def _targets(r: dict[str, Any]) -> list[str]:
                 for name in wi["kind_order"]
                 if name in wi["ratio_to_baseline"]
             )
-            + ("; exact" if wi["all_exact"] else "; **NOT exact**")
-            + "".join(f"; {name}: not implemented yet" for name in wi["not_implemented"]),
+            + ("; exact" if wi["all_exact"] else "; **NOT exact**"),
             None,
         )
     cu = r.get("curve")
@@ -682,8 +681,6 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
                 f"{last['retraction_rows']:,}",
             ]
         )
-    for name in wi["not_implemented"]:
-        rows.append([name, "not implemented yet", *["–"] * 9])
     out += _table(
         [
             "kind",
@@ -725,9 +722,6 @@ def _windows(wi: dict[str, Any], when: str) -> list[str]:
         + ".",
         "",
     ]
-    out += [f"{name.capitalize()} windows: {why}." for name, why in wi["not_implemented"].items()]
-    if wi["not_implemented"]:
-        out.append("")
     out += [
         "Cross-check, read back from each run's warehouse (last repetition): after the drain "
         "every (event, window) pair of a non-duplicate valid event is either counted in a "

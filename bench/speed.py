@@ -39,7 +39,16 @@ from pyspark.sql import SparkSession
 
 from bench import engines as E
 from bench import phases
-from bench.common import DAY, Backlog, StreamShape, load_average, log, stopwatch, summary
+from bench.common import (
+    DAY,
+    Backlog,
+    StreamShape,
+    load_average,
+    log,
+    median_run,
+    stopwatch,
+    summary,
+)
 
 TARGET_DURABLE = 0.8  # tally events/s over plain durable events/s (issue 23's must; goal 1.0)
 TARGET_AGG = 0.6  # tally events/s over plain aggregation-only events/s
@@ -172,10 +181,6 @@ def _alternate(
     return runs
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
-
-
 def _ratio(stats: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
     num, den = stats[a]["median"], stats[b]["median"]
     return num / den if num and den else None
@@ -242,7 +247,7 @@ def speed_section(
         "met_durable": ratio_durable is not None and ratio_durable >= TARGET_DURABLE,
         "met_agg": ratio_agg is not None and ratio_agg >= TARGET_AGG,
         "all_lines_accounted": lines_ok,
-        "tally_median_run": _median_run(runs["tally"]),
-        "tally_prev_median_run": _median_run(runs["tally_prev"]),
+        "tally_median_run": median_run(runs["tally"]),
+        "tally_prev_median_run": median_run(runs["tally_prev"]),
         "cpu_count": os.cpu_count(),
     }
