@@ -114,6 +114,25 @@ def input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def input_and_setup(
+    backlog: Backlog, facts: dict[str, Any], shape: StreamShape, repetitions: int, env: E.EngineEnv
+) -> dict[str, Any]:
+    """The input, the stream's shape and the engines' setup, as a section reports them (the
+    throughput and window-kind sections stream the same kind of backlog)."""
+    return {
+        "events": backlog.events,
+        "files": backlog.files,
+        **facts,
+        "window_ms": shape.window_ms,
+        "lateness_ms": shape.lateness_ms,
+        "max_files_per_trigger": shape.max_files_per_trigger,
+        "lines_per_batch": facts["lines"] * shape.max_files_per_trigger / backlog.files,
+        "repetitions": repetitions,
+        "spark_master": env.master,
+        "shuffle_partitions": env.shuffle_partitions,
+    }
+
+
 # -- one run of one engine ------------------------------------------------------------------------
 
 
@@ -213,20 +232,10 @@ def speed_section(
     lines_ok = all(
         r["input_lines"] == facts["lines"] for e in ("tally", "tally_prev") for r in runs[e]
     )
-    files_per_batch = {False: shape.max_files_per_trigger, True: previous_files_per_trigger}
     return {
-        "events": backlog.events,
-        "files": backlog.files,
-        **facts,
-        "window_ms": shape.window_ms,
-        "lateness_ms": shape.lateness_ms,
-        "max_files_per_trigger": shape.max_files_per_trigger,
+        **input_and_setup(backlog, facts, shape, repetitions, env),
         "previous_files_per_trigger": previous_files_per_trigger,
-        "lines_per_batch": facts["lines"] * files_per_batch[False] / backlog.files,
-        "previous_lines_per_batch": facts["lines"] * files_per_batch[True] / backlog.files,
-        "repetitions": repetitions,
-        "spark_master": env.master,
-        "shuffle_partitions": env.shuffle_partitions,
+        "previous_lines_per_batch": facts["lines"] * previous_files_per_trigger / backlog.files,
         "runs": runs,
         "events_per_s": stats,
         "seconds": {name: summary([r["seconds"] for r in rs]) for name, rs in runs.items()},

@@ -90,7 +90,7 @@ from pyspark.sql import functions as F
 from bench import engines as E
 from bench import phases
 from bench.common import Backlog, StreamShape, load_average, log, median_run, summary
-from bench.speed import generate_backlog, input_facts
+from bench.speed import generate_backlog, input_and_setup, input_facts
 from tally import tables as T
 from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
@@ -289,16 +289,7 @@ def windows_section(
     runs, orders = _run_alternately(spark, work, data, shape, repetitions, env, kinds, lines)
     shutil.rmtree(data, ignore_errors=True)
     return {
-        "events": backlog.events,
-        "files": backlog.files,
-        **facts,
-        "window_ms": shape.window_ms,
-        "lateness_ms": shape.lateness_ms,
-        "max_files_per_trigger": shape.max_files_per_trigger,
-        "lines_per_batch": lines * shape.max_files_per_trigger / backlog.files,
-        "repetitions": repetitions,
-        "spark_master": env.master,
-        "shuffle_partitions": env.shuffle_partitions,
+        **input_and_setup(backlog, facts, shape, repetitions, env),
         "baseline": BASELINE,
         "kind_order": [k.name for k in kinds],  # benchmarks.json sorts the keys
         "kinds": {
