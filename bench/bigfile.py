@@ -40,7 +40,7 @@ from bench.speed import generate_backlog
 from tally import tables as T
 
 RSS_TOLERANCE = 1.25  # the big file's peak RSS over the split input's, at most
-BYTES_PER_LINE = 114  # what tally.generate writes on average (measured on its output)
+BYTES_PER_LINE = 114  # what tally_tools.generate writes on average (measured on its output)
 
 
 def events_for_bytes(target_bytes: int) -> int:

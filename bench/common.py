@@ -86,6 +86,12 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median wall time (`seconds`; of an even count, the upper middle one): a real
+    run whose phases can be shown, not an average of several."""
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+
+
 def percentile(values: Sequence[float], pct: float) -> float | None:
     """Nearest-rank percentile (pct in 0..100); None for no values."""
     if not values:
@@ -93,16 +99,6 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), -(-len(ordered) * pct // 100)))
     return float(ordered[int(rank) - 1])
-
-
-def edge_medians(
-    values: Sequence[float], fraction: float = 0.1
-) -> tuple[float | None, float | None]:
-    """Medians of the first and the last `fraction` of a series (at least one value each)."""
-    if not values:
-        return None, None
-    n = max(1, int(len(values) * fraction))
-    return statistics.median(values[:n]), statistics.median(values[-n:])
 
 
 def flatness(first: float | None, last: float | None, tolerance: float) -> dict[str, Any]:

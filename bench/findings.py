@@ -243,8 +243,6 @@ def _windows(wi: dict[str, Any]) -> list[str]:
         "events, every input line read): "
         + ("exact in every run." if wi["all_exact"] else "NOT exact.")
     )
-    for name in wi.get("not_implemented") or {}:
-        text += f" {name.capitalize()} windows: not implemented yet, no numbers."
     return [text]
 
 

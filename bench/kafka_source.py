@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,25 +33,11 @@ from pyspark.sql import SparkSession
 from bench import engines as E
 from bench.common import Backlog, StreamShape, log, stopwatch
 from bench.speed import generate_backlog
+from tally_tools.ports import free_port_pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "bench-events"
 PARTITIONS = 8
-
-
-def free_port_pair() -> int:
-    """A port whose successor is free too (the broker's controller listens on PORT + 1)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports")
 
 
 @contextmanager
@@ -85,7 +70,7 @@ def records_per_trigger(lines: int, files: int, files_per_trigger: int) -> int:
 def kafka_section(
     spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
 ) -> dict[str, Any]:
-    from tally.produce import input_files, publish
+    from tally_tools.produce import input_files, publish
 
     input_dir = work / "kafka_input"
     log(f"kafka: generating {backlog.events:,} events in {backlog.files} files")

@@ -24,31 +24,23 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.common import DAY, Backlog, StreamShape, log, run_process, stopwatch
 from bench.speed import generate_backlog
 from tally.settings import format_duration
+from tally_tools.ports import free_ports
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "bench"
 CONFIGURATIONS = ("local", "cluster", "s3", "cluster_s3")
 # Dummy credentials for the section's own S3 server, set only for the processes it starts.
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
-
-
-def free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _script(name: str, command: str, env: dict[str, str], *args: str) -> None:

@@ -39,7 +39,16 @@ from pyspark.sql import SparkSession
 
 from bench import engines as E
 from bench import phases
-from bench.common import DAY, Backlog, StreamShape, load_average, log, stopwatch, summary
+from bench.common import (
+    DAY,
+    Backlog,
+    StreamShape,
+    load_average,
+    log,
+    median_run,
+    stopwatch,
+    summary,
+)
 
 TARGET_DURABLE = 0.8  # tally events/s over plain durable events/s (issue 23's must; goal 1.0)
 TARGET_AGG = 0.6  # tally events/s over plain aggregation-only events/s
@@ -70,8 +79,8 @@ Runner = Callable[[Engine, Path], dict[str, Any]]
 
 
 def generate_backlog(out: Path, backlog: Backlog) -> dict[str, Any]:
-    """A backlog from `tally.generate` (1,000 keys, the generator's lateness and disorder)."""
-    from tally.generate import generate
+    """A backlog from `tally_tools.generate` (1,000 keys, the generator's lateness and disorder)."""
+    from tally_tools.generate import generate
 
     with stopwatch() as t:
         manifest = generate(
@@ -102,6 +111,25 @@ def input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
         "partitions": manifest["partitions"],
         "input_bytes": manifest["bytes"],
         "generate_s": manifest["generate_s"],
+    }
+
+
+def input_and_setup(
+    backlog: Backlog, facts: dict[str, Any], shape: StreamShape, repetitions: int, env: E.EngineEnv
+) -> dict[str, Any]:
+    """The input, the stream's shape and the engines' setup, as a section reports them (the
+    throughput and window-kind sections stream the same kind of backlog)."""
+    return {
+        "events": backlog.events,
+        "files": backlog.files,
+        **facts,
+        "window_ms": shape.window_ms,
+        "lateness_ms": shape.lateness_ms,
+        "max_files_per_trigger": shape.max_files_per_trigger,
+        "lines_per_batch": facts["lines"] * shape.max_files_per_trigger / backlog.files,
+        "repetitions": repetitions,
+        "spark_master": env.master,
+        "shuffle_partitions": env.shuffle_partitions,
     }
 
 
@@ -172,10 +200,6 @@ def _alternate(
     return runs
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
-
-
 def _ratio(stats: dict[str, dict[str, Any]], a: str, b: str) -> float | None:
     num, den = stats[a]["median"], stats[b]["median"]
     return num / den if num and den else None
@@ -208,20 +232,10 @@ def speed_section(
     lines_ok = all(
         r["input_lines"] == facts["lines"] for e in ("tally", "tally_prev") for r in runs[e]
     )
-    files_per_batch = {False: shape.max_files_per_trigger, True: previous_files_per_trigger}
     return {
-        "events": backlog.events,
-        "files": backlog.files,
-        **facts,
-        "window_ms": shape.window_ms,
-        "lateness_ms": shape.lateness_ms,
-        "max_files_per_trigger": shape.max_files_per_trigger,
+        **input_and_setup(backlog, facts, shape, repetitions, env),
         "previous_files_per_trigger": previous_files_per_trigger,
-        "lines_per_batch": facts["lines"] * files_per_batch[False] / backlog.files,
-        "previous_lines_per_batch": facts["lines"] * files_per_batch[True] / backlog.files,
-        "repetitions": repetitions,
-        "spark_master": env.master,
-        "shuffle_partitions": env.shuffle_partitions,
+        "previous_lines_per_batch": facts["lines"] * previous_files_per_trigger / backlog.files,
         "runs": runs,
         "events_per_s": stats,
         "seconds": {name: summary([r["seconds"] for r in rs]) for name, rs in runs.items()},
@@ -242,7 +256,7 @@ def speed_section(
         "met_durable": ratio_durable is not None and ratio_durable >= TARGET_DURABLE,
         "met_agg": ratio_agg is not None and ratio_agg >= TARGET_AGG,
         "all_lines_accounted": lines_ok,
-        "tally_median_run": _median_run(runs["tally"]),
-        "tally_prev_median_run": _median_run(runs["tally_prev"]),
+        "tally_median_run": median_run(runs["tally"]),
+        "tally_prev_median_run": median_run(runs["tally_prev"]),
         "cpu_count": os.cpu_count(),
     }

@@ -17,8 +17,6 @@ once per window kind (`KINDS`):
 
 The kinds alternate, in an order rotated each repetition; medians are reported, events/s =
 input lines / wall seconds, and the ratio of each kind's median events/s to tumbling's.
-`NOT_IMPLEMENTED` lists window kinds asked for that tally lacks (none now); the report
-prints them without numbers.
 
 Why a 10 s gap. The backlog (`bench.speed.generate_backlog`) has 1,000 keys drawn Zipf
 (s = 1.1, key k's share 1/(k^1.1 x 5.57)) independently of event time, which is uniform over
@@ -91,8 +89,8 @@ from pyspark.sql import functions as F
 
 from bench import engines as E
 from bench import phases
-from bench.common import Backlog, StreamShape, load_average, log, summary
-from bench.speed import generate_backlog, input_facts
+from bench.common import Backlog, StreamShape, load_average, log, median_run, summary
+from bench.speed import generate_backlog, input_and_setup, input_facts
 from tally import tables as T
 from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
@@ -146,8 +144,6 @@ KINDS: tuple[WindowKind, ...] = (
     ),
 )
 BASELINE = "tumbling"
-# kinds the issue asks for that tally does not have yet: reported as such, never measured
-NOT_IMPLEMENTED: dict[str, str] = {}
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -268,10 +264,6 @@ def run_kind(
 # -- the section ----------------------------------------------------------------------------------
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
-
-
 def _same_input(runs: dict[str, list[dict[str, Any]]]) -> bool:
     """Every run saw the same valid events, duplicates and quarantined lines."""
     seen = {
@@ -294,6 +286,40 @@ def windows_section(
     log(f"windows: generating {backlog.events:,} events in {backlog.files} files")
     facts = input_facts(generate_backlog(data, backlog))
     lines = facts["lines"]
+    runs, orders = _run_alternately(spark, work, data, shape, repetitions, env, kinds, lines)
+    shutil.rmtree(data, ignore_errors=True)
+    return {
+        **input_and_setup(backlog, facts, shape, repetitions, env),
+        "baseline": BASELINE,
+        "kind_order": [k.name for k in kinds],  # benchmarks.json sorts the keys
+        "kinds": {
+            k.name: {
+                "label": k.label,
+                "windows_per_event": k.windows_per_event,
+                "flags": list(k.flags(shape)),
+                "disjoint": k.disjoint,
+                "retracts": k.retracts,
+            }
+            for k in kinds
+        },
+        "session_gap_ms": SESSION_GAP_MS,
+        "orders": orders,
+        "runs": runs,
+        **_compared(runs, kinds),
+    }
+
+
+def _run_alternately(
+    spark: SparkSession,
+    work: Path,
+    data: Path,
+    shape: StreamShape,
+    repetitions: int,
+    env: E.EngineEnv,
+    kinds: tuple[WindowKind, ...],
+    lines: int,
+) -> tuple[dict[str, list[dict[str, Any]]], list[list[str]]]:
+    """Every kind's runs, and the order the kinds ran in each repetition (rotated each time)."""
     runs: dict[str, list[dict[str, Any]]] = {k.name: [] for k in kinds}
     orders: list[list[str]] = []
     for rep in range(repetitions):
@@ -315,38 +341,20 @@ def windows_section(
                 + ("exact" if result["exact"] else f"FAILED {result['checks']}")
             )
             shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.rmtree(data, ignore_errors=True)
+    return runs, orders
 
+
+def _compared(
+    runs: dict[str, list[dict[str, Any]]], kinds: tuple[WindowKind, ...]
+) -> dict[str, Any]:
+    """The kinds' medians, each against tumbling's, and whether every run was exact."""
     stats = {name: summary([r["events_per_s"] for r in rs]) for name, rs in runs.items()}
     base = stats[BASELINE]["median"]
     base_runs = runs[BASELINE]
     others = [k.name for k in kinds if k.name != BASELINE]
-    median_runs = {name: _median_run(rs) for name, rs in runs.items()}
+    median_runs = {name: median_run(rs) for name, rs in runs.items()}
     base_counted = statistics.median(r["emitted_events"] for r in base_runs)
     return {
-        "events": backlog.events,
-        "files": backlog.files,
-        **facts,
-        "window_ms": shape.window_ms,
-        "lateness_ms": shape.lateness_ms,
-        "max_files_per_trigger": shape.max_files_per_trigger,
-        "lines_per_batch": lines * shape.max_files_per_trigger / backlog.files,
-        "repetitions": repetitions,
-        "spark_master": env.master,
-        "shuffle_partitions": env.shuffle_partitions,
-        "baseline": BASELINE,
-        "kind_order": [k.name for k in kinds],  # benchmarks.json sorts the keys
-        "kinds": {
-            k.name: {
-                "label": k.label,
-                "windows_per_event": k.windows_per_event,
-                "flags": list(k.flags(shape)),
-                "disjoint": k.disjoint,
-                "retracts": k.retracts,
-            }
-            for k in kinds
-        },
-        "session_gap_ms": SESSION_GAP_MS,
         # the last run of each kind: its current windows (sessions), the mean events counted
         # in one, its retraction rows (informative; the checks are per run)
         "current": {
@@ -362,9 +370,6 @@ def windows_section(
             }
             for name, rs in runs.items()
         },
-        "not_implemented": dict(NOT_IMPLEMENTED),
-        "orders": orders,
-        "runs": runs,
         "events_per_s": stats,
         "seconds": {name: summary([r["seconds"] for r in rs]) for name, rs in runs.items()},
         "peak_rss_mb": {name: max(r["peak_rss_mb"] for r in rs) for name, rs in runs.items()},

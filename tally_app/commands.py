@@ -51,7 +51,7 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
         default="default",
         help="default: one messy feed (the flags below); three-sources: a radar, an HTTP "
         "poller and a satellite beacon with 100 ms / 30 s / 10 s of disorder "
-        "(tally.sources, docs/scenarios.md; only --seed, --start and --duration apply)",
+        "(tally_tools.sources, docs/scenarios.md; only --seed, --start and --duration apply)",
     )
     parser.add_argument("--events", type=int, default=None, help="number of events (100000)")
     parser.add_argument("--partitions", type=int, default=None, help="source partitions (8)")
@@ -75,7 +75,7 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
 def generate(args: argparse.Namespace, settings: Settings) -> int:
     if args.profile == "three-sources":
         return _generate_three_sources(args)
-    from tally.generate import generate as write_stream
+    from tally_tools.generate import generate as write_stream
 
     manifest = write_stream(
         out=args.out,
@@ -97,9 +97,9 @@ def generate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _generate_three_sources(args: argparse.Namespace) -> int:
-    """`--profile three-sources`: the feed of `tally.sources` (its shape is fixed: the flags
+    """`--profile three-sources`: the feed of `tally_tools.sources` (its shape is fixed: the flags
     that size the default profile's feed are refused, not ignored)."""
-    from tally.sources import generate as write_sources
+    from tally_tools.sources import generate as write_sources
 
     fixed = [f"--{name}" for name in ("events", "partitions", "files", "keys")]
     given = [flag for flag in fixed if getattr(args, flag[2:]) is not None]
@@ -130,8 +130,8 @@ def produce_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def produce(args: argparse.Namespace, settings: Settings) -> int:
-    from tally.produce import ProduceError, input_files, publish
     from tally.settings import kafka_client_options
+    from tally_tools.produce import ProduceError, input_files, publish
 
     directory = Path(settings.input)
     if not directory.is_dir():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -104,12 +103,6 @@ def forget_active_assets() -> None:
         session.execute(delete(AssetActive))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def logical_date_for(business_date: date) -> datetime:
     """The logical date `dag.test` needs so that the nightly run covers `business_date`: the
     end of the date's data interval (00:30 the next day with the default schedule)."""
@@ -179,8 +172,8 @@ def make_stream(
     large and trips the `watermark_lag` expectation (10 min). The default seed has none
     (about 30 s with both the 1-day and the 3-day streams); this is checked below."""
     from streaming.run import run_stream
-    from tally.generate import generate
     from tally.settings import load_settings
+    from tally_tools.generate import generate
 
     manifest = generate(
         out=str(root / "events"),

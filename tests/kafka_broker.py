@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.kafka_source import free_port_pair
+from tally_tools.ports import free_port_pair
 
-__all__ = ["Broker", "free_port_pair", "kafka_broker"]
+__all__ = ["Broker", "kafka_broker"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = PROJECT_ROOT / "scripts" / "kafka.sh"

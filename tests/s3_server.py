@@ -11,26 +11,21 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REGION", "S3Server", "free_port", "s3_server"]
+from tally_tools.ports import free_port
+
+__all__ = ["REGION", "S3Server", "s3_server"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = PROJECT_ROOT / "scripts" / "s3.sh"
 REGION = "us-east-1"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -354,7 +354,7 @@ def sort_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 # -- random streams (hypothesis) ------------------------------------------------------------
 T0_MS = 1_795_219_200_000  # 2026-11-21T00:00:00Z: every generated time is within minutes of it
 KEYS = ("k1", "k2", "k3")
-# Malformed lines of the kinds the contract names (tally.generate's kinds and a few more).
+# Malformed lines of the kinds the contract names (tally_tools.generate's kinds and a few more).
 MALFORMED = {
     "empty_line": ("", "   "),
     "invalid_json": ('{"event_id":"bad-1","key":"k1","amount":1', "[1,2]", "42", "null"),

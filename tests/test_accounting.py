@@ -19,8 +19,8 @@ from stream_tables import identity_check, read
 
 from streaming.run import run_stream
 from streaming.state import StateStore
-from tally.generate import generate
 from tally.settings import Settings
+from tally_tools.generate import generate
 
 WINDOW_MS = 60_000
 

@@ -27,6 +27,8 @@ import airflow_helpers as H  # first: keeps this process's Airflow settings out 
 import pytest
 from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
 
+from tally_tools.ports import free_port
+
 pytestmark = pytest.mark.slow
 
 BUSINESS_DATE = H.STREAM_FIRST_DAY
@@ -93,7 +95,7 @@ def warehouse(spark, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def airflow(warehouse: Path, tmp_path_factory) -> Iterator[Airflow]:
     root = tmp_path_factory.mktemp("airflow-ui")
-    port = H.free_port()
+    port = free_port()
     log = root / "airflow.log"
     # Catch-up starts today: no interval is complete yet, so unpausing creates no run; the
     # test triggers the one it wants (tasks only run for logical dates >= the start date).
@@ -102,8 +104,8 @@ def airflow(warehouse: Path, tmp_path_factory) -> Iterator[Airflow]:
         {
             "TALLY_AIRFLOW_HOME": str(root / "home"),
             "AIRFLOW_PORT": str(port),
-            "AIRFLOW_WORKER_LOG_PORT": str(H.free_port()),
-            "AIRFLOW_TRIGGER_LOG_PORT": str(H.free_port()),
+            "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
+            "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
             **H.stream_settings(warehouse, warehouse.parent / "events"),
             "TALLY_NIGHTLY_START": today.isoformat(),
             "TALLY_RETRY_DELAY": "10s",

@@ -93,7 +93,7 @@ class Streamed:
 def streamed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Streamed:
     """A generated day (the nightly tests' 1-day stream: 1500 events, 4 partitions, one file)
     streamed by `tally stream` on the cluster: available-now, drained, arrival clock."""
-    from tally.generate import generate
+    from tally_tools.generate import generate
 
     root = tmp_path_factory.mktemp("on_cluster")
     generate(

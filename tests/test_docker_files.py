@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -42,7 +43,10 @@ COMPOSE = DOCKER / "compose.yaml"
 BIN = Path(sys.executable).parent
 TALLY_IMAGE = "tally:local"
 # The packages of pyproject.toml ([tool.setuptools.packages.find]): the code the image runs.
-PACKAGES = ("tally", "tally_app", "streaming", "batch", "expectations", "dags", "bench")
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+PACKAGES = tuple(
+    p.removesuffix("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+)
 SERVICES = {
     "s3",
     "s3-init",

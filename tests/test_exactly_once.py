@@ -41,7 +41,7 @@ from stream_tables import (
     stream_command,
 )
 
-from tally.generate import generate
+from tally_tools.generate import generate
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tally.generate import MALFORMED_KINDS, generate
+from tally_tools.generate import MALFORMED_KINDS, generate
 
 START = datetime(2026, 11, 20, tzinfo=UTC)
 START_MS = int(START.timestamp() * 1000)

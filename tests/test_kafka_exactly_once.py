@@ -30,8 +30,8 @@ from kafka_broker import Broker, kafka_broker
 from pyspark.sql import SparkSession
 from stream_tables import StreamProcess, collect_table, delta_version, stream_command
 
-from tally.generate import generate
-from tally.produce import input_files, publish
+from tally_tools.generate import generate
+from tally_tools.produce import input_files, publish
 
 pytestmark = pytest.mark.slow
 

@@ -429,9 +429,8 @@ def test_an_unreadable_kafka_source_stops_with_one_line(
     broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A missing topic or an unreachable broker: exit 2 and one line, before any session."""
-    from kafka_broker import free_port_pair
-
     from tally_app.cli import main
+    from tally_tools.ports import free_port_pair
 
     base = ["stream", "--source", "kafka", "--warehouse", str(tmp_path / "wh"), "--available-now"]
     nobody = f"127.0.0.1:{free_port_pair()}"

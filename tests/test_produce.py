@@ -13,8 +13,8 @@ from typing import NamedTuple
 import pytest
 from kafka_broker import Broker, kafka_broker
 
-from tally.produce import file_lines, input_files, line_key, line_partition
 from tally.settings import kafka_client_options
+from tally_tools.produce import file_lines, input_files, line_key, line_partition
 
 
 class Partitioned(NamedTuple):
@@ -127,8 +127,8 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[object]:
 def test_publish_sends_each_line_to_its_partition_in_arrival_order(
     broker: Broker, tmp_path: Path
 ) -> None:
-    from tally.generate import generate
     from tally_app.cli import main
+    from tally_tools.generate import generate
 
     source = tmp_path / "in"
     generate(
@@ -205,9 +205,8 @@ def test_the_broker_runs_under_the_scripts_pid(broker: Broker) -> None:
 def test_an_unreachable_broker_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kafka_broker import free_port_pair
-
     from tally_app.cli import main
+    from tally_tools.ports import free_port_pair
 
     (tmp_path / "a.jsonl").write_text('{"event_id":"a"}\n')
     nobody = f"127.0.0.1:{free_port_pair()}"

@@ -28,7 +28,7 @@ from s3_server import REGION, S3Server, s3_server
 from stream_tables import InputLine, collect, identity_check, read, read_input
 
 from tally import tables as T
-from tally.generate import generate
+from tally_tools.generate import generate
 
 pytestmark = pytest.mark.slow
 

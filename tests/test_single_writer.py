@@ -31,7 +31,7 @@ STEP_TIMEOUT_S = 600.0
 
 def generate_input(directory: Path, seed: int) -> int:
     """Eight small files; the number of lines that are valid events."""
-    from tally.generate import generate
+    from tally_tools.generate import generate
 
     generate(
         out=str(directory),

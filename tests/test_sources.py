@@ -1,4 +1,4 @@
-"""The three-source feed (tally.sources): deterministic, and each source's disorder within its
+"""The three-source feed (tally_tools.sources): deterministic, and each source's disorder within its
 bound except the events the manifest lists (pure Python; lines read back from the files and
 checked with the reference model's contract parser, not the generator's own code)."""
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import reference_model as M
 
-from tally.sources import LATENESS_BY_PARTITION, MIN_DURATION_MS, PROFILE, SOURCES, generate
+from tally_tools.sources import LATENESS_BY_PARTITION, MIN_DURATION_MS, PROFILE, SOURCES, generate
 
 START = datetime(2026, 11, 21, 23, 58, 30, tzinfo=UTC)
 START_MS = (START - M.EPOCH) // timedelta(milliseconds=1)
@@ -264,8 +264,8 @@ def test_cli_three_sources_profile_writes_the_generators_feed(tmp_path: Path, ta
 
 
 def test_cli_default_profile_is_unchanged(tmp_path: Path, tally_cli) -> None:
-    """No --profile: the same bytes as tally.generate with the flags' documented defaults."""
-    from tally.generate import generate as generate_default
+    """No --profile: the same bytes as tally_tools.generate with the flags' documented defaults."""
+    from tally_tools.generate import generate as generate_default
 
     assert tally_cli(["generate", "--out", str(tmp_path / "cli"), "--events", "3000"]) == 0
     generate_default(

@@ -1,6 +1,6 @@
 """Three sources, three bounds, end to end: the seed scenario of per-source lateness.
 
-`tally.sources` writes a radar (partition 0, disorder within 100 ms), an HTTP poller (1, pages
+`tally_tools.sources` writes a radar (partition 0, disorder within 100 ms), an HTTP poller (1, pages
 of a poll every 25-30 s, newest first: within 30 s) and a satellite beacon (2, within 10 s),
 plus three events per source beyond its bound, two duplicates and two malformed lines per
 source; three minutes of event time across midnight (two business dates). The REAL stream
@@ -30,7 +30,7 @@ import pytest
 import reference_model as M
 import stream_helpers as H
 
-from tally.sources import generate
+from tally_tools.sources import generate
 
 SEED = 5
 START = datetime(2026, 11, 21, 23, 58, 30, tzinfo=UTC)  # 3 minutes across midnight

@@ -33,7 +33,7 @@ and two malformed lines (their quarantine reasons, in the stream's vocabulary, i
 manifest).
 
 Files are ``arrival-NNNNNN.jsonl`` in arrival order, with strictly increasing mtimes (the
-simulated arrival time, as `tally.generate` writes them), then ``_manifest.json``. Amounts
+simulated arrival time, as `tally_tools.generate` writes them), then ``_manifest.json``. Amounts
 are integer minor units, event times ISO-8601 UTC with milliseconds; every line names its
 source in an extra field ``source``. Deterministic: the same arguments give byte-identical
 files, names, mtimes and manifest; re-running into a directory replaces the generator's own
@@ -52,8 +52,8 @@ from datetime import datetime
 from typing import Any
 
 from tally.dates import iso_ms
-from tally.generate import remove_previous_output, start_epoch_ms, write_manifest
 from tally.settings import format_duration, format_partition_durations
+from tally_tools.generate import remove_previous_output, start_epoch_ms, write_manifest
 
 __all__ = [
     "LATENESS_BY_PARTITION",
@@ -415,7 +415,7 @@ def _check_bounds(feeds: Sequence[_Feed], disorder: dict[str, int]) -> None:
         for e in feed.events:
             if (disorder[e.event_id] > e.source.bound_ms) != e.beyond:
                 raise RuntimeError(
-                    f"tally.sources: {e.event_id} has disorder {disorder[e.event_id]} ms "
+                    f"tally_tools.sources: {e.event_id} has disorder {disorder[e.event_id]} ms "
                     f"against a {e.source.bound_ms} ms bound (listed beyond: {e.beyond})"
                 )
 

@@ -1,0 +1,250 @@
+"""`benchmarks.md`: the run and the machine, the targets met or missed, the findings, then
+one section per target with its tables (`bench.report.sections`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.findings import closing_notes
+from bench.report import sections as S
+from bench.report.carry import carried_label
+from bench.report.files import JSON_NAME
+from bench.report.formatting import megabytes, ms_as_secs, number, secs, table, verdict
+
+# One row of the targets table: the section, the target, what was measured, met or not (None:
+# no target).
+Row = Callable[[str, str, str, bool | None], None]
+
+
+def _targets(r: dict[str, Any]) -> list[str]:
+    rows: list[list[Any]] = []
+
+    def row(section: str, target: str, measured: str, met: bool | None) -> None:
+        date = (r.get("measured") or {}).get(section, "–")
+        rows.append(
+            [
+                target,
+                measured,
+                verdict(met),
+                date + (" (carried)" if carried_label(r, section) else ""),
+            ]
+        )
+
+    _speed_cost_latency_rows(r, row)
+    _state_bigfile_nightly_rows(r, row)
+    _rows_without_target(r, row)
+    return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
+
+
+def _speed_cost_latency_rows(r: dict[str, Any], row: Row) -> None:
+    """Targets 1-3."""
+    sp = r.get("speed")
+    if sp:
+        row(
+            "speed",
+            f"1. throughput: tally ÷ plain Spark durable ≥ {sp['target_durable']}",
+            f"{sp['ratio_tally_durable']:.2f} ({number(sp['events_per_s']['tally']['median'])} vs "
+            f"{number(sp['events_per_s']['durable']['median'])} events/s)",
+            sp["met_durable"],
+        )
+        row(
+            "speed",
+            f"1. throughput: tally ÷ plain aggregation only ≥ {sp['target_agg']}",
+            f"{sp['ratio_tally_agg']:.2f} "
+            f"(vs {number(sp['events_per_s']['agg']['median'])} events/s)",
+            sp["met_agg"],
+        )
+    st = r.get("state")
+    fc = (st or {}).get("fixed_cost")
+    if fc:
+        row(
+            "state",
+            f"2. per-batch fixed cost: median `batch_duration_ms` at "
+            f"~{number(fc['lines_per_batch'])} lines ≤ {ms_as_secs(fc['target_ms'])}",
+            f"{ms_as_secs(fc['median_batch_ms'])}"
+            + (
+                f" (largest phase `{fc['largest_phase']['phase']}` "
+                f"{secs(fc['largest_phase']['median_s'])} s)"
+                if fc.get("largest_phase")
+                else ""
+            ),
+            fc["met"],
+        )
+    lat = r.get("latency")
+    if lat and "tally" in lat["engines"]:
+        t = lat["engines"]["tally"]
+        row(
+            "latency",
+            "3. latency: p99 window end → readable ≤ L + 2 triggers = "
+            f"{ms_as_secs(lat['target_ms'])}",
+            f"p99 {ms_as_secs(t['p99_ms'])} (p50 {ms_as_secs(t['p50_ms'])}, "
+            f"{t['windows']} windows)",
+            t["met"],
+        )
+
+
+def _state_bigfile_nightly_rows(r: dict[str, Any], row: Row) -> None:
+    """Targets 4-6."""
+    st = r.get("state")
+    if st:
+        f = st["flat"]
+        row(
+            "state",
+            "4. state flat over 10× the batches (last ÷ first tenth within tolerance)",
+            ", ".join(
+                f"{S.STATE_LABELS[k]} ×{number(v['ratio'], 2)}"
+                for k, v in f.items()
+                if k in S.STATE_LABELS
+            ),
+            st["met"],
+        )
+    bf = r.get("bigfile")
+    if bf:
+        row(
+            "bigfile",
+            f"5. one {bf['single_file_bytes'] / 1e9:.2f} GB file = {bf['files']} files, "
+            "bounded memory",
+            ("equal" if bf["equal"] else "**unequal**")
+            + f"; peak RSS {megabytes(bf['runs']['single']['peak_rss_mb'])} vs "
+            f"{megabytes(bf['runs']['split']['peak_rss_mb'])} (×{bf['rss_ratio']:.2f})",
+            bf["met"],
+        )
+    ni = r.get("nightly")
+    if ni and ni["sizes"]:
+        big = ni["sizes"][-1]
+        row(
+            "nightly",
+            f"6. nightly: re-aggregate + diff ≤ 3× DuckDB at {big['events']:,} events (JSON)",
+            f"{big['ratio_json']:.1f}× (Parquet: {big['ratio_parquet']:.1f}×)",
+            big["ratio_json"] <= 3.0,
+        )
+        g = ni.get("growth")
+        if g:
+            row(
+                "nightly",
+                f"6. nightly: growth {g['from_events']:,} → {g['to_events']:,} no faster "
+                "than linear",
+                f"×{g['time_ratio']:.1f} time for ×{g['size_ratio']:.0f} events "
+                f"(exponent {g['exponent']:.2f})",
+                g["met"],
+            )
+
+
+def _rows_without_target(r: dict[str, Any], row: Row) -> None:
+    """Kafka, scale-out, window kinds, the lateness curve: measured, with no target."""
+    ka = r.get("kafka")
+    if ka:
+        row(
+            "kafka",
+            "8. Kafka (no target): tally ÷ plain Spark Kafka → window → Delta",
+            f"{ka['ratio']:.2f} ({number(ka['runs']['tally']['events_per_s'])} vs "
+            f"{number(ka['runs']['plain']['events_per_s'])} records/s)",
+            None,
+        )
+    so = r.get("scaleout")
+    if so:
+        slowest = max(so["runs"].items(), key=lambda kv: kv[1]["stream_ratio"])
+        row(
+            "scaleout",
+            "9. scale-out (no target): same books on a cluster and on S3; stream wall time ÷ local",
+            ("equal books" if so["books_equal"] else "**UNEQUAL books**")
+            + f"; slowest {slowest[0]} ×{slowest[1]['stream_ratio']:.2f}",
+            None,
+        )
+    wi = r.get("windows")
+    if wi:
+        row(
+            "windows",
+            "10. window kinds (no target): events/s ÷ tumbling's, same input; accounting exact",
+            "; ".join(
+                f"{wi['kinds'][name]['label']}: {number(wi['ratio_to_baseline'][name], 2)} "
+                f"({number(wi['events_per_s'][name]['median'])} vs "
+                f"{number(wi['events_per_s'][wi['baseline']]['median'])} events/s)"
+                for name in wi["kind_order"]
+                if name in wi["ratio_to_baseline"]
+            )
+            + ("; exact" if wi["all_exact"] else "; **NOT exact**"),
+            None,
+        )
+    cu = r.get("curve")
+    if cu:
+        row(
+            "curve",
+            "7. lateness curve (no target): wall time",
+            f"{secs(cu['seconds'])} s for {cu['curve_events']:,} events, {cu['bounds']} bounds",
+            None,
+        )
+
+
+def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
+    m = r["machine"]
+    out = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{r['command']}` on {r['started']} (UTC), {r['mode']} mode, "
+        f"{secs(r['total_s'])} s in all. Raw numbers: [`{JSON_NAME}`]({JSON_NAME}).",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}. "
+        f"Python {m['python']}, Java {m['java']}, pyspark {m['pyspark']}, delta-spark "
+        f"{m['delta_spark']}, DuckDB {m['duckdb']}. The bench's own session (latency, nightly, "
+        f"curve, reading results back): Spark `{m['spark_master']}`, {m['shuffle_partitions']} "
+        f"shuffle partitions, driver memory {m['driver_memory']}. Load average (1/5/15 min) at "
+        f"start {m['load_average_at_start']}, at the end {r.get('load_average_at_end')}: the "
+        "machine is shared, so compare engines within one run, not across runs.",
+        "",
+    ]
+    sections = r.get("sections_s") or {}
+    if sections:
+        out += [
+            "Wall time per section in this run: "
+            + ", ".join(f"{name} {secs(seconds)} s" for name, seconds in sections.items())
+            + ".",
+            "",
+        ]
+    carried = r.get("carried") or []
+    if carried:
+        out += [
+            "**Carried over:** this run measured only "
+            + (", ".join(s for s in sections if s not in carried) or "nothing")
+            + "; the results of "
+            + ", ".join(f"{s} (measured {r['measured'].get(s)})" for s in carried)
+            + f" are an earlier run's, taken from `{JSON_NAME}`.",
+            "",
+        ]
+    for note in [*((r.get("preset") or {}).get("notes") or []), *(r.get("carry_notes") or [])]:
+        out += [f"**Note:** {note}.", ""]
+    if png_name:
+        out += [f"![benchmarks]({png_name})", ""]
+    if r.get("errors"):
+        out += [
+            "## Errors",
+            "",
+            *[f"- {name}: `{message}`" for name, message in r["errors"].items()],
+            "",
+        ]
+    out += _targets(r)
+    if r.get("findings"):
+        out += ["## Findings", "", *[f"- {f}" for f in r["findings"]], ""]
+    closing = closing_notes(r)
+    if closing:
+        out += ["## What would close the misses", "", *[f"- {c}" for c in closing], ""]
+    if r.get("speed"):
+        out += S.speed(r["speed"], carried_label(r, "speed"))
+    if r.get("state") and r["state"].get("fixed_cost"):
+        out += S.fixed_cost(r["state"], carried_label(r, "state"))
+    if r.get("latency"):
+        out += S.latency(r["latency"], carried_label(r, "latency"))
+    if r.get("state"):
+        out += S.state(r["state"], carried_label(r, "state"))
+    if r.get("kafka"):
+        out += S.kafka(r["kafka"], carried_label(r, "kafka"))
+    if r.get("scaleout"):
+        out += S.scaleout(r["scaleout"], carried_label(r, "scaleout"))
+    if r.get("windows"):
+        out += S.windows(r["windows"], carried_label(r, "windows"))
+    if r.get("bigfile"):
+        out += S.bigfile(r["bigfile"], carried_label(r, "bigfile"))
+    if r.get("nightly") or r.get("curve"):
+        out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
+    return "\n".join(out).rstrip() + "\n"
