@@ -69,12 +69,20 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--files", type=int, default=None, help="arrival slices (default: auto)")
     parser.add_argument("--keys", type=int, default=None, help="distinct keys (1000)")
+    parser.add_argument(
+        "--late-poller",
+        action="store_true",
+        help="three-sources only: the HTTP poller is first heard 25-28 s after --start "
+        "(docs/scenarios.md, 'A source first heard late')",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def generate(args: argparse.Namespace, settings: Settings) -> int:
     if args.profile == "three-sources":
         return _generate_three_sources(args)
+    if args.late_poller:
+        return _bad_setting("--late-poller: only with --profile three-sources")
     from tally_tools.generate import generate as write_stream
 
     manifest = write_stream(
@@ -107,7 +115,7 @@ def _generate_three_sources(args: argparse.Namespace) -> int:
         return _bad_setting(f"{', '.join(given)}: not with --profile three-sources (fixed shape)")
     duration = parse_duration("3m") if args.duration is None else args.duration
     try:
-        manifest = write_sources(args.out, args.seed, args.start, duration)
+        manifest = write_sources(args.out, args.seed, args.start, duration, args.late_poller)
     except ValueError as exc:
         return _bad_setting(exc)
     print(
@@ -116,6 +124,7 @@ def _generate_three_sources(args: argparse.Namespace) -> int:
         f"{manifest['malformed_lines']} malformed; "
         f"{len(manifest['beyond_bound_event_ids'])} beyond their source's bound); stream with "
         f"--lateness-by-partition {manifest['lateness_by_partition']}"
+        + (" --expected-partitions 0-2" if args.late_poller else "")
     )
     return 0
 

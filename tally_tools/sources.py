@@ -27,6 +27,14 @@ goes silent for the default ``idle_timeout`` (60 s). Under the ``partition-min``
 watermark then stays at or below ``hw_p - L_p <= t < window end`` for every within-bound event
 ``t`` of partition ``p``.
 
+**Late-poller variant** (``late_poller``, ``tally generate --profile three-sources
+--late-poller``): the poller polls first 25-28 s after ``start``, while the radar and the
+satellite have sent from the start. The watermark over the partitions seen so far passes the
+poller's first events before they arrive: without ``expected_partitions`` they are late
+although within the poller's bound; with ``expected_partitions = 0-2`` the watermark waits for
+the poller and again only the listed events may be late. The manifest's ``first_heard`` gives
+each source's first arrival.
+
 Also per source: two duplicates (a radar retransmission 0.2-3 s later, a poll that returns the
 previous poll's newest event again, a beacon heard by a second ground station 2-20 s later)
 and two malformed lines (their quarantine reasons, in the stream's vocabulary, in the
@@ -89,6 +97,10 @@ _RADAR_FLUSH = 5_000
 _POLLER_MEAN_GAP = 250.0
 _POLLER_FIRST_EVENT = (0, 500)
 _FIRST_POLL = (1_000, 2_000)
+# The late-poller variant: the poller is first heard this long after start (its first poll
+# returns everything since start: at most 28 s of disorder, within its 30 s bound), after the
+# radar and the satellite have sent for ~25 s.
+_LATE_FIRST_POLL = (25_000, 28_000)
 _POLL_EVERY = (25_000, 30_000)
 _PAGE_LINES = 40
 _PAGE_LATENCY = (80, 300)  # the first page after the poll
@@ -308,15 +320,16 @@ def _steady_source(
     return _Feed(events, duplicated, malformed, files)
 
 
-def _poller(rng: random.Random, start_ms: int, end_ms: int) -> _Feed:
-    """Events fetched every 25-30 s, newest first, one file per page of 40 lines."""
+def _poller(rng: random.Random, start_ms: int, end_ms: int, late: bool = False) -> _Feed:
+    """Events fetched every 25-30 s, newest first, one file per page of 40 lines; `late`: the
+    first poll comes 25-28 s after start instead of 1-2 s."""
     times: list[int] = []
     t = start_ms + rng.randint(*_POLLER_FIRST_EVENT)  # before the first poll: it is never empty
     while t < end_ms:
         times.append(t)
         t += int(rng.expovariate(1.0 / _POLLER_MEAN_GAP))
     events = _events(rng, POLLER, times)
-    polls = [start_ms + rng.randint(*_FIRST_POLL)]
+    polls = [start_ms + rng.randint(*(_LATE_FIRST_POLL if late else _FIRST_POLL))]
     while polls[-1] < end_ms:
         polls.append(polls[-1] + rng.randint(*_POLL_EVERY))
     # Poll k returns the events of (polls[k-1], polls[k]].
@@ -457,8 +470,14 @@ def _source_manifest(feed: _Feed, source: Source, disorder: dict[str, int]) -> d
     }
 
 
-def generate(out: str, seed: int, start: datetime, duration_ms: int = 180_000) -> dict[str, Any]:
+def generate(
+    out: str, seed: int, start: datetime, duration_ms: int = 180_000, late_poller: bool = False
+) -> dict[str, Any]:
     """Write the three-source feed into `out`; return the manifest (also `_manifest.json`).
+
+    `late_poller`: the variant whose poller is first heard 25-28 s after start, when the
+    other two sources have long been sending (docs/scenarios.md, "A source first heard late"):
+    without `expected_partitions` its first poll's events, within its bound, are late.
 
     Event times are in ``[start, start + duration_ms)`` (at least `MIN_DURATION_MS`, 3 min);
     the last files arrive up to ~30 s later (the poller's final poll, the satellite's last
@@ -485,7 +504,7 @@ def generate(out: str, seed: int, start: datetime, duration_ms: int = 180_000) -
         start_ms + _RADAR_FLUSH,
         _RADAR_FLUSH,
     )
-    poller = _poller(rng, start_ms, end_ms)
+    poller = _poller(rng, start_ms, end_ms, late_poller)
     satellite = _steady_source(
         rng,
         SATELLITE,
@@ -504,7 +523,7 @@ def generate(out: str, seed: int, start: datetime, duration_ms: int = 180_000) -
 
     remove_previous_output(out)
     _write_files(out, files)
-    manifest = _manifest(seed, start_ms, duration_ms, feeds, files, disorder)
+    manifest = _manifest(seed, start_ms, duration_ms, feeds, files, disorder, late_poller)
     write_manifest(out, manifest, files[-1].mtime_ms)
     return manifest
 
@@ -516,6 +535,7 @@ def _manifest(
     feeds: Sequence[_Feed],
     files: Sequence[_File],
     disorder: dict[str, int],
+    late_poller: bool,
 ) -> dict[str, Any]:
     events = [e for feed in feeds for e in feed.events]
     malformed = [line for feed in feeds for line in feed.malformed]
@@ -530,6 +550,11 @@ def _manifest(
         "start": iso_ms(start_ms),
         "duration_ms": duration_ms,
         "lateness_by_partition": LATENESS_BY_PARTITION,
+        "late_poller": late_poller,
+        # when each source was first heard: its first file's arrival
+        "first_heard": {
+            s.name: iso_ms(min(f.mtime_ms for f in files if f.source is s)) for s in SOURCES
+        },
         "partitions": len(SOURCES),
         "events": len(events),
         "valid_events": len(events),

@@ -310,3 +310,19 @@ def test_cli_three_sources_refuses_what_does_not_apply(
     assert err.startswith("tally: bad setting: ") and message in err
     assert len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_cli_late_poller_is_a_variant_of_the_three_sources_only(
+    tmp_path: Path, tally_cli, capsys
+) -> None:
+    refused = tmp_path / "refused"
+    assert tally_cli(["generate", "--late-poller", "--out", str(refused)]) == 2
+    assert "--late-poller: only with --profile three-sources" in capsys.readouterr().err
+    assert not refused.exists()
+    out = tmp_path / "late"
+    argv = ["generate", "--profile", "three-sources", "--late-poller", "--out", str(out)]
+    assert tally_cli(argv) == 0
+    assert "--expected-partitions 0-2" in capsys.readouterr().out
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["late_poller"] is True
+    assert manifest["first_heard"]["poller"] > manifest["first_heard"]["radar"]

@@ -17,6 +17,7 @@ behind.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 from collections import Counter
@@ -30,7 +31,8 @@ import pytest
 import reference_model as M
 import stream_helpers as H
 
-from tally_tools.sources import generate
+from tally.dates import epoch_ms
+from tally_tools.sources import SOURCES, generate
 
 SEED = 5
 START = datetime(2026, 11, 21, 23, 58, 30, tzinfo=UTC)  # 3 minutes across midnight
@@ -44,6 +46,7 @@ PER_SOURCE = M.Params(window_ms=WINDOW_MS, lateness_ms=10_000, lateness_by_parti
 ONE_TIGHT_BOUND = M.Params(window_ms=WINDOW_MS, lateness_ms=100)
 ONE_LOOSE_BOUND = M.Params(window_ms=WINDOW_MS, lateness_ms=30_000)
 POLLER = 1
+SOURCE_PARTITION = {source.name: source.partition for source in SOURCES}
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,8 @@ class Feed:
         return [H.model_lines(files) for _, files in sorted(groups.items())]
 
 
-def write_feed(out: Path, seed: int) -> Feed:
-    manifest = generate(str(out), seed, START, DURATION_MS)
+def write_feed(out: Path, seed: int, start: datetime = START, late_poller: bool = False) -> Feed:
+    manifest = generate(str(out), seed, start, DURATION_MS, late_poller)
     files = []
     for path in sorted(out.glob("arrival-*.jsonl")):
         text = path.read_text(encoding="utf-8")
@@ -297,3 +300,40 @@ def test_per_source_bounds_make_only_listed_events_late_in_any_batching(
         assert statuses[M.DUPLICATE] == feed.manifest["duplicates"]
     tight = within_bound_late(feed, run_model(feed, ONE_TIGHT_BOUND, 1))
     assert tight[POLLER] >= 50, tight
+
+
+# -- a source first heard late: the late-poller variant -----------------------------------------
+# 3 s into a 10 s window: the window holding the feed's first seconds closes while the radar
+# alone is heard (its watermark is ~10 s behind the start after its second file).
+LATE_POLLER_START = datetime(2026, 11, 21, 23, 58, 33, tzinfo=UTC)
+WAITING_FOR_ALL = dataclasses.replace(PER_SOURCE, expected_partitions=frozenset(BOUNDS))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_source_first_heard_late_needs_expected_partitions(tmp_path: Path, seed: int) -> None:
+    """The poller is first heard 25-28 s after the start, the radar and the satellite within
+    the first ~15 s. Over the partitions seen so far, the radar alone moves the watermark past
+    the first window before the others report: their first events are late although within
+    their bounds, in every batching that hands the radar's files over before theirs. Waiting
+    for all three partitions, again only listed events are late."""
+    feed = write_feed(tmp_path / "input", seed, LATE_POLLER_START, late_poller=True)
+    start_ms = epoch_ms(LATE_POLLER_START)
+    heard = {
+        SOURCE_PARTITION[name]: epoch_ms(datetime.fromisoformat(iso)) - start_ms
+        for name, iso in feed.manifest["first_heard"].items()
+    }
+    assert heard[POLLER] >= 25_000 > max(heard[0], heard[2])
+    for batching in (1, 2, "trigger=1000"):
+        seen_so_far = run_model(feed, PER_SOURCE, batching)
+        late = {
+            e.event_id: e
+            for e in seen_so_far.events
+            if e.arrival_status == M.LATE and e.event_id not in feed.beyond
+        }
+        assert Counter(e.partition for e in late.values())[POLLER] >= 10, batching
+        # each happened before its source was first heard: late only for being unheard
+        assert all(e.event_time_ms - start_ms < heard[e.partition] for e in late.values())
+        waiting = run_model(feed, WAITING_FOR_ALL, batching)
+        assert within_bound_late(feed, waiting) == Counter(), batching
+        assert late_ids(waiting.events) <= feed.beyond
+        assert waiting.progress[0].watermark_after_ms is None  # nothing moves before all report
