@@ -518,6 +518,16 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     with pytest.raises(ValueError, match="late_rate_warn"):
         S.Thresholds.from_settings(Settings(late_rate_warn=0.2, late_rate_fail=0.1))
     assert S.Thresholds.defaults() == S.Thresholds.from_settings(Settings())
+
+
+@pytest.mark.parametrize("build", [S.gap_suite, S.events_suite, S.stream_progress_suite])
+def test_suites_have_no_defaults_of_their_own(build: Any) -> None:
+    """A default here would be a second copy of the setting's (tally.settings.Settings)."""
+    import inspect
+
+    parameters = inspect.signature(build).parameters.values()
+    assert parameters  # every one of these suites takes thresholds
+    assert [p.name for p in parameters if p.default is not inspect.Parameter.empty] == []
     with pytest.raises(ValidationError, match="now: needs a time zone"):
         validate_date(None, "wh", DAY, now=datetime(2026, 1, 1), gx_root="gx")  # type: ignore[arg-type]  # noqa: DTZ001
 
