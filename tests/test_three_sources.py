@@ -243,8 +243,8 @@ NEVER_LATE_MS = max(BOUNDS.values())
 def late_rate_range(feed: Feed, day: date) -> tuple[float, float]:
     """The late-event rate of `day` the scenario's definition allows: at least the held-back
     events of the day, at most its beyond-bound events (the manifest's list) that arrive more
-    than NEVER_LATE_MS behind, over the day's events (counted from the feed's lines; the few malformed lines that carry an id
-    widen the range)."""
+    than NEVER_LATE_MS behind, over the day's events (counted from the feed's lines; the few
+    malformed lines that carry an id widen the range)."""
     parsed: dict[str, str] = {}
     for f in feed.files:
         for line in f.lines:
