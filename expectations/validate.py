@@ -180,12 +180,17 @@ def run_checkpoint(
         run_id=RunIdentifier(run_name=run_name, run_time=run_time),
     )
     ((identifier, suite_result),) = result.run_results.items()
+    return suite_result, data_docs_page(context, identifier)
+
+
+def data_docs_page(context: Any, identifier: Any) -> str | None:
+    """The URL of the Data Docs page of a validation result; None when it was not written.
+    Anything else (no such site in the project, say) is GX's error with its own message."""
     try:
         urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DOCS_SITE)
     except ValueError:  # GX: "Cannot get URL for resource" when the page was not written
-        urls = []
-    page = urls[0]["site_url"] if urls else None
-    return suite_result, page
+        return None
+    return urls[0]["site_url"] if urls else None
 
 
 # -- results -------------------------------------------------------------------------------------

@@ -559,3 +559,26 @@ def test_results_table_schema() -> None:
     assert fields["success"] == "boolean" and fields["observed_value"] == "string"
     assert T.VALIDATION_RESULTS.partition_by == ("business_date",)
     assert json.loads(json.dumps(sorted(fields)))  # plain names, no reserved words
+
+
+def test_a_missing_data_docs_page_is_none_but_a_missing_site_is_an_error(tmp_path) -> None:
+    """Only the unwritten page is tolerated (no link); a project without the Data Docs site
+    used to give no link silently, now GX's own message says what is wrong."""
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+    from great_expectations.exceptions import DataContextError
+
+    from expectations.validate import data_docs_page, ensure_project, gx_context
+
+    never_run = ValidationResultIdentifier(
+        ExpectationSuiteIdentifier(S.GAP), RunIdentifier("never", NOW), "batch"
+    )
+    assert data_docs_page(gx_context(tmp_path / "ok"), never_run) is None
+    ensure_project(tmp_path / "no-site")
+    config = tmp_path / "no-site" / "gx" / "great_expectations.yml"
+    config.write_text(config.read_text().replace("  local_site:", "  another_site:"))
+    with pytest.raises(DataContextError, match="Could not find site named local_site"):
+        data_docs_page(gx_context(tmp_path / "no-site"), never_run)
