@@ -57,19 +57,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from batch.sessions import (
-    DAY_MS,
-    MAX_WIDENING_DAYS,
+    SessionError,
+    check_session_width,
+    date_sessions,
     late_per_session,
-    narrower_than,
-    reaching_past,
-    read_range,
     session_aggregates,
-    sessions_read,
     stream_per_session,
     stream_reach_ms,
 )
@@ -79,7 +77,6 @@ from tally.dates import (
     DayBounds,
     business_day_bounds,
     epoch_ms,
-    iso_ms,
     utc_dates_touching,
     window_in_day,
 )
@@ -549,9 +546,13 @@ def _checked_bounds(
             "(expected stream_aggregates, late_events)"
         )
     try:
-        return business_day_bounds(business_date, zone)
-    except Exception:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, IsADirectoryError):  # not a zone's name
         raise ReconcileError(f"report_timezone: unknown time zone {zone!r}") from None
+    try:
+        return business_day_bounds(business_date, zone)
+    except OverflowError:  # the last date there is has no next midnight
+        raise ReconcileError(f"business_date: {business_date} has no end (out of range)") from None
 
 
 def _windowing_settings(window_ms: int, slide_ms: int | None, gap_ms: int) -> dict[str, Any]:
@@ -662,56 +663,24 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> int:
     return _write_diff(run, run.read(T.BATCH_AGGREGATES), stream, late)
 
 
-def _check_session_width(stream_rows: DataFrame, gap_ms: int, business_date: date) -> None:
-    """Every stream row of the date is at least one gap wide, as every session is (a
-    fixed-window stream reconciled as sessions, or another gap, fails here)."""
-    narrow = narrower_than(stream_rows, gap_ms).first()
-    if narrow is not None:
-        raise ReconcileError(
-            f"session_gap: stream_aggregates holds a {narrow['ms']} ms window starting at "
-            f"{narrow['start']} ms on {business_date.isoformat()}, narrower than the "
-            f"{gap_ms} ms gap (fixed windows, or another gap?)"
-        )
-
-
-def _days_to_reach(bounds: DayBounds, gap_ms: int, reach_ms: int | None) -> int:
-    """Days the read must be widened by so that it covers `reach_ms` (the end of the stream's
-    latest session of the date; at most MAX_WIDENING_DAYS: a longer one stays unexplained)."""
-    if reach_ms is None:
-        return 0
-    short = reach_ms - read_range(bounds, gap_ms)[1]
-    return min(max(0, -(-short // DAY_MS)), MAX_WIDENING_DAYS)
-
-
-def _date_sessions(run: _Run, gap_ms: int, reach_ms: int | None) -> tuple[DataFrame, int]:
-    """The sessions read for the date (persisted: the caller unpersists) and the end of the
-    event times read, widened a day at a time while a session of the date, in the batch or
-    the stream, reaches past it. Each step is decided by a one-row aggregate."""
-    days = _days_to_reach(run.bounds, gap_ms, reach_ms)
-    while True:
-        read = read_range(run.bounds, gap_ms, days)
-        sessions = sessions_read(run.events, run.bounds, read, gap_ms).persist()
-        beyond = reaching_past(sessions, run.bounds, read[1]).first()
-        if beyond is None or not beyond["n"]:
-            return sessions, read[1]
-        sessions.unpersist()
-        if days >= MAX_WIDENING_DAYS:
-            raise ReconcileError(
-                f"session_gap: {beyond['n']} session(s) of {run.business_date.isoformat()} "
-                f"still reach past {iso_ms(read[1])} after widening the read by "
-                f"{MAX_WIDENING_DAYS} day(s) (a key that never pauses for {gap_ms} ms?)"
-            )
-        days += 1
-
-
 def _diff_sessions(run: _Run, gap_ms: int) -> int:
     """Session windows: the date's sessions into `batch_aggregates`, then the diff per batch
     session (`batch.sessions`); returns the late repeats."""
-    _check_session_width(
-        run.stream_aggregates.where(window_in_day(run.bounds)), gap_ms, run.business_date
-    )
-    reach = stream_reach_ms(latest_stream(run.stream_aggregates, run.bounds), run.bounds).first()
-    sessions, read_end = _date_sessions(run, gap_ms, None if reach is None else reach["reach"])
+    try:
+        check_session_width(
+            run.stream_aggregates.where(window_in_day(run.bounds)), gap_ms, run.business_date
+        )
+        reach = stream_reach_ms(latest_stream(run.stream_aggregates, run.bounds), run.bounds)
+        reach_row = reach.first()
+        sessions, read_end = date_sessions(
+            run.events,
+            run.bounds,
+            gap_ms,
+            None if reach_row is None else reach_row["reach"],
+            run.business_date,
+        )
+    except SessionError as exc:
+        raise ReconcileError(str(exc)) from None
     try:
         truth = session_aggregates(sessions, run.bounds)
         run.replace(

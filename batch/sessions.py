@@ -16,17 +16,22 @@ held by a session of another date, or starting on another date, is that date's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from tally.arrivals import first_arrivals
-from tally.dates import DayBounds, in_day, utc_dates_touching, window_in_day
+from tally.dates import DayBounds, in_day, iso_ms, utc_dates_touching, window_in_day
 from tally.vocabulary import ARRIVAL_ORDER
 from tally.windows import WINDOW_KEY, aggregate_sessions
 
 DAY_MS = 86_400_000
 MAX_WIDENING_DAYS = 31
+
+
+class SessionError(RuntimeError):
+    """The date's sessions cannot be reconciled (one line)."""
 
 
 def read_range(bounds: DayBounds, gap_ms: int, extra_days: int = 0) -> DayBounds:
@@ -90,6 +95,50 @@ def stream_reach_ms(current: DataFrame, bounds: DayBounds) -> DataFrame:
     return current.where(window_in_day(bounds)).agg(
         F.max(F.unix_millis("window_end")).alias("reach")
     )
+
+
+def check_session_width(stream_rows: DataFrame, gap_ms: int, business_date: date) -> None:
+    """Every stream row of the date is at least one gap wide, as every session is (a
+    fixed-window stream reconciled as sessions, or another gap, fails here)."""
+    narrow = narrower_than(stream_rows, gap_ms).first()
+    if narrow is not None:
+        raise SessionError(
+            f"session_gap: stream_aggregates holds a {narrow['ms']} ms window starting at "
+            f"{narrow['start']} ms on {business_date.isoformat()}, narrower than the "
+            f"{gap_ms} ms gap (fixed windows, or another gap?)"
+        )
+
+
+def days_to_reach(bounds: DayBounds, gap_ms: int, reach_ms: int | None) -> int:
+    """Days the read must be widened by so that it covers `reach_ms` (the end of the stream's
+    latest session of the date; at most MAX_WIDENING_DAYS: a longer one stays unexplained)."""
+    if reach_ms is None:
+        return 0
+    short = reach_ms - read_range(bounds, gap_ms)[1]
+    return min(max(0, -(-short // DAY_MS)), MAX_WIDENING_DAYS)
+
+
+def date_sessions(
+    events: DataFrame, bounds: DayBounds, gap_ms: int, reach_ms: int | None, business_date: date
+) -> tuple[DataFrame, int]:
+    """The sessions read for the date (persisted: the caller unpersists) and the end of the
+    event times read, widened a day at a time while a session of the date, in the batch or
+    the stream (`reach_ms`), reaches past it. Each step is decided by a one-row aggregate."""
+    days = days_to_reach(bounds, gap_ms, reach_ms)
+    while True:
+        read = read_range(bounds, gap_ms, days)
+        sessions = sessions_read(events, bounds, read, gap_ms).persist()
+        beyond = reaching_past(sessions, bounds, read[1]).first()
+        if beyond is None or not beyond["n"]:
+            return sessions, read[1]
+        sessions.unpersist()
+        if days >= MAX_WIDENING_DAYS:
+            raise SessionError(
+                f"session_gap: {beyond['n']} session(s) of {business_date.isoformat()} "
+                f"still reach past {iso_ms(read[1])} after widening the read by "
+                f"{MAX_WIDENING_DAYS} day(s) (a key that never pauses for {gap_ms} ms?)"
+            )
+        days += 1
 
 
 # -- the diff: onto the batch sessions -------------------------------------------------------

@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from datetime import date
+from html import escape
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.notifier import BaseNotifier
@@ -28,6 +29,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from tally.alert import Alert
 from tally.dates import business_date_of
+from tally.outputs import one_line, slack_text
 from tally.settings import Settings, load_settings
 from tally.spark import session_for
 from tally.vocabulary import SEVERITIES
@@ -107,9 +109,15 @@ def send(
     return sent
 
 
-def _send_smtp(alerts: Sequence[Alert], recipients: str) -> None:
-    from html import escape
+def email_content(alerts: Sequence[Alert]) -> tuple[str, str]:
+    """(subject, HTML body) of the alert e-mail: one line per alert, payload text escaped."""
+    worst = max(alerts, key=lambda a: SEVERITIES.index(a.severity))
+    subject = one_line(f"[tally {worst.severity}] {worst.what}")[:200]
+    body = "".join(f"<p>{escape(a.message())}</p>" for a in alerts)
+    return subject, body
 
+
+def _send_smtp(alerts: Sequence[Alert], recipients: str) -> None:
     from airflow.providers.smtp.hooks.smtp import SmtpHook
 
     with SmtpHook(smtp_conn_id=SMTP_CONN_ID) as hook:
@@ -117,9 +125,7 @@ def _send_smtp(alerts: Sequence[Alert], recipients: str) -> None:
         to = recipients or extra.get("to")
         if not to:
             raise ValueError("no recipients: set TALLY_ALERT_EMAIL or the connection's 'to'")
-        worst = max(alerts, key=lambda a: SEVERITIES.index(a.severity))
-        subject = f"[tally {worst.severity}] {worst.what}"[:200]
-        body = "".join(f"<p>{escape(a.message())}</p>" for a in alerts)
+        subject, body = email_content(alerts)
         hook.send_email_smtp(
             to=[t.strip() for t in str(to).split(",")], subject=subject, html_content=body
         )
@@ -134,8 +140,14 @@ def _slack_url(conn: Any) -> str:
     return f"https://{host}/{(conn.password or '').lstrip('/')}"
 
 
+def slack_message(alerts: Sequence[Alert]) -> str:
+    """The Slack text of the alerts: one line each, shown literally (no mention or link a key
+    could inject: `tally.outputs.slack_text`)."""
+    return "\n".join(slack_text(a.message()) for a in alerts)
+
+
 def _send_slack(alerts: Sequence[Alert]) -> None:
-    text = "\n".join(a.message() for a in alerts)
+    text = slack_message(alerts)
     try:  # the Slack provider, when it is installed
         from airflow.providers.slack.hooks.slack_webhook import (  # type: ignore[import-not-found]
             SlackWebhookHook,

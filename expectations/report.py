@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from expectations.report_data import ReportError, ReportOptions, collect_report_data
 from expectations.report_html import render_html
+from tally.outputs import csv_safe_cell
 
 RECONCILIATION_COLUMNS = (
     "business_date",
@@ -50,19 +51,20 @@ RECONCILIATION_COLUMNS = (
 
 def write_csv(rows: DataFrame, path: Path) -> int:
     """The reconciliation rows as CSV (streamed from Spark in window, key order); returns
-    the number of rows. Amounts stay integer minor units."""
+    the number of rows. Amounts stay integer minor units (unquoted); text cells are quoted
+    and neutralised against spreadsheet formulas (`tally.outputs.csv_safe_cell`)."""
     columns = [c for c in RECONCILIATION_COLUMNS if c in rows.columns]
     ordered = rows.select(*columns).orderBy("window_start", "key")
     count = 0
     with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
+        writer = csv.writer(fh, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(columns)
         for row in ordered.toLocalIterator():
             writer.writerow(
                 [
                     v.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
                     if isinstance(v, datetime)
-                    else ("" if v is None else v)
+                    else ("" if v is None else csv_safe_cell(v))
                     for v in row
                 ]
             )

@@ -12,6 +12,7 @@ from typing import Any
 
 from expectations.report_data import ReportData
 from tally.dates import business_day_bounds
+from tally.outputs import one_line
 from tally.settings import format_duration
 
 
@@ -22,6 +23,13 @@ def _png(fig: Any) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def literal_label(text: str) -> str:
+    """`text` drawn as it is, on one line: matplotlib reads text between two `$` as mathtext,
+    and an event key like `$x^$` would then fail the whole report (an escaped `\\$` is a plain
+    dollar); control characters are shown as their escapes (`tally.outputs.one_line`)."""
+    return one_line(text).replace("$", r"\$")
 
 
 def _figure(width: float = 9.0, height: float = 3.6) -> tuple[Any, Any]:
@@ -167,7 +175,7 @@ def chart_worst_keys(data: ReportData) -> str:
     fig, ax = _figure(height=max(2.5, 0.45 * len(data.worst_keys) + 1))
     if not data.worst_keys:
         return _placeholder(fig, ax, "no key has a gap")
-    keys = [str(k["key"]) for k in data.worst_keys][::-1]
+    keys = [literal_label(str(k["key"])) for k in data.worst_keys][::-1]
     explained = [k["explained_amount"] / 100 for k in data.worst_keys][::-1]
     unexplained = [k["unexplained_amount"] / 100 for k in data.worst_keys][::-1]
     ax.barh(keys, explained, color="#9467bd", label="explained by late events")

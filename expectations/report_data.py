@@ -28,7 +28,13 @@ from pyspark.sql import functions as F
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
-from tally.settings import SettingsError, format_duration, meets_target, parse_duration
+from tally.settings import (
+    Settings,
+    SettingsError,
+    format_duration,
+    meets_target,
+    parse_duration,
+)
 from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
 from tally.windows import describe_windowing as windowing_text
 
@@ -49,6 +55,8 @@ CURVE_SHIFTS_MS = (
 )
 LATENESS_BINS_MS = (0, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000)
 WORST_KEYS = 10
+# The allowed lateness of a run that recorded none: the setting's default.
+ALLOWED_LATENESS_DEFAULT_MS = Settings().allowed_lateness
 
 
 class ReportError(RuntimeError):
@@ -164,14 +172,31 @@ def _first_of_date(
     return first.asDict() if first is not None else None
 
 
-def _run_settings(run: dict[str, Any] | None) -> dict[str, Any]:
-    """The settings the reconciliation run recorded (a JSON object)."""
+def recorded_settings(run: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings the reconciliation run recorded (a JSON object; {} when none were).
+    Anything else is a ReportError: the report must not guess the bounds it explains."""
     if not run or not run.get("settings"):
         return {}
     try:
-        return dict(json.loads(run["settings"]))
-    except (TypeError, ValueError):
-        return {"settings": str(run["settings"])}
+        value = json.loads(run["settings"])
+    except ValueError as exc:
+        raise ReportError(f"reconciliation_runs.settings: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ReportError(
+            f"reconciliation_runs.settings: expected a JSON object, got {type(value).__name__}"
+        )
+    return value
+
+
+def recorded_duration(settings: dict[str, Any], name: str) -> int | None:
+    """The duration `name` the run recorded, in ms; None when it recorded none. One that
+    does not parse is a ReportError naming it (never a silent default)."""
+    if settings.get(name) is None:
+        return None
+    try:
+        return parse_duration(settings[name], name)
+    except SettingsError as exc:
+        raise ReportError(f"reconciliation_runs.settings: {exc}") from None
 
 
 def _read_reconciliation(
@@ -185,7 +210,7 @@ def _read_reconciliation(
     version = T.latest_version(spark, warehouse, "reconciliation")
     run = _first_of_date(spark, warehouse, "reconciliation_runs", business_date)
     summary = _first_of_date(spark, warehouse, "reconciliation_summary", business_date)
-    settings = _run_settings(run)
+    settings = recorded_settings(run)
     zone = (
         report_timezone
         or (run or {}).get("report_timezone")
@@ -368,12 +393,8 @@ def _current_bound(options: ReportOptions, settings: dict[str, Any]) -> int | No
     """The caller's bound, else the run's recorded `lateness`, else the fallback."""
     if options.current_bound_ms is not None:
         return options.current_bound_ms
-    if settings.get("lateness") is not None:
-        try:
-            return parse_duration(settings["lateness"], "lateness")
-        except SettingsError:
-            pass
-    return options.fallback_bound_ms
+    recorded = recorded_duration(settings, "lateness")
+    return recorded if recorded is not None else options.fallback_bound_ms
 
 
 def _completeness_target(options: ReportOptions, settings: dict[str, Any]) -> float | None:
@@ -422,10 +443,9 @@ def _curve(
         return [dict(c) for c in given], "given"
     if late is None or current_bound_ms is None:
         return None, "not computed"
-    try:
-        allowed_ms = parse_duration(settings.get("allowed_lateness", 0), "allowed_lateness")
-    except SettingsError:
-        allowed_ms = 0
+    allowed_ms = recorded_duration(settings, "allowed_lateness")
+    if allowed_ms is None:  # not recorded: the setting's default
+        allowed_ms = ALLOWED_LATENESS_DEFAULT_MS
     curve = _estimated_curve(late, batch_events, current_bound_ms, allowed_ms)
     return curve, "estimated from the late side output"
 

@@ -7,6 +7,9 @@ it validates (derived columns are computed in Spark, so every check is a stock e
     stream_aggregates_suite()    on stream_aggregates_frame(stream rows of the date's windows)
     stream_progress_suite(...)   on stream_progress_frame(micro-batches that carried the date)
 
+The suites' thresholds have no defaults of their own: they are the settings of the same names
+(`Thresholds.from_settings`), whose defaults live in `tally.settings.Settings`.
+
 Every expectation carries `meta.check` (a stable name: what `validation_results.check` and the
 report show), `description` and a `severity`. A suite passes when no *critical* expectation
 fails; a failed *warning* expectation is flagged but does not fail the date. The late-event
@@ -116,7 +119,7 @@ def _suite(name: str, expectations: list[Any]) -> ExpectationSuite:
 
 
 def gap_suite(
-    *, unexplained_tolerance: int = 0, late_rate_warn: float = 0.001, late_rate_fail: float = 0.01
+    *, unexplained_tolerance: int, late_rate_warn: float, late_rate_fail: float
 ) -> ExpectationSuite:
     """The date's reconciliation: no unexplained gap, the explained gap is exactly the late
     side output, the late-event rate is under its thresholds, every window has a batch side."""
@@ -223,11 +226,11 @@ def gap_frame(reconciliation: DataFrame) -> DataFrame:
 
 def events_suite(
     *,
-    amount_min: int = -1_000_000_000,
-    amount_max: int = 1_000_000_000,
-    max_clock_skew_ms: int = 300_000,
-    clock_skew_tolerance: float = 0.0,
-    duplicate_rate_max: float = 0.01,
+    amount_min: int,
+    amount_max: int,
+    max_clock_skew_ms: int,
+    clock_skew_tolerance: float,
+    duplicate_rate_max: float,
 ) -> ExpectationSuite:
     """The event log of the date's `event_date` partition: identity columns present, amounts
     integral and within bounds, event times not from the future, few duplicates."""
@@ -350,7 +353,7 @@ def stream_aggregates_frame(stream_aggregates: DataFrame) -> DataFrame:
     return stream_aggregates.select("*", F.when(latest, label).alias("latest_window_key"))
 
 
-def stream_progress_suite(*, watermark_lag_max_ms: int = 600_000) -> ExpectationSuite:
+def stream_progress_suite(*, watermark_lag_max_ms: int) -> ExpectationSuite:
     """The micro-batches that carried the date: the watermark never moves backwards, and the
     watermark lag of the last non-drained batch is within bound."""
     import great_expectations.expectations as gxe

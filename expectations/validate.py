@@ -136,7 +136,7 @@ def _batch_definition(context: Any, asset_name: str) -> Any:
     source is replaced with add_or_update_spark."""
     try:
         datasource = context.data_sources.get(DATASOURCE)
-    except Exception:  # a miss raises KeyError or one of GX's own errors, by version
+    except KeyError:  # not there yet (GX: "Could not find a datasource named ...")
         datasource = None
     if datasource is None or datasource.type != "spark" or datasource.persist:
         datasource = context.data_sources.add_or_update_spark(name=DATASOURCE, persist=False)
@@ -180,13 +180,17 @@ def run_checkpoint(
         run_id=RunIdentifier(run_name=run_name, run_time=run_time),
     )
     ((identifier, suite_result),) = result.run_results.items()
-    page = None
+    return suite_result, data_docs_page(context, identifier)
+
+
+def data_docs_page(context: Any, identifier: Any) -> str | None:
+    """The URL of the Data Docs page of a validation result; None when it was not written.
+    Anything else (no such site in the project, say) is GX's error with its own message."""
     try:
         urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DOCS_SITE)
-        page = urls[0]["site_url"] if urls else None
-    except Exception:  # a missing page link is not worth failing a validation for
-        page = None
-    return suite_result, page
+    except ValueError:  # GX: "Cannot get URL for resource" when the page was not written
+        return None
+    return urls[0]["site_url"] if urls else None
 
 
 # -- results -------------------------------------------------------------------------------------

@@ -32,6 +32,17 @@ log = logging.getLogger(__name__)
 LEASE_DIR = "_lease/stream"
 # Generations older than this many below the current one are deleted by a new holder.
 KEEP_GENERATIONS = 3
+# Record names are the generation zero-padded to this many digits (so they sort as numbers).
+GENERATION_DIGITS = 12
+# How many times a claimant looks again after another claimant created the generation first.
+CLAIM_ATTEMPTS = 5
+# A store that fails to answer is tolerated while the last heartbeat is younger than
+# ttl / FAILED_CHECK_TOLERANCE (nobody may take the lease before it expires).
+FAILED_CHECK_TOLERANCE = 2
+# Heartbeats per ttl (several, so one late beat never lets the lease expire), and the
+# shortest interval between two, in seconds.
+BEATS_PER_TTL = 4
+MIN_BEAT_INTERVAL_S = 0.05
 
 
 class LeaseError(RuntimeError):
@@ -109,12 +120,16 @@ def iso(ms: int) -> str:
 
 
 def record_name(generation: int) -> str:
-    return f"{generation:012d}.json"
+    return f"{generation:0{GENERATION_DIGITS}d}.json"
 
 
 def generation_of(name: str) -> int | None:
     stem, dot, ext = name.rpartition(".")
-    return int(stem) if dot and ext == "json" and stem.isdigit() and len(stem) == 12 else None
+    return (
+        int(stem)
+        if dot and ext == "json" and stem.isdigit() and len(stem) == GENERATION_DIGITS
+        else None
+    )
 
 
 # -- stores ------------------------------------------------------------------------------
@@ -338,7 +353,7 @@ class WarehouseLease:
 
     def acquire(self) -> LeaseRecord:
         """Take the warehouse, or LeaseError naming its live owner."""
-        for _attempt in range(5):
+        for _attempt in range(CLAIM_ATTEMPTS):
             current = self._current()
             alive = owner_alive(current.holder, self.holder.host) if current else None
             decision = decide(current, self.now_ms(), alive)
@@ -353,7 +368,9 @@ class WarehouseLease:
                 self._forget_old(decision.generation)
                 return record
             # Another claimant created that generation first: look again.
-        raise LeaseError(f"stream: warehouse {self.warehouse}: lost five races for its lease")
+        raise LeaseError(
+            f"stream: warehouse {self.warehouse}: lost {CLAIM_ATTEMPTS} races for its lease"
+        )
 
     def _forget_old(self, generation: int) -> None:
         with contextlib.suppress(Exception):  # tidying only; a failure changes nothing
@@ -386,13 +403,15 @@ class WarehouseLease:
 
     def check(self) -> None:
         """Before a batch writes: still ours? (LeaseError otherwise.) A store that fails to
-        answer is tolerated while our last heartbeat is younger than half the ttl: nobody may
-        take the lease before it expires, so a passing hiccup need not stop the stream."""
+        answer is tolerated while our last heartbeat is younger than half the ttl
+        (`FAILED_CHECK_TOLERANCE`): nobody may take the lease before it expires, so a passing
+        hiccup need not stop the stream."""
         try:
             self.renew()
         except Exception as exc:
             record = self.record
-            if record is None or self.now_ms() - record.heartbeat_ms >= record.ttl_ms // 2:
+            tolerated_ms = record.ttl_ms // FAILED_CHECK_TOLERANCE if record else 0
+            if record is None or self.now_ms() - record.heartbeat_ms >= tolerated_ms:
                 raise LeaseError(
                     f"stream: cannot renew the lease on warehouse {self.warehouse}: {exc}"
                 ) from exc
@@ -401,7 +420,7 @@ class WarehouseLease:
             raise LeaseError(self._lost)
 
     def _beat(self) -> None:
-        interval = max(self.ttl_ms / 4000, 0.05)
+        interval = max(self.ttl_ms / 1000 / BEATS_PER_TTL, MIN_BEAT_INTERVAL_S)
         while not self._stop.wait(interval):
             try:
                 self.renew()

@@ -22,6 +22,9 @@ from pyspark.sql import functions as F
 from tally.events import SOURCE_PARTITION, SOURCE_REASON, text_lines, text_reader
 
 KAFKA_SOURCE_PREFIX = "kafka:"  # source_file of a Kafka record: kafka:<topic>/<partition>
+# How long the pre-flight check waits for the broker's metadata before the stream refuses to
+# start (long enough for a broker across a network, short enough to fail before Spark does).
+BROKER_PREFLIGHT_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class SourceError(RuntimeError):
     """The source cannot be read (one-line message)."""
 
 
-def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = 15.0) -> int:
+def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = BROKER_PREFLIGHT_TIMEOUT_S) -> int:
     """How many partitions the topic has; raises `SourceError` (one line) when the broker
     cannot be reached within `timeout_s` or the topic does not exist, before anything starts
     (Spark's own source would retry for minutes, then fail with a stack trace)."""

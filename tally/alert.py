@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from tally.outputs import one_line
 from tally.vocabulary import SEVERITIES
 
 
@@ -34,7 +35,8 @@ class Alert:
             raise ValueError("alert_time: needs a time zone")
 
     def message(self) -> str:
-        """The one line that is logged and sent."""
+        """The one line that is logged and sent (payload text in it cannot break the line:
+        `tally.outputs.one_line`)."""
         where = ".".join(p for p in (self.dag_id, self.task_id) if p) or "tally"
         day = self.business_date.isoformat() if self.business_date else "-"
         text = (
@@ -45,7 +47,7 @@ class Alert:
             text += f"; report {self.report_link}"
         if self.log_link:
             text += f"; log {self.log_link}"
-        return text
+        return one_line(text)
 
     def with_context(self, **values: Any) -> Alert:
         """A copy with the empty fields among `values` filled in."""

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -67,11 +67,50 @@ def test_every_dag_has_owner_tags_docs_retries_and_alerting(bag, dag_id: str) ->
     assert dag.owner == "tally-data-platform"
     for t in dag.tasks:
         assert t.owner == "tally-data-platform"
-        assert t.retries >= 1
-        assert t.retry_exponential_backoff > 1
-        assert t.max_retry_delay is not None
+        assert t.retry_exponential_backoff == 2.0
         assert t.doc_md
         assert any(isinstance(cb, TallyAlertNotifier) for cb in t.on_failure_callback)
+
+
+# (retries, retry_delay, max_retry_delay) of every task with the default settings: the
+# settings' 2, 5m and 1h; the health checks run every five minutes and retry once, quickly.
+DEFAULT_RETRIES = {
+    H.NIGHTLY: (2, timedelta(minutes=5), timedelta(hours=1)),
+    H.TUNING: (2, timedelta(minutes=5), timedelta(hours=1)),
+    H.HEALTH: (1, timedelta(minutes=1), timedelta(hours=1)),
+}
+# The same with TALLY_RETRIES=4, TALLY_RETRY_DELAY=30s, TALLY_MAX_RETRY_DELAY=2h at parse time.
+SET_RETRIES = {
+    H.NIGHTLY: (4, timedelta(seconds=30), timedelta(hours=2)),
+    H.TUNING: (4, timedelta(seconds=30), timedelta(hours=2)),
+    H.HEALTH: (1, timedelta(minutes=1), timedelta(hours=2)),
+}
+
+
+def _retries(bag: Any) -> dict[str, set[tuple[int, timedelta, timedelta]]]:
+    return {
+        dag_id: {(t.retries, t.retry_delay, t.max_retry_delay) for t in bag.dags[dag_id].tasks}
+        for dag_id in H.DAG_IDS
+    }
+
+
+def test_retries_are_the_settings_defaults(monkeypatch, tmp_path) -> None:
+    for key in ("TALLY_RETRIES", "TALLY_RETRY_DELAY", "TALLY_MAX_RETRY_DELAY"):
+        monkeypatch.delenv(key, raising=False)
+    bag = load_bag(monkeypatch, TALLY_WAREHOUSE=str(tmp_path / "wh"))
+    assert _retries(bag) == {d: {v} for d, v in DEFAULT_RETRIES.items()}
+
+
+def test_retry_settings_change_the_dags(monkeypatch, tmp_path) -> None:
+    bag = load_bag(
+        monkeypatch,
+        TALLY_WAREHOUSE=str(tmp_path / "wh"),
+        TALLY_RETRIES="4",
+        TALLY_RETRY_DELAY="30s",
+        TALLY_MAX_RETRY_DELAY="2h",
+    )
+    assert bag.import_errors == {}
+    assert _retries(bag) == {d: {v} for d, v in SET_RETRIES.items()}
 
 
 @pytest.mark.parametrize("dag_id", H.DAG_IDS)
@@ -445,6 +484,22 @@ def test_slack_webhook_receives_the_alert_when_configured(monkeypatch, webhook) 
     alert = Alert("late-event rate above threshold", "5.000%", "1.000%", severity="error")
     assert send([alert], env={"AIRFLOW_CONN_TALLY_SLACK": conn}) == ["slack"]
     assert received == [{"text": alert.message()}]
+
+
+def test_slack_receives_a_hostile_key_as_text(monkeypatch, webhook) -> None:
+    """A key naming a broadcast, a mention and a link arrives escaped (tally.outputs)."""
+    from dags.alerting import send
+    from tally.alert import Alert
+
+    url, received = webhook
+    conn = json.dumps({"conn_type": "http", "password": url})
+    monkeypatch.setenv("AIRFLOW_CONN_TALLY_SLACK", conn)
+    alert = Alert("gap on key <!channel> <@U123> <http://x|y> @here\nfake", "1", "0")
+    assert send([alert], env={"AIRFLOW_CONN_TALLY_SLACK": conn}) == ["slack"]
+    ((payload,),) = [received]
+    text = payload["text"]
+    assert "<" not in text and ">" not in text and "@here" not in text and "\n" not in text
+    assert "&lt;!channel&gt; &lt;@U123&gt; &lt;http://x|y&gt; @\u2060here\\nfake" in text
 
 
 def test_submitted_arguments_render_for_runs_with_and_without_a_data_interval(

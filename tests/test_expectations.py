@@ -518,6 +518,16 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     with pytest.raises(ValueError, match="late_rate_warn"):
         S.Thresholds.from_settings(Settings(late_rate_warn=0.2, late_rate_fail=0.1))
     assert S.Thresholds.defaults() == S.Thresholds.from_settings(Settings())
+
+
+@pytest.mark.parametrize("build", [S.gap_suite, S.events_suite, S.stream_progress_suite])
+def test_suites_have_no_defaults_of_their_own(build: Any) -> None:
+    """A default here would be a second copy of the setting's (tally.settings.Settings)."""
+    import inspect
+
+    parameters = inspect.signature(build).parameters.values()
+    assert parameters  # every one of these suites takes thresholds
+    assert [p.name for p in parameters if p.default is not inspect.Parameter.empty] == []
     with pytest.raises(ValidationError, match="now: needs a time zone"):
         validate_date(None, "wh", DAY, now=datetime(2026, 1, 1), gx_root="gx")  # type: ignore[arg-type]  # noqa: DTZ001
 
@@ -549,3 +559,26 @@ def test_results_table_schema() -> None:
     assert fields["success"] == "boolean" and fields["observed_value"] == "string"
     assert T.VALIDATION_RESULTS.partition_by == ("business_date",)
     assert json.loads(json.dumps(sorted(fields)))  # plain names, no reserved words
+
+
+def test_a_missing_data_docs_page_is_none_but_a_missing_site_is_an_error(tmp_path) -> None:
+    """Only the unwritten page is tolerated (no link); a project without the Data Docs site
+    used to give no link silently, now GX's own message says what is wrong."""
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+    from great_expectations.exceptions import DataContextError
+
+    from expectations.validate import data_docs_page, ensure_project, gx_context
+
+    never_run = ValidationResultIdentifier(
+        ExpectationSuiteIdentifier(S.GAP), RunIdentifier("never", NOW), "batch"
+    )
+    assert data_docs_page(gx_context(tmp_path / "ok"), never_run) is None
+    ensure_project(tmp_path / "no-site")
+    config = tmp_path / "no-site" / "gx" / "great_expectations.yml"
+    config.write_text(config.read_text().replace("  local_site:", "  another_site:"))
+    with pytest.raises(DataContextError, match="Could not find site named local_site"):
+        data_docs_page(gx_context(tmp_path / "no-site"), never_run)

@@ -449,6 +449,11 @@ def test_errors_name_the_problem(reconciled, spark, tmp_path):
         reconcile(spark, warehouse, DAY, W, stream_versions={"events": 0}, now=NOW)
     with pytest.raises(ReconcileError, match="unknown time zone"):
         reconcile(spark, warehouse, DAY, W, "Mars/Olympus", now=NOW)
+    with pytest.raises(ReconcileError, match="unknown time zone 'Europe'"):  # a directory
+        reconcile(spark, warehouse, DAY, W, "Europe", now=NOW)
+    # A valid zone with a date that has no end is not "an unknown time zone".
+    with pytest.raises(ReconcileError, match=r"business_date: 9999-12-31 has no end"):
+        reconcile(spark, warehouse, date.max, W, "UTC", now=NOW)
     with pytest.raises(ReconcileError, match="never reconciled"):
         reproduce(spark, warehouse, DAY - timedelta(days=3), now=NOW)
 

@@ -17,7 +17,14 @@ from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
 from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
 
 from expectations.report import build_report
-from expectations.report_data import ReportData, ReportError, ReportOptions, format_minor
+from expectations.report_data import (
+    ReportData,
+    ReportError,
+    ReportOptions,
+    format_minor,
+    recorded_duration,
+    recorded_settings,
+)
 from expectations.report_html import render_html
 from expectations.validate import write_results
 
@@ -43,6 +50,35 @@ def test_format_minor_is_exact(minor: int, text: str) -> None:
 def test_format_minor_refuses_floats() -> None:
     with pytest.raises(TypeError):
         format_minor(12.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "error"),
+    [
+        ("{not json", "not JSON"),  # a corrupt record is not "allowed lateness 0"
+        ("[1, 2]", "expected a JSON object, got list"),  # JSON, but not settings
+        ('{"allowed_lateness": "soon"}', "allowed_lateness"),  # names the unreadable field
+        ('{"lateness": "-5s"}', "lateness"),
+    ],
+)
+def test_unreadable_recorded_settings_are_a_report_error(recorded: str, error: str) -> None:
+    with pytest.raises(ReportError, match=error):
+        settings = recorded_settings({"settings": recorded})
+        for name in ("lateness", "allowed_lateness"):
+            recorded_duration(settings, name)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "name", "ms"),
+    [
+        (None, "lateness", None),  # no settings recorded: nothing to read
+        ('{"window": "1m"}', "allowed_lateness", None),  # not recorded: the caller's default
+        ('{"allowed_lateness": "2s"}', "allowed_lateness", 2_000),  # a duration text
+        ('{"lateness": 30000}', "lateness", 30_000),  # milliseconds
+    ],
+)
+def test_recorded_durations(recorded: str | None, name: str, ms: int | None) -> None:
+    assert recorded_duration(recorded_settings({"settings": recorded}), name) == ms
 
 
 def test_curve_is_not_computed_without_data() -> None:

@@ -315,9 +315,9 @@ def test_widening_stops_after_its_limit(
 ) -> None:
     """The chain needs the read widened by two days; with a limit of one the run stops with
     one line."""
-    import batch.reconcile
+    import batch.sessions
 
-    monkeypatch.setattr(batch.reconcile, "MAX_WIDENING_DAYS", 1)
+    monkeypatch.setattr(batch.sessions, "MAX_WIDENING_DAYS", 1)
     with pytest.raises(
         ReconcileError,
         match=r"^session_gap: 1 session\(s\) of 2026-11-20 still reach past "

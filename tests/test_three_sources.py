@@ -18,6 +18,7 @@ behind.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 from collections import Counter
@@ -231,14 +232,68 @@ def test_the_stream_is_the_reference_model(run: dict[str, Any], feed: Feed) -> N
     ]
 
 
-def test_validation_passes_on_both_dates(run: dict[str, Any]) -> None:
+# An event the scenario holds back this long (a link drop: 90-120 s) is late whatever the
+# batching: the watermark is at most one poll (<= 30 s) plus the poller's 30 s bound behind the
+# arrival clock, and the event's 10 s window ended 80 s or more before it arrived.
+HELD_BACK_MS = 90_000
+# An event that arrives at most this far behind its time is on time whatever the batching:
+# the watermark (a minimum over the sources) is at or below the poller's high-water mark minus
+# its 30 s bound, so at least 30 s behind the arrival clock, and the event's window ends after
+# the event.
+NEVER_LATE_MS = max(BOUNDS.values())
+
+
+def late_rate_range(feed: Feed, day: date) -> tuple[float, float]:
+    """The late-event rate of `day` the scenario's definition allows: at least the held-back
+    events of the day, at most its beyond-bound events (the manifest's list) that arrive more
+    than NEVER_LATE_MS behind, over the day's events (counted from the feed's lines; the few
+    malformed lines that carry an id widen the range)."""
+    parsed: dict[str, str] = {}
+    for f in feed.files:
+        for line in f.lines:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("event_time"), str):
+                parsed.setdefault(str(obj.get("event_id")), obj["event_time"])
+    on_day = sum(datetime.fromisoformat(t).date() == day for t in parsed.values())
+    malformed_with_id = len(parsed) - feed.manifest["valid_events"]
+    assert 0 <= malformed_with_id <= feed.manifest["malformed_lines"]
+    beyond = [
+        b
+        for source in feed.manifest["sources"].values()
+        for b in source["beyond_bound_events"]
+        if datetime.fromisoformat(b["event_time"]).date() == day
+    ]
+    held_back = [b for b in beyond if b["delay_ms"] >= HELD_BACK_MS]
+    may_be_late = [b for b in beyond if b["delay_ms"] > NEVER_LATE_MS]
+    return len(held_back) / on_day, len(may_be_late) / (on_day - malformed_with_id)
+
+
+def expected_failed_checks(feed: Feed, day: date) -> set[tuple[str, str]]:
+    """What validation must find on `day`, from the scenario and the default thresholds:
+    the 0.1 % warning when even the held-back events exceed it, nothing when all the events
+    that may be late stay under it; never the 1 % failure."""
+    from tally.settings import Settings
+
+    low, high = late_rate_range(feed, day)
+    defaults = Settings()
+    assert high <= defaults.late_rate_fail, (day, high)
+    if low > defaults.late_rate_warn:
+        return {("gap", "late_rate_warn")}
+    assert high <= defaults.late_rate_warn, (day, low, high)  # else the scenario is undecided
+    return set()
+
+
+def test_validation_passes_on_both_dates(run: dict[str, Any], feed: Feed) -> None:
+    expected = {day: expected_failed_checks(feed, day) for day in DATES}
+    assert expected == {DATES[0]: {("gap", "late_rate_warn")}, DATES[1]: set()}  # seed 5
     for day, outcome in run["outcomes"].items():
         assert outcome.success, (day, outcome.describe())
-        rate = run["results"][day].summary["late_event_rate"]
-        # the only possible finding: a few listed events late, above the 0.1 % warning
-        expected = {("gap", "late_rate_warn")} if rate > 0.001 else set()
-        assert rate <= 0.01
-        assert outcome.failed_checks() == expected, (day, outcome.describe())
+        low, high = late_rate_range(feed, day)
+        assert low <= run["results"][day].summary["late_event_rate"] <= high
+        assert outcome.failed_checks() == expected[day], (day, outcome.describe())
 
 
 # -- why per-source bounds: the same files through the reference model -------------------------
