@@ -551,11 +551,11 @@ class Settings:
         if self.expected_partitions != ALL_PARTITIONS:
             parse_partition_list(self.expected_partitions, "expected_partitions")
         self._check_orchestration()
-        try:
-            from zoneinfo import ZoneInfo
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+        try:
             ZoneInfo(self.report_timezone)
-        except Exception:
+        except (ZoneInfoNotFoundError, ValueError):  # no such zone; a name that is no key
             raise SettingsError(
                 f"report_timezone: unknown time zone {self.report_timezone!r}"
             ) from None
