@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from streaming.lateness import MIN_HISTORY_EVENTS
 from streaming.logic import WindowParams
 from tally.settings import Settings, default_checkpoint
 
@@ -40,6 +41,13 @@ class StreamParams:
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
     # partitions the watermark waits for until each has reported (docs/semantics.md)
     expected_partitions: frozenset[int] = frozenset()
+    # lateness auto (docs/semantics.md): each partition's bound follows its delays toward
+    # the target, within [lateness_min_ms, lateness_max_ms]; `lateness_ms` is then unused
+    lateness_auto: bool = False
+    completeness_target: float = 99.9
+    lateness_min_ms: int = 0
+    lateness_max_ms: int = 0
+    lateness_min_history: int = MIN_HISTORY_EVENTS  # not a setting: tests lower it
 
     @property
     def window(self) -> WindowParams:
@@ -62,9 +70,6 @@ class StreamParams:
     ) -> StreamParams:
         """`topic_partitions`: how many partitions the Kafka topic has (for
         `expected_partitions = all`)."""
-        if settings.lateness_auto:
-            # the rule is in streaming/lateness.py; the per-batch histogram is not wired yet
-            raise StreamError("lateness: auto is not available in the stream yet; give a bound")
         expected = settings.expected_partition_set
         if expected is None:  # `all`: the topic's partitions when the stream starts
             expected = frozenset(range(topic_partitions))
@@ -85,6 +90,10 @@ class StreamParams:
             source_watermark_field=settings.source_watermark_field,
             early_firing_interval_ms=settings.early_firing_interval,
             expected_partitions=expected,
+            lateness_auto=settings.lateness_auto,
+            completeness_target=settings.completeness_target,
+            lateness_min_ms=settings.lateness_min,
+            lateness_max_ms=settings.lateness_max,
         )
 
 

@@ -277,7 +277,7 @@ class ProgressRow(NamedTuple):
     # source watermark before them, and (where any did) the largest gap
     source_regressions: tuple[tuple[int, int], ...] = ()
     source_regression_ms: tuple[tuple[int, int], ...] = ()
-    # lateness auto: the bound in force per known partition, sorted (partition, ms)
+    # the lateness bound in force per known partition (fixed or auto), sorted (partition, ms)
     lateness: tuple[tuple[int, int], ...] = ()
 
 
@@ -670,7 +670,7 @@ class ReferenceModel:
             unheard=tuple(sorted(self.unheard_since.items())),
             source_regressions=tuple(sorted(regressions.items())),
             source_regression_ms=tuple(sorted(regression_gap.items())),
-            lateness=tuple(sorted(lateness.items())) if p.lateness_auto else (),
+            lateness=tuple(sorted(lateness.items())),
         )
         self.progress.append(row)
         self.batch_id += 1

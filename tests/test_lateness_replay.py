@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import reference_model as M
+import stream_helpers as H
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from streaming.lateness import (
 from streaming.watermark import WatermarkState, advance_watermark
 
 S = 1_000
-T0 = 1_700_000_000_000  # event times are epoch ms from here
+T0 = H.T0_MS  # event times are epoch ms from here
 IDLE = 600 * S
 
 
@@ -92,11 +93,14 @@ def calm(start_s: int) -> list[tuple[int, int]]:
     return [(0, (start_s + i) * S) for i in range(10)]
 
 
+# target 90 %, clamp [100 ms, 60 s], 10 measured events make enough history
+BURST_AUTO = M.AutoLateness(target_pct=90.0, min_ms=100, max_ms=60 * S, min_history=10)
+BURST = [(0, (21 + i) * S) for i in range(5)] + [(0, 5 * S)] * 5  # 5 in order, 5 15 s behind
+
+
 def test_a_delay_burst_widens_the_bound_and_calm_tightens_it() -> None:
-    # target 90 %, clamp [100 ms, 60 s], 10 measured events make enough history
-    auto = M.AutoLateness(target_pct=90.0, min_ms=100, max_ms=60 * S, min_history=10)
-    burst = [(0, (21 + i) * S) for i in range(5)] + [(0, 5 * S)] * 5  # 5 in order, 5 15 s behind
-    batches = [calm(1), calm(11), burst, calm(26), calm(36), calm(46)]
+    auto = BURST_AUTO
+    batches = [calm(1), calm(11), BURST, calm(26), calm(36), calm(46)]
     expected = [
         # b0: nothing measured (no mark before): lateness_max; wm = 10 - 60 s
         ({0: 60 * S}, -50 * S),
@@ -151,3 +155,62 @@ def test_the_model_and_the_pure_rule_agree(
     for bounds, _ in model:
         for partition, bound in bounds.items():
             assert 500 <= bound <= 30 * S or bound == fallback.get(partition)
+
+
+# -- the same burst through the Spark job (BatchProcessor), held to the model -----------------
+def burst_files() -> list[list[H.InputFile]]:
+    """The hand-computed burst above as input files, batch i arriving at i * 10 s."""
+    auto_batches = [calm(1), calm(11), BURST, calm(26), calm(36), calm(46)]
+    return [
+        [
+            H.InputFile(
+                f"b{n:03d}-0.jsonl",
+                T0 + n * 10 * S,
+                [
+                    H.event_line(f"b{n}-{i}", "k", 1, T0 + ms, p, time_style="epoch")
+                    for i, (p, ms) in enumerate(events)
+                ],
+            )
+        ]
+        for n, events in enumerate(auto_batches)
+    ]
+
+
+def test_the_stream_widens_and_tightens_the_bound_like_the_model(spark, tmp_path) -> None:
+    params = M.Params(
+        window_ms=60 * S,
+        lateness_ms=0,
+        idle_timeout_ms=IDLE,
+        max_clock_skew_ms=10**9,
+        lateness_auto=BURST_AUTO,
+    )
+    files = burst_files()
+    warehouse = str(tmp_path / "warehouse")
+    # two processes: the second reads the histograms back from stream_progress mid-burst
+    H.run_processor(spark, warehouse, tmp_path / "input", files[:3], params)
+    H.run_processor(spark, warehouse, tmp_path / "input", files[3:], params, True, first_batch=3)
+    out = H.read_outputs(spark, warehouse)
+    model = H.model_outputs(M.run_model([H.model_lines(f) for f in files], params, drain=True))
+    assert out.progress == model.progress
+    assert H.sort_rows(out.late_events) == H.sort_rows(model.late_events)
+    assert H.sort_rows(out.aggregates) == H.sort_rows(model.aggregates)
+    # the bound in force per batch (the drain records none): calm, burst, calm again
+    assert [dict(p.lateness).get(0) for p in out.progress] == [
+        60 * S,
+        100,
+        17_222,
+        17_222,
+        17_222,
+        100,
+        None,
+    ]
+    # the histograms are in stream_progress: a restart reads them back (same bounds)
+    row = (
+        spark.read.format("delta")
+        .load(f"{warehouse}/stream_progress")
+        .where("batch_id = 2")
+        .first()
+    )
+    assert row is not None and row["partition_delays_measured"] == {0: 20}
+    # bucket 44: edge round(10 ms · 2^(43/4)) = 17 222 ms holds the 15 s delays
+    assert row["partition_delay_weights"] == {0: {0: 14080, 44: 5120}}
