@@ -187,7 +187,7 @@ def tune_lateness(
     params = TuningParams(
         warehouse=settings.warehouse,
         window_ms=settings.window,
-        configured_lateness_ms=settings.lateness,
+        configured_lateness_ms=settings.fixed_lateness,
         candidates_ms=settings.lateness_candidates_ms,
         target_pct=settings.completeness_target,
         report_timezone=settings.report_timezone,
@@ -195,7 +195,9 @@ def tune_lateness(
     )
     spark = spark or session_for(settings, "tally-dag")
     result = tune(spark, params, first_day, last_day, now=now)
-    overall = None if result["configured_meets_target"] else tuning_alert(result, settings.lateness)
+    overall = (
+        None if result["configured_meets_target"] else tuning_alert(result, settings.fixed_lateness)
+    )
     # Per partition only with per-source bounds: otherwise the one bound's alert says it.
     per_partition = partition_tuning_alert(result) if params.configured_by_partition else None
     alerts = [a for a in (overall, per_partition) if a is not None]

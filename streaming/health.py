@@ -48,7 +48,7 @@ class HealthParams:
             history=settings.health_history,
             spread_batches=settings.health_spread_batches,
             idle_max_ms=settings.health_idle_max,
-            lateness_ms=settings.lateness,
+            lateness_ms=settings.fixed_lateness,
             late_rate_warn=settings.late_rate_warn,
             late_rate_fail=settings.late_rate_fail,
             regression_min=settings.health_regression_min,

@@ -29,10 +29,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from streaming.lateness import DelayHistogram, advance_histograms, auto_lateness
 from streaming.logic import (
     WindowOut,
     classify_events,
     close_windows,
+    delay_counts,
     event_partitions,
     fold_counts,
     late_window_count,
@@ -95,6 +97,7 @@ class PriorState:
     watermark: WatermarkState
     window_state: DataFrame
     dedup_state: DataFrame
+    delays: Mapping[int, DelayHistogram] = field(default_factory=dict)  # lateness auto
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class Classified:
     # watermark before them (0 included), and, where any did, the largest gap (ms)
     source_regressions: Mapping[int, int] = field(default_factory=dict)
     source_regression_ms: Mapping[int, int] = field(default_factory=dict)
+    # lateness auto: partition -> histogram bucket -> events measured in the batch
+    delay_counts: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
 
     def count(self, column: str) -> int:
         """Total over partitions of a stats column (a status, `valid` or `skewed`)."""
@@ -140,6 +145,8 @@ class WatermarkStep:
     after: WatermarkState  # the drain keeps the partitions' marks as they were
     after_ms: int | None  # None: no watermark yet, or drained (end of input closed everything)
     idle: Mapping[int, bool]
+    lateness_ms: Mapping[int, int] = field(default_factory=dict)  # bound in force per partition
+    delays: Mapping[int, DelayHistogram] = field(default_factory=dict)  # lateness auto's state
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,8 @@ class BatchProcessor:
                 ),
                 F.col("window_state_version").alias("state_batch"),
                 "events_version",
+                F.col("partition_delay_weights").alias("delay_weights"),
+                F.col("partition_delays_measured").alias("delays_measured"),
             )
             .limit(1)
             .collect()
@@ -405,7 +414,7 @@ class BatchProcessor:
         phases.done("clock_state")
         self._label(batch_id, "classify")
         classified = self._classify(ctx, batch, prior)
-        step = self._advance(ctx, prior.watermark, classified)
+        step = self._advance(ctx, prior, classified)
         phases.done("classify")
         self._label(batch_id, "windows")
         fold = Observation(f"tally_fold_{batch_id}")
@@ -515,14 +524,19 @@ class BatchProcessor:
             dict(prev.get("source_watermark") or {}),
             dict(prev.get("unheard") or {}),
         )
+        measured = dict(prev.get("delays_measured") or {})
+        delays = {
+            int(part): DelayHistogram(dict(weights), int(measured.get(part, 0)))
+            for part, weights in (prev.get("delay_weights") or {}).items()
+        }
         kept = self._kept
         if kept is not None and kept.batch_id == prev["batch_id"]:
-            return PriorState(watermark, kept.windows, kept.dedup)
+            return PriorState(watermark, kept.windows, kept.dedup, delays)
         try:
             windows, dedup = self.store.read(int(prev["state_batch"]))
         except FileNotFoundError as exc:
             raise StreamError(f"stream: {exc}") from None
-        return PriorState(watermark, windows, dedup)
+        return PriorState(watermark, windows, dedup, delays)
 
     def _classify(self, ctx: BatchContext, batch: BatchInput, prior: PriorState) -> Classified:
         """Arrival status of every valid event, against the watermark before this batch."""
@@ -544,6 +558,10 @@ class BatchProcessor:
             if p.source_watermark_field
             else []
         )
+        measured: dict[int, dict[int, int]] = {}
+        if p.lateness_auto:  # one small aggregate: (partition, bucket) -> events
+            for r in delay_counts(events, prior.watermark.high_water_ms).collect():
+                measured.setdefault(int(r["partition"]), {})[int(r["bucket"])] = int(r["n"])
         classified = Classified(
             events,
             stats,
@@ -556,6 +574,7 @@ class BatchProcessor:
                 for r in controls
                 if r["regression_ms"] is not None
             },
+            delay_counts=measured,
         )
         for part, count in sorted(classified.source_regressions.items()):
             if count:  # the source broke its promise; the watermark ignores it (semantics.md)
@@ -572,13 +591,30 @@ class BatchProcessor:
         return classified
 
     def _advance(
-        self, ctx: BatchContext, before: WatermarkState, classified: Classified
+        self, ctx: BatchContext, prior: PriorState, classified: Classified
     ) -> WatermarkStep:
-        """The watermark after this batch. The drain closes every window without one: it
-        keeps the partitions' marks and stores no watermark."""
+        """The watermark after this batch, with each known partition's bound (lateness auto:
+        chosen from its delays, streaming/lateness.py). The drain closes every window without
+        one: it keeps the partitions' marks (and delay histograms) and stores no watermark."""
+        before = prior.watermark
         if ctx.drain:
-            return WatermarkStep(before, before, None, {})
+            return WatermarkStep(before, before, None, {}, {}, prior.delays)
         p = self.params
+        known = sorted({*before.high_water_ms, *classified.high_water_ms})
+        delays = prior.delays
+        if p.lateness_auto:
+            delays = advance_histograms(prior.delays, classified.delay_counts)
+            lateness = auto_lateness(
+                delays,
+                known,
+                p.completeness_target,
+                p.lateness_min_ms,
+                p.lateness_max_ms,
+                p.lateness_by_partition,
+                p.lateness_min_history,
+            )
+        else:
+            lateness = {part: p.lateness_by_partition.get(part, p.lateness_ms) for part in known}
         advance = advance_watermark(
             before,
             classified.high_water_ms,
@@ -586,11 +622,13 @@ class BatchProcessor:
             p.lateness_ms,
             p.idle_timeout_ms,
             p.watermark_policy,
-            p.lateness_by_partition,
+            lateness,
             classified.source_watermark_ms,
             p.expected_partitions,
         )
-        return WatermarkStep(before, advance.state, advance.state.watermark_ms, advance.idle)
+        return WatermarkStep(
+            before, advance.state, advance.state.watermark_ms, advance.idle, lateness, delays
+        )
 
     def _write_batch(
         self,
@@ -685,6 +723,9 @@ class BatchProcessor:
             "unheard": dict(after.unheard_since_ms),
             "source_regressions": dict(classified.source_regressions),
             "source_regression_ms": dict(classified.source_regression_ms),
+            "lateness": dict(step.lateness_ms),
+            "delay_weights": {part: dict(h.weights) for part, h in step.delays.items()},
+            "delays_measured": {part: h.measured for part, h in step.delays.items()},
             "clock_skewed_events": classified.count("skewed"),
             "windows_emitted": state.windows_emitted,
             "open_windows": state.open_windows,
@@ -715,6 +756,8 @@ class BatchProcessor:
             "last_seen": dict(step.after.last_seen_ms),
             "source_watermark": dict(step.after.source_watermark_ms),
             "unheard": dict(step.after.unheard_since_ms),
+            "delay_weights": {part: dict(h.weights) for part, h in step.delays.items()},
+            "delays_measured": {part: h.measured for part, h in step.delays.items()},
             "state_batch": state.state_batch,
             "events_version": state.events_version,
         }
@@ -749,6 +792,16 @@ class BatchProcessor:
                 T.literal_map(entries, "int", "bigint"), lambda _k, v: F.timestamp_millis(v)
             )
 
+        def nested_map(entries: dict[int, dict[int, int]]) -> Column:
+            if not entries:
+                return F.create_map().cast("map<int,map<int,bigint>>")
+            pairs = [
+                c
+                for part, inner in sorted(entries.items())
+                for c in (F.lit(part), T.literal_map(inner, "int", "bigint"))
+            ]
+            return F.create_map(*pairs).cast("map<int,map<int,bigint>>")
+
         special = {
             "processing_time": ts_or_null(p.pop("processing_ms")),
             "watermark_before": ts_or_null(p.pop("wm_before")),
@@ -764,6 +817,9 @@ class BatchProcessor:
                 p.pop("source_regression_ms"), "int", "bigint"
             ),
             "partition_idle": T.literal_map(p.pop("partition_idle"), "int", "boolean"),
+            "partition_lateness_ms": T.literal_map(p.pop("lateness"), "int", "bigint"),
+            "partition_delay_weights": nested_map(p.pop("delay_weights")),
+            "partition_delays_measured": T.literal_map(p.pop("delays_measured"), "int", "bigint"),
         }
         return T.literal_row(self.spark, {**{k: F.lit(v) for k, v in p.items()}, **special})
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from streaming.lateness import MIN_HISTORY_EVENTS
 from streaming.logic import WindowParams
 from tally.settings import Settings, default_checkpoint
 
@@ -40,6 +41,13 @@ class StreamParams:
     lateness_by_partition: Mapping[int, int] = field(default_factory=dict)
     # partitions the watermark waits for until each has reported (docs/semantics.md)
     expected_partitions: frozenset[int] = frozenset()
+    # lateness auto (docs/semantics.md): each partition's bound follows its delays toward
+    # the target, within [lateness_min_ms, lateness_max_ms]; `lateness_ms` is then unused
+    lateness_auto: bool = False
+    completeness_target: float = 99.9
+    lateness_min_ms: int = 0
+    lateness_max_ms: int = 0
+    lateness_min_history: int = MIN_HISTORY_EVENTS  # not a setting: tests lower it
 
     @property
     def window(self) -> WindowParams:
@@ -68,7 +76,7 @@ class StreamParams:
         return cls(
             warehouse=settings.warehouse,
             window_ms=settings.window,
-            lateness_ms=settings.lateness,
+            lateness_ms=settings.fixed_lateness,
             allowed_lateness_ms=settings.allowed_lateness,
             idle_timeout_ms=settings.idle_timeout,
             max_clock_skew_ms=settings.max_clock_skew,
@@ -82,6 +90,10 @@ class StreamParams:
             source_watermark_field=settings.source_watermark_field,
             early_firing_interval_ms=settings.early_firing_interval,
             expected_partitions=expected,
+            lateness_auto=settings.lateness_auto,
+            completeness_target=settings.completeness_target,
+            lateness_min_ms=settings.lateness_min,
+            lateness_max_ms=settings.lateness_max,
         )
 
 

@@ -216,6 +216,16 @@ def _duration_field(default: str, help: str) -> Any:
     return _setting(parse_duration(default), help, kind="duration")
 
 
+LATENESS_AUTO = "auto"
+
+
+def parse_lateness(text: str | int | None, name: str = "lateness") -> int | None:
+    """A duration, or `auto` (None: adaptive lateness, docs/semantics.md)."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == LATENESS_AUTO):
+        return None
+    return parse_duration(text, name)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything an entry point may need. Durations are integer milliseconds. Each field's
@@ -233,8 +243,20 @@ class Settings:
         "session windows: a key's events with no pause this long or longer form one session "
         '(0 = off: fixed windows of `window`; docs/semantics.md, "Session windows")',
     )
-    lateness: int = _duration_field(
-        "30s", "lateness bound L: the watermark is the high-water mark minus L, e.g. 30s"
+    lateness: int | None = _setting(
+        parse_lateness("30s"),
+        "lateness bound L: the watermark is the high-water mark minus L, e.g. 30s; or `auto`: "
+        "each partition's bound follows its delays toward `completeness_target`, within "
+        '`lateness_min`..`lateness_max` (docs/semantics.md, "Adaptive lateness")',
+        kind="lateness",
+    )
+    lateness_min: int = _duration_field(
+        "1s", "lateness auto: the smallest bound it may choose for a partition"
+    )
+    lateness_max: int = _duration_field(
+        "10m",
+        "lateness auto: the largest bound it may choose, and the bound of a partition with "
+        "too little history and no `lateness_by_partition` bound",
     )
     early_firing_interval: int = _duration_field(
         "0s",
@@ -371,7 +393,7 @@ class Settings:
     completeness_target: float = _setting(
         99.9,
         "completeness in percent a lateness bound must reach (the lateness curve, the weekly "
-        "tuning, the report)",
+        "tuning, the report; the stream's target under lateness auto)",
     )
     lateness_candidates: str = _setting(
         "0s,1s,2s,5s,10s,30s,1m,5m",
@@ -541,6 +563,16 @@ class Settings:
                 f"completeness_target: must be a percentage in (0, 100], got "
                 f"{self.completeness_target}"
             )
+        if self.lateness_min > self.lateness_max:
+            raise SettingsError(
+                f"lateness_min/lateness_max: min {format_duration(self.lateness_min)} > max "
+                f"{format_duration(self.lateness_max)}"
+            )
+        if self.lateness is None and self.lateness_max == 0:
+            raise SettingsError(
+                "lateness_max: lateness auto needs a positive lateness_max (0 is a fixed bound "
+                "of 0: set lateness = 0s)"
+            )
         parse_duration_list(self.lateness_candidates, "lateness_candidates")
         parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
         if self.expected_partitions == ALL_PARTITIONS and self.source_kind != "kafka":
@@ -641,12 +673,27 @@ class Settings:
         """The directory holding the Great Expectations project `gx/` (and its Data Docs)."""
         return self.gx_root or self.output_root
 
+    @property
+    def lateness_auto(self) -> bool:
+        """`lateness = "auto"`: each partition's bound follows its delays."""
+        return self.lateness is None
+
+    @property
+    def fixed_lateness(self) -> int:
+        """The one fixed bound L: `lateness`, or under auto `lateness_max` (the widest bound
+        auto may choose), for the readers that compare with a single bound."""
+        return self.lateness_max if self.lateness is None else self.lateness
+
     def describe(self) -> dict[str, Any]:
         """Settings as people write them (durations formatted), for provenance."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = format_duration(value) if f.metadata.get("kind") == "duration" else value
+            if f.metadata.get("kind") == "lateness":
+                value = LATENESS_AUTO if value is None else format_duration(value)
+            elif f.metadata.get("kind") == "duration":
+                value = format_duration(value)
+            out[f.name] = value
         return out
 
 
@@ -664,6 +711,8 @@ def _coerce(name: str, raw: Any) -> Any:
     f = fields[name]
     if f.metadata.get("kind") == "duration":
         return parse_duration(raw, name)
+    if f.metadata.get("kind") == "lateness":
+        return parse_lateness(raw, name)
     if f.metadata.get("kind") == "partition_durations":
         return format_partition_durations(parse_partition_durations(raw, name))
     if f.metadata.get("kind") == "partition_list":

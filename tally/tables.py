@@ -124,7 +124,9 @@ STREAM_PROGRESS = Table(
     "events_version BIGINT, control_records BIGINT, "
     "partition_source_watermark MAP<INT, TIMESTAMP>, partition_unheard MAP<INT, TIMESTAMP>, "
     "source_watermark_regressions MAP<INT, BIGINT>, "
-    "source_watermark_regression_ms MAP<INT, BIGINT>",
+    "source_watermark_regression_ms MAP<INT, BIGINT>, partition_lateness_ms MAP<INT, BIGINT>, "
+    "partition_delay_weights MAP<INT, MAP<INT, BIGINT>>, partition_delays_measured "
+    "MAP<INT, BIGINT>",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
     "idle flags, counts, lag, spread, duration; window_state_version and dedup_state_version "
     "name the batch whose state files (in the checkpoint) hold the state after it; "
@@ -133,7 +135,10 @@ STREAM_PROGRESS = Table(
     "source_watermark_regressions and source_watermark_regression_ms: per partition, the "
     "batch's control records below the partition's source watermark and the largest such gap; "
     "partition_unheard: expected partitions that have reported nothing yet, and since when "
-    "they are expected (the watermark waits for them).",
+    "they are expected (the watermark waits for them); partition_lateness_ms: the lateness "
+    "bound in force per known partition after the batch (fixed, or chosen by lateness auto); "
+    "partition_delay_weights and partition_delays_measured: lateness auto's delay histogram "
+    "per partition (bucket -> decayed weight) and events measured (its checkpointed state).",
     properties=_stats_on("app_id", "batch_id", "processing_time"),
     order_by=("processing_time", "app_id", "batch_id"),
 )

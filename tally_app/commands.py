@@ -423,11 +423,11 @@ def report(args: argparse.Namespace, settings: Settings) -> int:
             ReportOptions(
                 curve=curve,
                 # flags win; otherwise the bound and zone the reconciliation run recorded
-                current_bound_ms=settings.lateness if args.lateness is not None else None,
+                current_bound_ms=settings.fixed_lateness if args.lateness is not None else None,
                 recommended_bound_ms=recommended,
                 completeness_target=settings.completeness_target,
                 report_timezone=settings.report_timezone if args.report_timezone else None,
-                fallback_bound_ms=settings.lateness,
+                fallback_bound_ms=settings.fixed_lateness,
                 gx_root=settings.gx_location,
             ),
         )

@@ -34,6 +34,7 @@ SECTIONS = (
 
 _KIND_TYPES = {
     "duration": "duration",
+    "lateness": "duration or `auto`",
     "partition_durations": "partition=duration list",
     "partition_list": "partition list",
 }
@@ -85,8 +86,8 @@ def setting_type(f: dataclasses.Field[Any]) -> str:
 def setting_default(f: dataclasses.Field[Any]) -> str:
     """The default as people write it (`30s`, `true`), in backticks; *empty* for ""."""
     value: Any = f.default
-    if f.metadata.get("kind") == "duration":
-        return f"`{format_duration(value) if value else 0}`"
+    if f.metadata.get("kind") in ("duration", "lateness"):
+        return "`auto`" if value is None else f"`{format_duration(value) if value else 0}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if value == "":

@@ -213,7 +213,7 @@ def stage_report(
     path."""
     spark = spark or session_for(settings, "tally-nightly")
     options = ReportOptions(
-        current_bound_ms=settings.lateness,
+        current_bound_ms=settings.fixed_lateness,
         completeness_target=settings.completeness_target,
         report_timezone=settings.report_timezone,
         gx_root=settings.gx_location,

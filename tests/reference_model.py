@@ -34,6 +34,16 @@ a new session that retracted something emits at once (early if it cannot close y
 session stays open while `end + G + D > watermark_after`. `current()` rebuilds the current
 sets from the rows (highest revision per identity, retracted ones dropped).
 
+Adaptive lateness (`Params.lateness_auto`; docs/semantics.md, "Adaptive lateness"): each
+valid event of a partition that had a high-water mark before the batch is measured, its delay
+`max(0, hw_before − t)` put in the bucket of the first edge at or above it (edges 0, then
+round(10 · 2^(k/4)) ms for k = 0, 1, ... up to the first at or past a day; past the last: an
+overflow bucket). A partition whose batch measured events first keeps 7/8 (floored) of each
+older weight, then adds 1024 per event. Its bound: with fewer than `min_history` events ever
+measured, its `lateness_by_partition` bound or else `max_ms`; otherwise the first edge whose
+cumulative weight is at least `target_pct` % of the total (the overflow bucket: `max_ms`),
+clamped to [min_ms, max_ms]. The bound feeds the watermark rule like a per-partition bound.
+
 Interpretations where the spec leaves room (kept narrow; the tests avoid these corners):
 * "blank" means only ASCII whitespace; a JSON `null` value counts as a missing field;
 * `event_id`/`key` that are JSON scalars other than strings are taken as their JSON text;
@@ -51,6 +61,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 ON_TIME, ALLOWED_LATE, LATE, DUPLICATE = "on_time", "allowed_late", "late", "duplicate"
@@ -93,6 +104,28 @@ class Line(NamedTuple):
 
 
 @dataclass(frozen=True)
+class AutoLateness:
+    """`lateness = "auto"`: the completeness target (percent) and the clamp."""
+
+    target_pct: float
+    min_ms: int
+    max_ms: int
+    min_history: int = 1000
+
+
+def _auto_edges() -> tuple[int, ...]:
+    edges, k = [0], 0
+    while edges[-1] < 86_400_000:
+        edges.append(round(10 * 2 ** (k / 4)))
+        k += 1
+    return tuple(edges)
+
+
+AUTO_EDGES = _auto_edges()
+AUTO_WEIGHT = 1024
+
+
+@dataclass(frozen=True)
 class Params:
     window_ms: int
     lateness_ms: int
@@ -115,6 +148,8 @@ class Params:
     # Expected partitions: no watermark while one of these has reported nothing (unless it
     # has been unheard for the idle timeout)
     expected_partitions: frozenset[int] = frozenset()
+    # Adaptive lateness: each partition's bound follows its delays (None: the fixed bounds)
+    lateness_auto: AutoLateness | None = None
 
     @property
     def sessions(self) -> bool:
@@ -242,6 +277,8 @@ class ProgressRow(NamedTuple):
     # source watermark before them, and (where any did) the largest gap
     source_regressions: tuple[tuple[int, int], ...] = ()
     source_regression_ms: tuple[tuple[int, int], ...] = ()
+    # the lateness bound in force per known partition (fixed or auto), sorted (partition, ms)
+    lateness: tuple[tuple[int, int], ...] = ()
 
 
 class DrainedError(RuntimeError):
@@ -423,6 +460,9 @@ class ReferenceModel:
     last_seen: dict[int, int] = field(default_factory=dict)
     source_watermark: dict[int, int] = field(default_factory=dict)
     unheard_since: dict[int, int] = field(default_factory=dict)
+    # lateness auto: partition -> bucket -> decayed weight, and events measured ever
+    delay_weights: dict[int, dict[int, int]] = field(default_factory=dict)
+    delays_measured: dict[int, int] = field(default_factory=dict)
     # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
     seen_ids: dict[str, int] = field(default_factory=dict)
     windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
@@ -505,6 +545,8 @@ class ReferenceModel:
             batch_max[parsed.partition] = max(
                 batch_max.get(parsed.partition, parsed.event_time_ms), parsed.event_time_ms
             )
+        if p.lateness_auto is not None:  # measured against the marks before the batch
+            self._measure_delays([v for v, _, _ in valid])
         for part, top in batch_max.items():
             clipped = min(top, skew_limit)
             self.high_water[part] = max(self.high_water.get(part, clipped), clipped)
@@ -533,7 +575,10 @@ class ReferenceModel:
         }
         # Each partition bounds the watermark by its high-water mark minus its own lateness,
         # or by its source's watermark when that is further.
-        bound = {part: hw - p.lateness_of(part) for part, hw in self.high_water.items()}
+        lateness = {part: p.lateness_of(part) for part in self.high_water}
+        if p.lateness_auto is not None:
+            lateness = {part: self._auto_bound(part) for part in self.high_water}
+        bound = {part: hw - lateness[part] for part, hw in self.high_water.items()}
         for part, mark in self.source_watermark.items():
             bound[part] = max(mark, bound.get(part, mark))
         candidate: int | None
@@ -625,10 +670,45 @@ class ReferenceModel:
             unheard=tuple(sorted(self.unheard_since.items())),
             source_regressions=tuple(sorted(regressions.items())),
             source_regression_ms=tuple(sorted(regression_gap.items())),
+            lateness=tuple(sorted(lateness.items())),
         )
         self.progress.append(row)
         self.batch_id += 1
         return row
+
+    def _measure_delays(self, valid: list[Parsed]) -> None:
+        """Fold the batch's delays into each measured partition's weights."""
+        counts: dict[int, dict[int, int]] = {}
+        for event in valid:
+            if event.partition not in self.high_water:
+                continue  # no mark before the batch: no delay
+            delay = max(0, self.high_water[event.partition] - event.event_time_ms)
+            bucket = next((i for i, e in enumerate(AUTO_EDGES) if e >= delay), len(AUTO_EDGES))
+            per = counts.setdefault(event.partition, {})
+            per[bucket] = per.get(bucket, 0) + 1
+        for part, per in counts.items():
+            weights = {b: w * 7 // 8 for b, w in self.delay_weights.get(part, {}).items()}
+            for bucket, n in per.items():
+                weights[bucket] = weights.get(bucket, 0) + n * AUTO_WEIGHT
+            self.delay_weights[part] = {b: w for b, w in weights.items() if w}
+            self.delays_measured[part] = self.delays_measured.get(part, 0) + sum(per.values())
+
+    def _auto_bound(self, part: int) -> int:
+        auto = self.params.lateness_auto
+        assert auto is not None
+        if self.delays_measured.get(part, 0) < auto.min_history:
+            return self.params.lateness_by_partition.get(part, auto.max_ms)
+        weights = self.delay_weights[part]
+        total = sum(weights.values())
+        target = Fraction(repr(float(auto.target_pct)))
+        cumulative = 0
+        chosen = auto.max_ms
+        for bucket, edge in enumerate(AUTO_EDGES):
+            cumulative += weights.get(bucket, 0)
+            if Fraction(100 * cumulative, total) >= target:
+                chosen = edge
+                break
+        return min(max(chosen, auto.min_ms), auto.max_ms)
 
     def _merge_sessions(
         self, spans: list[tuple[str, int, int, int]]

@@ -82,6 +82,17 @@ def stream_params(warehouse: str, params: M.Params) -> Any:
         early_firing_interval_ms=params.early_firing_interval_ms,
         session_gap_ms=params.session_gap_ms,
         expected_partitions=params.expected_partitions,
+        lateness_auto=params.lateness_auto is not None,
+        **(
+            {
+                "completeness_target": params.lateness_auto.target_pct,
+                "lateness_min_ms": params.lateness_auto.min_ms,
+                "lateness_max_ms": params.lateness_auto.max_ms,
+                "lateness_min_history": params.lateness_auto.min_history,
+            }
+            if params.lateness_auto is not None
+            else {}
+        ),
     )
 
 
@@ -92,13 +103,15 @@ def run_processor(
     batches: Sequence[Sequence[InputFile]],
     params: M.Params,
     drain: bool = False,
+    first_batch: int = 0,
 ) -> None:
-    """Batch i = the files of batches[i], processed as micro-batch i; then drain if asked."""
+    """Batch i = the files of batches[i], processed as micro-batch first_batch + i (a later
+    `first_batch`: a new process continuing the same checkpoint); then drain if asked."""
     from streaming.job import BatchProcessor
 
     with BatchProcessor(spark, stream_params(warehouse, params)) as proc:
         proc.set_app_id(APP_ID)
-        for batch_id, files in enumerate(batches):
+        for batch_id, files in enumerate(batches, start=first_batch):
             directory = input_dir / f"batch-{batch_id:03d}"
             paths = [write_file(directory, f) for f in files]
             proc.process(read_raw(spark, paths), batch_id)
@@ -243,6 +256,7 @@ class SparkProgress:
     unheard: tuple[tuple[int, int], ...]
     source_regressions: tuple[tuple[int, int], ...]
     source_regression_ms: tuple[tuple[int, int], ...]
+    lateness: tuple[tuple[int, int], ...]
 
 
 PROGRESS_FIELDS = tuple(SparkProgress.__dataclass_fields__)
@@ -283,6 +297,7 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             ms_map("partition_unheard"),
             "source_watermark_regressions",
             "source_watermark_regression_ms",
+            "partition_lateness_ms",
         )
         .orderBy("batch_id")
         .collect()
@@ -312,6 +327,7 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             unheard=_pairs(r.partition_unheard),
             source_regressions=_pairs(r.source_watermark_regressions),
             source_regression_ms=_pairs(r.source_watermark_regression_ms),
+            lateness=_pairs(r.partition_lateness_ms),
         )
         for r in rows
     ]
@@ -463,6 +479,7 @@ def streams(
     early_intervals: Sequence[int] = (0, 0, 0, 20_000),
     session_gaps: Sequence[int] = (0,),
     expected: Sequence[frozenset[int]] = (frozenset(),),
+    autos: Sequence[M.AutoLateness | None] = (None,),
 ) -> Any:
     """A hypothesis strategy of random streams.
 
@@ -475,7 +492,7 @@ def streams(
     `session_gaps`: the session gap is drawn from these (0: fixed windows, the default); a
     stream with a gap has no slide (the two window kinds exclude each other). `expected`:
     the expected partitions are drawn from these (a partition beyond the stream's 2-3 never
-    reports).
+    reports). `autos`: lateness auto's parameters are drawn from these (None: fixed bounds).
     """
     from hypothesis import strategies as st
 
@@ -511,6 +528,8 @@ def streams(
             ),
             # expected partitions: no watermark until each has reported (or idled out)
             expected_partitions=draw(st.sampled_from(list(expected))),
+            # lateness auto: each partition's bound from its delays (None: the fixed bounds)
+            lateness_auto=draw(st.sampled_from(list(autos))),
         )
         partitions = draw(st.integers(2, 3))
         lag_ms = [draw(st.sampled_from([0, 0, 15_000, 45_000])) for _ in range(partitions)]

@@ -31,7 +31,8 @@ def test_every_setting_has_a_row_with_its_environment_variable_and_default(page:
         assert f"`TALLY_{f.name.upper()}`" in row
         assert f.metadata["help"][:20] in row
     lateness = (
-        "| `lateness` | `TALLY_LATENESS` | `--lateness` (stream, report) | duration | `30s` |"
+        "| `lateness` | `TALLY_LATENESS` | `--lateness` (stream, report) | duration or `auto` "
+        "| `30s` |"
     )
     assert lateness in page
 

@@ -76,6 +76,13 @@ def test_precedence_file_env_flags(tmp_path) -> None:
         ({"TALLY_EXPECTED_PARTITIONS": "0-2,1"}, r"^expected_partitions: partition 1 is given"),
         ({"TALLY_EXPECTED_PARTITIONS": "all"}, r"^expected_partitions: all means every part"),
         ({"TALLY_HEALTH_REGRESSION_BATCHES": "0"}, r"^health_regression_batches: must be pos"),
+        # adaptive lateness: neither word nor duration; bounds reversed; auto with no room
+        ({"TALLY_LATENESS": "adaptive"}, r"^lateness: expected a duration"),
+        ({"TALLY_LATENESS_MIN": "1m", "TALLY_LATENESS_MAX": "30s"}, r"^lateness_min/lateness_"),
+        (
+            {"TALLY_LATENESS": "auto", "TALLY_LATENESS_MIN": "0", "TALLY_LATENESS_MAX": "0"},
+            r"^lateness_max: lateness auto",
+        ),
     ],
 )
 def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
@@ -231,3 +238,30 @@ def test_session_gap_makes_session_windows() -> None:
     sessions = load_settings(env={"TALLY_SESSION_GAP": "30m"})
     assert (sessions.session_gap, sessions.window_kind) == (1_800_000, "session")
     assert load_settings(env={"TALLY_WINDOW_SLIDE": "10s"}).window_kind == "hopping"
+
+
+@pytest.mark.parametrize(
+    ("raw", "auto", "fixed"),
+    [
+        ("auto", True, 600_000),  # auto: the single-bound readers see lateness_max (10m)
+        (" AUTO ", True, 600_000),  # the word as people type it in env files
+        ("45s", False, 45_000),  # a duration is a fixed bound, as before
+    ],
+)
+def test_lateness_auto(raw: str, auto: bool, fixed: int) -> None:
+    settings = load_settings(env={"TALLY_LATENESS": raw})
+    assert (settings.lateness_auto, settings.fixed_lateness) == (auto, fixed)
+    # provenance writes it as people write it, and it reads back the same
+    described = settings.describe()["lateness"]
+    assert load_settings(env={"TALLY_LATENESS": described}).lateness == settings.lateness
+
+
+def test_lateness_auto_from_the_stream_flag() -> None:
+    settings = load_settings(
+        env={}, overrides={"lateness": "auto", "lateness_min": "2s", "lateness_max": "1m"}
+    )
+    assert (settings.lateness, settings.lateness_min, settings.lateness_max) == (
+        None,
+        2_000,
+        60_000,
+    )

@@ -148,3 +148,23 @@ def test_session_windows_match_the_model(spark, tmp_path_factory, data) -> None:
     assert stream.params.session_gap_ms in (10_000, 30_000)
     assert stream.params.window_slide_ms is None
     assert_spark_matches_the_model(spark, tmp_path_factory.mktemp("sessions"), stream)
+
+
+def adapts(stream: H.Stream) -> bool:
+    """Some partition's bound came from its delays (past the history threshold) and differs
+    between two batches."""
+    bounds = {b for row in stream.run_model().progress for b in row.lateness}
+    return len({ms for _, ms in bounds}) > 1
+
+
+@settings(SPARK_SETTINGS, max_examples=2)
+@given(data=st.data())
+def test_lateness_auto_matches_the_model(spark, tmp_path_factory, data) -> None:
+    # Forced on: lateness auto with a history threshold the small streams reach; only streams
+    # whose model run chose different bounds over the batches are kept.
+    autos = [
+        M.AutoLateness(target, min_ms=500, max_ms=40_000, min_history=3) for target in (90.0, 99.9)
+    ]
+    stream = draw_forced(data, adapts, autos=autos)
+    assert stream.params.lateness_auto is not None
+    assert_spark_matches_the_model(spark, tmp_path_factory.mktemp("auto"), stream)
