@@ -29,6 +29,7 @@ from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
 from tally.settings import (
+    LATENESS_AUTO,
     Settings,
     SettingsError,
     format_duration,
@@ -197,6 +198,15 @@ def recorded_duration(settings: dict[str, Any], name: str) -> int | None:
         return parse_duration(settings[name], name)
     except SettingsError as exc:
         raise ReportError(f"reconciliation_runs.settings: {exc}") from None
+
+
+def recorded_bound(settings: dict[str, Any]) -> int | None:
+    """The run's one fixed lateness bound: its `lateness`, or under `auto` its `lateness_max`
+    (the widest bound auto may choose: `Settings.fixed_lateness`); None when not recorded."""
+    lateness = settings.get("lateness")
+    if isinstance(lateness, str) and lateness.strip().lower() == LATENESS_AUTO:
+        return recorded_duration(settings, "lateness_max")
+    return recorded_duration(settings, "lateness")
 
 
 def _read_reconciliation(
@@ -393,7 +403,7 @@ def _current_bound(options: ReportOptions, settings: dict[str, Any]) -> int | No
     """The caller's bound, else the run's recorded `lateness`, else the fallback."""
     if options.current_bound_ms is not None:
         return options.current_bound_ms
-    recorded = recorded_duration(settings, "lateness")
+    recorded = recorded_bound(settings)
     return recorded if recorded is not None else options.fallback_bound_ms
 
 

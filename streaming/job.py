@@ -42,7 +42,7 @@ from streaming.logic import (
 )
 from streaming.params import Clock, StreamError, StreamParams, wall_clock
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
-from streaming.watermark import WatermarkState, advance_watermark
+from streaming.watermark import WatermarkState, advance_watermark, fixed_bounds
 from tally import tables as T
 from tally.dates import epoch_ms, iso_ms
 from tally.events import (
@@ -614,7 +614,7 @@ class BatchProcessor:
                 p.lateness_min_history,
             )
         else:
-            lateness = {part: p.lateness_by_partition.get(part, p.lateness_ms) for part in known}
+            lateness = fixed_bounds(known, p.lateness_ms, p.lateness_by_partition)
         advance = advance_watermark(
             before,
             classified.high_water_ms,

@@ -32,6 +32,13 @@ class WatermarkAdvance:
     regression_ms: int | None  # how far the computed value fell below the kept one, if it did
 
 
+def fixed_bounds(
+    partitions: list[int], lateness_ms: int, lateness_by_partition: Mapping[int, int]
+) -> dict[int, int]:
+    """Each partition's fixed bound L_p: its `lateness_by_partition` entry, else `lateness_ms`."""
+    return {part: lateness_by_partition.get(part, lateness_ms) for part in partitions}
+
+
 def advance_watermark(
     prev: WatermarkState,
     batch_high_water_ms: Mapping[int, int],
@@ -73,7 +80,8 @@ def advance_watermark(
     unheard = unheard_partitions(prev.unheard_since_ms, expected_partitions, last_seen, now_ms)
     since = {**last_seen, **unheard}
     idle = {p: idle_timeout_ms > 0 and now_ms - t >= idle_timeout_ms for p, t in since.items()}
-    bound = {p: hw - bounds.get(p, lateness_ms) for p, hw in high_water.items()}
+    lateness_of = fixed_bounds(list(high_water), lateness_ms, bounds)
+    bound = {p: hw - lateness_of[p] for p, hw in high_water.items()}
     for partition, wm in source.items():
         bound[partition] = max(wm, bound.get(partition, wm))
     if policy == "partition-min":

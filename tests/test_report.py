@@ -22,6 +22,7 @@ from expectations.report_data import (
     ReportError,
     ReportOptions,
     format_minor,
+    recorded_bound,
     recorded_duration,
     recorded_settings,
 )
@@ -79,6 +80,24 @@ def test_unreadable_recorded_settings_are_a_report_error(recorded: str, error: s
 )
 def test_recorded_durations(recorded: str | None, name: str, ms: int | None) -> None:
     assert recorded_duration(recorded_settings({"settings": recorded}), name) == ms
+
+
+@pytest.mark.parametrize(
+    ("recorded", "ms"),
+    [
+        ('{"lateness": "30s"}', 30_000),  # a fixed bound is the bound
+        ('{"lateness": "auto", "lateness_max": "2m"}', 120_000),  # auto: the widest it may pick
+        ('{"lateness": "AUTO", "lateness_max": 60000}', 60_000),  # as the settings read it
+        ('{"window": "1m"}', None),  # not recorded: the caller's fallback
+    ],
+)
+def test_the_recorded_bound_under_auto_is_its_maximum(recorded: str, ms: int | None) -> None:
+    assert recorded_bound(recorded_settings({"settings": recorded})) == ms
+
+
+def test_an_unreadable_bound_under_auto_is_a_report_error() -> None:
+    with pytest.raises(ReportError, match="lateness_max"):
+        recorded_bound(recorded_settings({"settings": '{"lateness": "auto", "lateness_max": "x"}'}))
 
 
 def test_curve_is_not_computed_without_data() -> None:
