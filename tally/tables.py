@@ -367,7 +367,9 @@ def literal_row(spark: SparkSession, values: dict[str, Column]) -> DataFrame:
     """One row of literal columns, built in the JVM: createDataFrame would start Python
     workers to deserialize the row, which costs seconds per micro-batch. One partition: a
     task (and a file when written) for the row, none for empty ones."""
-    return spark.range(0, 1, 1, numPartitions=1).select(*[col.alias(name) for name, col in values.items()])
+    return spark.range(0, 1, 1, numPartitions=1).select(
+        *[col.alias(name) for name, col in values.items()]
+    )
 
 
 def literal_map(entries: dict[Any, Any], key_type: str, value_type: str) -> Column:
