@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from stream_helpers import InputFile, write_file
 
 from dags.alerting import email_content, slack_message
-from streaming.job import run_stream
+from streaming.run import run_stream
 from tally.alert import Alert
 from tally.settings import Settings
 
