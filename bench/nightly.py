@@ -250,6 +250,9 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "partition_unheard": T.literal_map({}, "int", "timestamp"),
         "source_watermark_regressions": T.literal_map({}, "int", "bigint"),
         "source_watermark_regression_ms": T.literal_map({}, "int", "bigint"),
+        "partition_lateness_ms": T.literal_map({}, "int", "bigint"),
+        "partition_delay_weights": F.create_map().cast("map<int,map<int,bigint>>"),
+        "partition_delays_measured": T.literal_map({}, "int", "bigint"),
     }
 
 
