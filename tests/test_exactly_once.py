@@ -354,8 +354,34 @@ def _comparable(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple
     }
 
 
+def _without_empty_batches(
+    tables: dict[str, list[dict[str, Any]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """The tables with micro-batches that read no line dropped and the rest renumbered.
+
+    Under the arrival clock such a batch is a no-op (same processing time, same watermark, no
+    row anywhere but its progress row), and whether Spark plans one is a matter of timing
+    (seen once under heavy load: an uninterrupted run got an empty batch 4). Checked here
+    rather than assumed: no other table holds a row of a dropped batch.
+    """
+    progress = tables["stream_progress"]
+    empty = {r["batch_id"] for r in progress if r["input_lines"] == 0 and not r["drained"]}
+    for name, rows in tables.items():
+        if name != "stream_progress":
+            assert not [r for r in rows if r["batch_id"] in empty], (name, sorted(empty))
+    kept = sorted(r["batch_id"] for r in progress if r["batch_id"] not in empty)
+    renumber = {old: new for new, old in enumerate(kept)}
+    return {
+        name: [
+            {**r, "batch_id": renumber[r["batch_id"]]} for r in rows if r["batch_id"] not in empty
+        ]
+        for name, rows in tables.items()
+    }
+
+
 def test_same_result_as_an_uninterrupted_run(outputs: Outputs) -> None:
-    killed, reference = _comparable(outputs.killed), _comparable(outputs.reference)
+    killed = _comparable(_without_empty_batches(outputs.killed))
+    reference = _comparable(_without_empty_batches(outputs.reference))
     for name in ("aggregates", "late", "quarantine", "events", "progress"):
         assert killed[name] == reference[name], name
     apps = {r["app_id"] for r in outputs.killed["stream_progress"]}
