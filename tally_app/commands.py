@@ -376,7 +376,11 @@ def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
 
 def report_flags(parser: argparse.ArgumentParser) -> None:
     _date_flag(parser)
-    parser.add_argument("--out", default="reports", help="output directory (default: reports)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: report_dir, as `reconcile` writes it)",
+    )
     parser.add_argument(
         "--curve",
         default=None,
@@ -418,7 +422,7 @@ def report(args: argparse.Namespace, settings: Settings) -> int:
             session_for(settings, "tally-report"),
             settings.warehouse,
             business_date,
-            args.out,
+            args.out or settings.report_location,
             datetime.now(UTC),
             ReportOptions(
                 curve=curve,

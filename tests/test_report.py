@@ -388,3 +388,17 @@ def test_report_command_errors_are_one_line(spark, tmp_path, capsys, tally_cli) 
     assert err.startswith("tally: report: reconciliation: no Delta table at ")
     with pytest.raises(ReportError, match="now: needs a time zone"):
         build_report(spark, warehouse, DAY, tmp_path, datetime(2026, 1, 1))  # noqa: DTZ001
+
+
+def test_report_command_writes_where_the_nightly_does(report, tmp_path, tally_cli) -> None:
+    # Without --out, `tally report` writes into report_dir, as `tally reconcile` does, not
+    # into the working directory.
+    path, gx_root = report
+    warehouse = str(path.parent.parent / "warehouse")
+    report_dir = tmp_path / "reports_here"
+    argv = ["report", "--date", "2026-11-20", "--warehouse", warehouse]
+    assert tally_cli(argv, TALLY_REPORT_DIR=str(report_dir), TALLY_GX_ROOT=str(gx_root)) == 0
+    assert sorted(p.name for p in report_dir.iterdir()) == [
+        "reconciliation-2026-11-20.csv",
+        "report-2026-11-20.html",
+    ]
