@@ -8,6 +8,9 @@ mentions and links; a line break in a one-line alert fakes a second alert. So:
   leading `'` (OWASP's CSV-injection guidance); numbers stay numbers. Write the CSV with
   `csv.QUOTE_NONNUMERIC` so every text cell is also quoted.
 * `one_line`: control characters (line breaks, tabs, ...) shown as their escapes.
+* `terminal_safe` (a Column, in the JVM): what a terminal grid prints (`tally show`) has each
+  control character as its Unicode control picture (ESC as U+241B, a line break as U+240A), so
+  a key cannot move the cursor, recolour or retitle the terminal, or fake a row.
 * `slack_text`: Slack's three control characters `&`, `<`, `>` escaped, and the bare
   broadcasts `@here`, `@channel`, `@everyone` broken by a word joiner, so a key is shown as text.
 
@@ -19,6 +22,9 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -41,6 +47,16 @@ def one_line(text: str) -> str:
     return "".join(
         c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
     )
+
+
+# C0 controls and DEL -> their control pictures; C1 controls (no pictures) -> U+FFFD.
+_CONTROLS = "".join(map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0)]))
+_PICTURES = "".join(map(chr, [*range(0x2400, 0x2420), 0x2421])) + "\ufffd" * 0x20
+
+
+def terminal_safe(text: Column) -> Column:
+    """`text` with every control character replaced by a visible one (one per character)."""
+    return F.translate(text, _CONTROLS, _PICTURES)
 
 
 def slack_text(text: str) -> str:

@@ -8,8 +8,10 @@ import sys
 from typing import TextIO
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from tally import tables as T
+from tally.outputs import terminal_safe
 from tally.settings import Settings
 from tally.spark import build_session, cluster_conf, object_store_conf
 
@@ -51,8 +53,16 @@ def show_table(
         ).collect()
         for row in rows:
             out.write(row[0] + "\n")
-    else:
+    else:  # payload text (keys, raw lines) as text, never as terminal control sequences
+        shown = df.select(
+            *[
+                terminal_safe(F.col(f.name)).alias(f.name)
+                if isinstance(f.dataType, StringType)
+                else F.col(f.name)
+                for f in df.schema.fields
+            ]
+        )
         with contextlib.redirect_stdout(out):
-            df.show(limit, truncate=40)
+            shown.show(limit, truncate=40)
     out.flush()
     return 0

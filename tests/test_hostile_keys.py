@@ -151,3 +151,19 @@ def test_an_alert_naming_the_keys_carries_no_live_markup(
     subject, body = email_content(alerts)
     assert "\r" not in subject and "\n" not in subject
     assert "<script" not in body and "&lt;script&gt;" in body
+
+
+def test_tally_show_prints_control_characters_as_pictures(reconciled: tuple[Path, Path]) -> None:
+    from tally_app.show import show_table
+
+    reports, _gx = reconciled
+    settings = Settings(warehouse=str(reports.parent / "warehouse"), spark_master="local[2]")
+    grid, lines = io.StringIO(), io.StringIO()
+    assert show_table(settings, "late_events", limit=50, out=grid) == 0
+    assert show_table(settings, "late_events", as_json=True, limit=50, out=lines) == 0
+    text = grid.getvalue()
+    # Only the grid's own line breaks: a key's tab or carriage return cannot move the cursor.
+    assert [c for c in text if not c.isprintable() and c != "\n"] == []
+    assert "tab\u2409here" in text and "\u240dcr" in text
+    keys = {json.loads(line)["key"] for line in lines.getvalue().splitlines()}
+    assert {"tab\there", "\rcr"} <= keys  # scripts get the data itself (JSON escapes it)
