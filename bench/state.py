@@ -18,8 +18,8 @@ Per micro-batch:
 
 Flat means last tenth / first tenth of the batches within a tolerance: medians for open
 windows, state bytes and batch time (1.5x: the input's rate varies, the machine is shared),
-the peak for RSS (1.25x). Target 2: the median `batch_duration_ms` at ~20k lines a batch
-<= 1.0 s; the phase table says where the time goes.
+the peak for RSS (1.25x). Target 2: the median whole micro-batch (traced, its progress commit
+included) at ~20k lines a batch <= 1.0 s; the phase table says where the time goes.
 
 Expected duration, full mode on 2 cores: generating 2M events over 10 days in 1,000 files
 ~15 s; the run ~4-5 min (100 batches of 1-2 s plus Spark's work between batches, JVM start).
@@ -127,15 +127,23 @@ def _tenths(batches: list[dict[str, Any]], key: str, peak: bool = False) -> dict
 
 
 def fixed_cost(batches: list[dict[str, Any]], trace: list[dict[str, Any]]) -> dict[str, Any]:
-    """Target 2: the median batch_duration_ms, and where a batch's time goes."""
-    durations = [b["batch_ms"] for b in batches]
-    median_ms = statistics.median(durations) if durations else None
+    """Target 2: the median whole micro-batch, and where a batch's time goes.
+
+    A batch is done when its `stream_progress` row is committed, and the next one cannot start
+    before: so the target is judged on the traced batch (every phase, that commit included),
+    not on `batch_duration_ms`, which the progress row records before its own commit. Without
+    a trace, `batch_duration_ms` is all there is."""
+    recorded = [b["batch_ms"] for b in batches]
+    whole = [b["seconds"] * 1000 for b in trace] or recorded
+    median_ms = statistics.median(whole) if whole else None
     table = phases.phase_table(trace)
     lines = [b["input_lines"] for b in batches]
     return {
         "lines_per_batch": statistics.median(lines) if lines else None,
         "batches": len(batches),
         "median_batch_ms": median_ms,
+        "whole_batch_traced": bool(trace),
+        "median_recorded_ms": statistics.median(recorded) if recorded else None,
         "median_traced_s": statistics.median([b["seconds"] for b in trace]) if trace else None,
         "target_ms": FIXED_COST_TARGET_MS,
         "met": median_ms is not None and median_ms <= FIXED_COST_TARGET_MS,

@@ -60,7 +60,7 @@ def _speed_cost_latency_rows(r: dict[str, Any], row: Row) -> None:
     if fc:
         row(
             "state",
-            f"2. per-batch fixed cost: median `batch_duration_ms` at "
+            f"2. per-batch fixed cost: median whole micro-batch at "
             f"~{number(fc['lines_per_batch'])} lines ≤ {ms_as_secs(fc['target_ms'])}",
             f"{ms_as_secs(fc['median_batch_ms'])}"
             + (
