@@ -259,11 +259,12 @@ def number_lines(lines: DataFrame, splits: list[LineSplit] | None = None) -> Dat
 
     Within a Spark partition the rows of one file split are contiguous and their row ids step
     by 1, so `row - first row of the split` is the line's index in its split. The splits'
-    first line numbers (a row per split, built in the JVM from literals) are joined back by
-    broadcast. `lines` is evaluated twice (the splits and the join): the row ids must be the
-    same both times, so persist `lines` first, or let both evaluations re-read the same files
-    (a batch read of fixed paths, a micro-batch of the file source) straight from
-    `text_lines`. Each file must be read once: two copies of a file would be numbered as one.
+    first line numbers are literals: a CASE for a few splits, else a table of them (a row per
+    split, built in the JVM) joined back by broadcast. `lines` is evaluated twice (the splits
+    and the numbering): the row ids must be the same both times, so persist `lines` first, or
+    let both evaluations re-read the same files (a batch read of fixed paths, a micro-batch of
+    the file source) straight from `text_lines`. Each file must be read once: two copies of a
+    file would be numbered as one.
     """
     if lines.isStreaming:
         raise ValueError("number_lines: number a micro-batch (foreachBatch), not the stream")
@@ -272,20 +273,46 @@ def number_lines(lines: DataFrame, splits: list[LineSplit] | None = None) -> Dat
         splits = line_splits(lines)
     numbers = first_line_numbers(splits)
     # line number = row - (first row - first line number): one offset per split.
-    offsets = F.arrays_zip(
-        F.lit([s.source_file for s in splits]).cast("array<string>"),
-        F.lit([s.split_start for s in splits]).cast("array<bigint>"),
-        F.lit([s.first_row - numbers[(s.source_file, s.split_start)] for s in splits]).cast(
-            "array<bigint>"
-        ),
+    offsets = {
+        (s.source_file, s.split_start): s.first_row - numbers[(s.source_file, s.split_start)]
+        for s in splits
+    }
+    if len(offsets) <= INLINE_SPLITS_MAX:
+        return lines.select(*_numbered_columns(lines, _inline_offset(offsets)))
+    offset_rows = F.arrays_zip(
+        F.lit([file for file, _ in offsets]).cast("array<string>"),
+        F.lit([start for _, start in offsets]).cast("array<bigint>"),
+        F.lit(list(offsets.values())).cast("array<bigint>"),
     )
     split_table = (
         lines.sparkSession.range(1)
-        .select(F.inline(offsets))
+        .select(F.inline(offset_rows))
         .toDF("source_file", SPLIT_START, "_offset")
     )
-    # Never null (an inner join on a split's own rows); the coalesce keeps the column NOT NULL.
-    number = F.coalesce(F.col(ROW_ID) - F.col("_offset"), F.lit(0)).cast("long")
+    joined = lines.join(F.broadcast(split_table), ["source_file", SPLIT_START])
+    return joined.select(*_numbered_columns(lines, F.col("_offset")))
+
+
+# Up to this many splits, a line's offset is a CASE over (split start, file) literals: a
+# projection, where the broadcast join of a split table costs a Spark job in every query that
+# reads the lines (three a micro-batch). Beyond it the join's hash lookup is cheaper per line.
+INLINE_SPLITS_MAX = 64
+
+
+def _inline_offset(offsets: dict[tuple[str, int], int]) -> Column:
+    """The offset of each line's split, from the literals (the start, a long, compared first)."""
+    branches = iter(offsets.items())
+    (file, start), offset = next(branches)
+    case = F.when((F.col(SPLIT_START) == start) & (F.col("source_file") == file), offset)
+    for (file, start), offset in branches:
+        case = case.when((F.col(SPLIT_START) == start) & (F.col("source_file") == file), offset)
+    return case
+
+
+def _numbered_columns(lines: DataFrame, offset: Column) -> list[Column]:
+    """`lines`' columns, helpers dropped and `source_line` after `source_file`."""
+    # Never null (every line belongs to a split of `offsets`); the coalesce keeps it NOT NULL.
+    number = F.coalesce(F.col(ROW_ID) - offset, F.lit(0)).cast("long")
     columns: list[Column] = []
     for name in lines.columns:
         if name in (SPLIT_START, ROW_ID):
@@ -293,7 +320,7 @@ def number_lines(lines: DataFrame, splits: list[LineSplit] | None = None) -> Dat
         columns.append(F.col(name))
         if name == "source_file":
             columns.append(number.alias("source_line"))
-    return lines.join(F.broadcast(split_table), ["source_file", SPLIT_START]).select(*columns)
+    return columns
 
 
 def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:

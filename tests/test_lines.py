@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import tally.events
 from tally.events import (
     LINE_COLUMNS,
     SPLIT_START,
@@ -52,6 +53,20 @@ def small_splits(spark: SparkSession, split_bytes: int = SPLIT_BYTES) -> Iterato
             spark.conf.set(key, value)
 
 
+@pytest.fixture(params=["inline", "joined"])
+def numbering(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways `number_lines` finds a split's offset: a CASE over the splits' literals (a
+    few splits), a broadcast join of a split table (many)."""
+    monkeypatch.setattr(
+        tally.events, "INLINE_SPLITS_MAX", 10_000 if request.param == "inline" else 0
+    )
+    return str(request.param)
+
+
+def joins(df: DataFrame) -> bool:
+    return "BroadcastHashJoin" in df._jdf.queryExecution().executedPlan().toString()
+
+
 def python_lines(path: Path) -> list[str]:
     """The lines of a newline-terminated UTF-8 file as Python reads them."""
     return path.read_text(encoding="utf-8").split("\n")[:-1]
@@ -82,7 +97,9 @@ def write(path: Path, lines: list[str]) -> Path:
     return path
 
 
-def test_lines_are_numbered_across_splits(spark: SparkSession, tmp_path: Path) -> None:
+def test_lines_are_numbered_across_splits(
+    spark: SparkSession, tmp_path: Path, numbering: str
+) -> None:
     path = write(tmp_path / "many.jsonl", varied_lines(250, seed=1))
     expected = [("many.jsonl", i + 1, text) for i, text in enumerate(python_lines(path))]
     with small_splits(spark):
@@ -90,13 +107,17 @@ def test_lines_are_numbered_across_splits(spark: SparkSession, tmp_path: Path) -
         splits = unnumbered.select(SPLIT_START).distinct().count()
         got = numbered(number_lines(unnumbered))
         got_lazily = numbered(read_jsonl_lines(spark, str(path)))
+        joined = joins(number_lines(unnumbered))
         unnumbered.unpersist()
     assert splits > 1
+    assert joined == (numbering == "joined")
     assert got == expected
     assert got_lazily == expected
 
 
-def test_number_lines_carries_other_columns(spark: SparkSession, tmp_path: Path) -> None:
+def test_number_lines_carries_other_columns(
+    spark: SparkSession, tmp_path: Path, numbering: str
+) -> None:
     """The stream's order: parse the unnumbered lines, persist, then number them."""
     lines = ['{"event_id":"a","key":"k","amount":1,"event_time":0}', "", "[1]"] * 40
     path = write(tmp_path / "events.jsonl", lines)
@@ -111,7 +132,9 @@ def test_number_lines_carries_other_columns(spark: SparkSession, tmp_path: Path)
     assert SPLIT_START not in number_lines(parsed).columns
 
 
-def test_files_read_together_are_numbered_per_file(spark: SparkSession, tmp_path: Path) -> None:
+def test_files_read_together_are_numbered_per_file(
+    spark: SparkSession, tmp_path: Path, numbering: str
+) -> None:
     lines = varied_lines(250, seed=2)
     cuts = [0, 3, 4, 40, 41, 150, 250]  # one file of 1 line, small ones, large ones
     paths = [
