@@ -300,13 +300,13 @@ INLINE_SPLITS_MAX = 64
 
 
 def _inline_offset(offsets: dict[tuple[str, int], int]) -> Column:
-    """The offset of each line's split, from the literals (the start, a long, compared first)."""
-    branches = iter(offsets.items())
-    (file, start), offset = next(branches)
-    case = F.when((F.col(SPLIT_START) == start) & (F.col("source_file") == file), offset)
-    for (file, start), offset in branches:
-        case = case.when((F.col(SPLIT_START) == start) & (F.col("source_file") == file), offset)
-    return case
+    """The offset of each line's split, from the literals (the start, a long, compared first).
+    No split: no line either (an empty micro-batch, the drain)."""
+    case: Column | None = None
+    for (file, start), offset in offsets.items():
+        matches = (F.col(SPLIT_START) == start) & (F.col("source_file") == file)
+        case = F.when(matches, offset) if case is None else case.when(matches, offset)
+    return F.lit(0) if case is None else case
 
 
 def _numbered_columns(lines: DataFrame, offset: Column) -> list[Column]:

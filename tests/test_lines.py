@@ -319,3 +319,11 @@ FIRST_LINES = [
 def test_first_line_numbers(case: FirstLines) -> None:
     splits = [LineSplit(f, start, 0, lines, None) for f, start, lines in case.splits]
     assert first_line_numbers(splits) == case.expected
+
+
+def test_no_split_numbers_no_line(spark: SparkSession, tmp_path: Path, numbering: str) -> None:
+    # An empty micro-batch (and the drain) has no split at all: nothing to number, no error.
+    (tmp_path / "in").mkdir()
+    empty = text_reader(spark.read).schema("value STRING").load(str(tmp_path / "in"))
+    lines = number_lines(empty.transform(text_lines), splits=[])
+    assert lines.columns == list(LINE_COLUMNS) and lines.count() == 0
