@@ -372,6 +372,84 @@ def kafka(ka: dict[str, Any], when: str) -> list[str]:
         f"query wrote {p['output_rows']:,} window rows holding {p['output_events']:,} events.",
         "",
     ]
+    if "flink" in ka:  # measured since issue 23
+        out += _kafka_flink(ka)
+    return out
+
+
+_FLINK_LABELS = {
+    "agg": "Flink SQL aggregation only: Kafka → json → watermark + TUMBLE → files",
+    "durable": "Flink SQL durable: bronze + aggregation in one job, checkpoints on",
+}
+
+
+def _kafka_flink(ka: dict[str, Any]) -> list[str]:
+    """Flink beside Spark on the same topic: time, records dropped, the ratios."""
+    fl = ka["flink"]
+    out = ["### Flink beside Spark", ""]
+    if not fl["runs"]:
+        return [*out, f"Not measured: {fl['not_measured']}.", ""]
+    out += [
+        f"PyFlink {fl['version']} in its own virtualenv (`make flink`), Flink SQL "
+        "(`bench/flink_job.py`) on a local mini-cluster of parallelism "
+        f"{fl['parallelism']}: Flink's Kafka source from the earliest offsets, bounded at the "
+        "offsets latest at its start (`scan.bounded.mode = latest-offset`), the `json` format "
+        "(parsing in the JVM), the event time's watermark with the same lateness (per Kafka "
+        "partition, the minimum over a reader's partitions), the same tumbling windows, count "
+        "and sum per key into CSV files. The durable job adds the bronze pipeline (every "
+        "record's text with its partition, offset and timestamp into JSON files) and "
+        f"checkpoints every {duration(fl['checkpoint_ms'])}. Flink drops rows behind its "
+        "watermark silently, so *dropped* = records read − events in its windows (at the end "
+        "of its input Flink closes every window; the malformed records are in it too: "
+        f"{ka['malformed_lines']:,} in the input). tally's late side output and quarantine "
+        "are beside it; plain Spark's *not in a window* also holds the events of the windows "
+        "still open at its end.",
+        "",
+    ]
+    t, records = ka["tally"], ka["records"]
+    rows = [
+        [
+            "tally stream --source kafka",
+            secs(ka["runs"]["tally"]["seconds"]),
+            number(ka["runs"]["tally"]["events_per_s"]),
+            f"late side output {t['late_events']:,}, quarantined {t['quarantined']:,}",
+            "–",
+            "–",
+        ],
+        [
+            "plain Spark (aggregation only)",
+            secs(ka["runs"]["plain"]["seconds"]),
+            number(ka["runs"]["plain"]["events_per_s"]),
+            f"not in a window {ka['plain_dropped']['dropped_rows']:,} "
+            f"({ka['plain_dropped']['dropped_pct']:.2f} %)",
+            "–",
+            "–",
+        ],
+    ]
+    for mode, run in fl["runs"].items():
+        rows.append(
+            [
+                _FLINK_LABELS[mode],
+                secs(run["seconds"]),
+                number(run["events_per_s"]),
+                f"dropped {run['dropped_rows']:,} ({run['dropped_pct']:.2f} %)",
+                f"{fl['ratio_tally_flink'][mode]:.2f}",
+                f"{fl['ratio_flink_plain'][mode]:.2f}",
+            ]
+        )
+    out += table(
+        ["engine", "wall s", "records/s", "rows not counted", "tally ÷ Flink", "Flink ÷ plain"],
+        rows,
+    )
+    durable = fl["runs"].get("durable")
+    if durable is not None:
+        kept = "yes" if durable["bronze_rows"] == records else "**no**"
+        out += [
+            f"Flink's durable bronze kept {durable['bronze_rows']:,} of {records:,} records "
+            f"(every record: {kept}). Flink ÷ plain compares with plain Spark's aggregation-only "
+            "Kafka query (the only plain Kafka peer).",
+            "",
+        ]
     return out
 
 
