@@ -214,8 +214,8 @@ def _kafka_flink(k: dict[str, Any]) -> list[str]:
     words = [
         f"{mode} {run['events_per_s']:,.0f} records/s (tally ÷ Flink "
         f"{fl['ratio_tally_flink'][mode]:.2f}, Flink ÷ plain Spark "
-        f"{fl['ratio_flink_plain'][mode]:.2f}; dropped {run['dropped_rows']:,} records, "
-        f"{run['dropped_pct']:.2f} %)"
+        f"{fl['ratio_flink_plain'][mode]:.2f}; dropped {run['late_rows']:,} rows as late, "
+        f"{run['late_pct']:.2f} % of its {fl['valid_rows']:,} valid events)"
         for mode, run in fl["runs"].items()
     ]
     t = k["tally"]

@@ -4,6 +4,7 @@ in its own virtualenv (`make flink`, scripts/flink.sh: `.cache/flink`), never in
     .cache/flink/venv/bin/python -m bench.flink_job --mode agg|durable --bootstrap HOST:PORT
         --topic T --jar KAFKA_CONNECTOR_JAR --out DIR --result FILE
         [--window-ms MS] [--lateness-ms MS] [--parallelism 2] [--checkpoint-ms MS]
+    .cache/flink/venv/bin/python -m bench.flink_job --mode count ... (the same flags)
 
 * `agg`: Kafka (the `json` format: parsing in the JVM) -> event time -> watermark (event time
   minus the lateness) -> tumbling window (`TUMBLE`), count and sum per key -> CSV files
@@ -13,6 +14,9 @@ in its own virtualenv (`make flink`, scripts/flink.sh: `.cache/flink`), never in
   format: every record's text with its Kafka partition, offset and timestamp -> JSON files,
   `bronze/`) and the aggregation pipeline; checkpoints every `--checkpoint-ms` into
   `checkpoints/` (the files sink commits its files at checkpoints and at the end).
+* `count` (not timed by the bench): the records that the aggregation's parse and filter keep,
+  counted in batch mode, so that the rows the timed jobs dropped as late are told apart from
+  the records Flink's json format could not read as events.
 
 Both read from the earliest offsets to the offsets that were the latest when the job started
 (`scan.bounded.mode = latest-offset`), so the job ends when it has read the pre-filled topic;
@@ -34,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-MODES = ("agg", "durable")
+MODES = ("agg", "durable", "count")
 TOTALS_DIR, BRONZE_DIR, CHECKPOINT_DIR = "window_totals", "bronze", "checkpoints"
 # ISO-8601 UTC with milliseconds (what the generator writes), or epoch milliseconds as text
 ISO_PATTERN = "yyyy-MM-dd''T''HH:mm:ss.SSS''Z''"
@@ -145,14 +149,20 @@ def table_environment(args: argparse.Namespace, out: Path) -> Any:
     if args.mode == "durable":
         conf.set_string("execution.checkpointing.interval", f"{args.checkpoint_ms} ms")
         conf.set_string("execution.checkpointing.dir", (out / CHECKPOINT_DIR).resolve().as_uri())
-    settings = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf)
-    return TableEnvironment.create(settings.build())
+    settings = EnvironmentSettings.new_instance().with_configuration(conf)
+    if args.mode == "count":
+        return TableEnvironment.create(settings.in_batch_mode().build())
+    return TableEnvironment.create(settings.in_streaming_mode().build())
 
 
-def run_job(t_env: Any, args: argparse.Namespace, out: Path) -> None:
-    """Declare the tables and run the mode's INSERTs as one job, to the end of its input."""
+def run_job(t_env: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Declare the tables and run the mode's INSERTs as one job, to the end of its input
+    (`count`: the valid events, counted)."""
     t_env.execute_sql(events_table_sql(args.bootstrap, args.topic, args.lateness_ms))
     t_env.execute_sql(VALID_EVENTS_SQL)
+    if args.mode == "count":
+        with t_env.execute_sql("SELECT COUNT(*) FROM valid_events").collect() as rows:
+            return {"valid_rows": int(next(iter(rows))[0])}
     totals_sink, totals_insert = totals_sql(out, args.window_ms)
     t_env.execute_sql(totals_sink)
     statements = t_env.create_statement_set()
@@ -163,6 +173,7 @@ def run_job(t_env: Any, args: argparse.Namespace, out: Path) -> None:
         t_env.execute_sql(sink)
         statements.add_insert_sql(insert)
     statements.execute().wait()
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     t_env = table_environment(args, out)
     session_s = time.monotonic() - t0
     t1 = time.monotonic()
-    run_job(t_env, args, out)
+    counted = run_job(t_env, args, out)
     result = {
+        **counted,
         "mode": args.mode,
         "session_s": session_s,
         "run_s": time.monotonic() - t1,

@@ -350,32 +350,31 @@ def _kafka_result(flink: dict[str, Any]) -> dict[str, Any]:
         "ratio": 0.5,
         "all_records_accounted": True,
         "malformed_lines": 5,
-        "plain_dropped": {"dropped_rows": 60, "dropped_pct": 60 / 10.1},
+        "plain_dropped": {"dropped_rows": 60, "dropped_pct": 60 / 10.1, "dropped_by_watermark": 4},
         "flink": flink,
     }
 
 
 def test_kafka_report_puts_flinks_dropped_rows_beside_tallys_late_output(tmp_path: Path) -> None:
     from bench.findings import findings
+    from bench.flink_peer import dropped
     from bench.report.sections import kafka
 
+    # 1,010 records, 1,007 read as valid events by Flink, 998 of them in its windows
+    counted = dropped(1010, 998, 1007)
+    assert counted == {
+        "dropped_rows": 12,
+        "dropped_pct": pytest.approx(100 * 12 / 1010),
+        "late_rows": 9,
+        "late_pct": pytest.approx(100 * 9 / 1007),
+        "unread_rows": 3,
+    }
+    run = {"seconds": 10.0, "events_per_s": 101.0, "peak_rss_mb": 700.0, **counted}
     flink = {
+        "valid_rows": 1007,
         "runs": {
-            "agg": {
-                "seconds": 10.0,
-                "events_per_s": 101.0,
-                "output_events": 998,
-                "dropped_rows": 12,
-                "dropped_pct": 12 / 10.1,
-            },
-            "durable": {
-                "seconds": 20.2,
-                "events_per_s": 50.0,
-                "output_events": 998,
-                "dropped_rows": 12,
-                "dropped_pct": 12 / 10.1,
-                "bronze_rows": 1010,
-            },
+            "agg": run,
+            "durable": {**run, "seconds": 20.2, "events_per_s": 50.0, "bronze_rows": 1010},
         },
         "version": "2.3.0",
         "parallelism": 2,
@@ -385,11 +384,12 @@ def test_kafka_report_puts_flinks_dropped_rows_beside_tallys_late_output(tmp_pat
     }
     md = "\n".join(kafka(_kafka_result(flink), ""))
     assert "### Flink beside Spark" in md
-    assert "| dropped 12 (1.19 %) | 0.25 | 2.00 |" in md
-    assert "late side output 3, quarantined 5" in md
+    assert "| 700 MB | 9 (0.89 %) | 12 (1.19 %) | **0.25** | 2.00 |" in md
+    assert "| 3 (kept: late side output) | 5 quarantined (kept) |" in md
+    assert "| 4 | 60 (5.94 %) |" in md  # plain Spark's own count of rows behind its watermark
     assert "bronze kept 1,010 of 1,010 records (every record: yes)" in md
     lines = findings({"kafka": _kafka_result(flink)})
-    assert "agg 101 records/s (tally ÷ Flink 0.25, Flink ÷ plain Spark 2.00" in lines[1]
+    assert "agg 101 records/s (tally ÷ Flink 0.25, Flink ÷ plain Spark 2.00; dropped 9 " in lines[1]
 
     missing = {"runs": {}, "not_measured": "Flink is not installed (`make flink`)"}
     md = "\n".join(kafka(_kafka_result(missing), ""))
