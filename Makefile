@@ -35,7 +35,7 @@ jars: $(JARS)/.fetched ## fetch Delta's, Spark's Kafka and S3A jars, build tally
 
 # The benchmark's Flink peer in its own virtualenv (PyFlink pins py4j, pandas and pyarrow below
 # tally's): never part of `install`.
-$(FLINK)/.installed: scripts/flink.sh jars/flink-kafka.pom.xml
+$(FLINK)/.installed: scripts/flink.sh constraints-flink.txt jars/flink-kafka.pom.xml
 	scripts/flink.sh $(FLINK)
 	touch $@
 
