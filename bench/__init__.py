@@ -14,7 +14,9 @@ Sections (`tally bench --only ...`), each a module:
 
 Engines run as OS processes (`bench.engines`: the real `tally` command line through
 `bench.tally_cli`, which records the stream's per-batch phases; the plain Spark engines in
-`bench.plain_job`), timed and measured from the outside (`bench.common.run_process`).
+`bench.plain_job`; beside them on Kafka, Flink SQL in `bench.flink_job`, run from its own
+virtualenv by `bench.flink_peer`), timed and measured from the outside
+(`bench.common.run_process`).
 `bench.phases` reads the phase records; `bench.run` holds the presets (full, `--quick`), the
 orchestration and the CLI command (found through the `tally.commands` entry point group);
 `bench.findings` turns the numbers into sentences; `bench.report` writes `benchmarks.md`,

@@ -201,7 +201,29 @@ def _kafka(k: dict[str, Any]) -> list[str]:
     )
     if not k["all_records_accounted"]:
         text += " tally's `input_lines` does NOT add up to the records published."
-    return [text]
+    return [text, *_kafka_flink(k)]
+
+
+def _kafka_flink(k: dict[str, Any]) -> list[str]:
+    """Flink beside Spark on the same topic (measured since issue 23)."""
+    fl = k.get("flink")
+    if not fl:
+        return []
+    if not fl["runs"]:
+        return [f"Flink beside Spark on Kafka: not measured ({fl['not_measured']})."]
+    words = [
+        f"{mode} {run['events_per_s']:,.0f} records/s (tally ÷ Flink "
+        f"{fl['ratio_tally_flink'][mode]:.2f}, Flink ÷ plain Spark "
+        f"{fl['ratio_flink_plain'][mode]:.2f}; dropped {run['late_rows']:,} rows as late, "
+        f"{run['late_pct']:.2f} % of its {fl['valid_rows']:,} valid events)"
+        for mode, run in fl["runs"].items()
+    ]
+    t = k["tally"]
+    return [
+        f"Flink {fl['version']} SQL on the same topic (parallelism {fl['parallelism']}): "
+        + "; ".join(words)
+        + f"; tally's late side output {t['late_events']:,}, quarantined {t['quarantined']:,}."
+    ]
 
 
 # -- 9. scale-out --------------------------------------------------------------------------------

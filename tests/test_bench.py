@@ -303,6 +303,100 @@ def test_each_missed_speed_target_says_what_would_close_it() -> None:
     assert closing_notes(r) == []
 
 
+# -- Flink beside Spark (the Kafka section) -------------------------------------------------------
+
+
+def test_flink_job_sql_bounds_the_topic_and_writes_intervals_exactly() -> None:
+    """The Flink job's SQL (built without pyflink): the source ends at the offsets latest at
+    its start, the json format skips a malformed record, intervals keep milliseconds."""
+    from bench import flink_job
+
+    assert flink_job.interval(60_000) == "INTERVAL '0 00:01:00.000' DAY TO SECOND(3)"
+    assert flink_job.interval(90_061_005) == "INTERVAL '1 01:01:01.005' DAY TO SECOND(3)"
+    events = flink_job.events_table_sql("127.0.0.1:1", "t", 30_000)
+    assert "'scan.bounded.mode' = 'latest-offset'" in events
+    assert "'scan.startup.mode' = 'earliest-offset'" in events
+    assert "'json.ignore-parse-errors' = 'true'" in events
+    assert "WATERMARK FOR ts AS ts - INTERVAL '0 00:00:30.000' DAY TO SECOND(3)" in events
+    _sink, insert = flink_job.totals_sql(Path("/out"), 10_000)
+    assert "TUMBLE(TABLE valid_events, DESCRIPTOR(ts), INTERVAL '0 00:00:10.000'" in insert
+    source, _sink, _insert = flink_job.bronze_sql("127.0.0.1:1", "t", Path("/out"))
+    assert "'format' = 'raw'" in source and "json." not in source
+
+
+def _kafka_result(flink: dict[str, Any]) -> dict[str, Any]:
+    """A Kafka section's result as `kafka_section` returns it (numbers made up)."""
+    return {
+        "events": 1000,
+        "lines": 1010,
+        "records": 1010,
+        "partitions": 8,
+        "records_per_trigger": 505,
+        "publish_s": 1.0,
+        "window_ms": 60_000,
+        "lateness_ms": 30_000,
+        "runs": {
+            "tally": {"seconds": 40.0, "peak_rss_mb": 900.0, "events_per_s": 25.25},
+            "plain": {"seconds": 20.0, "peak_rss_mb": 800.0, "events_per_s": 50.5},
+        },
+        "tally": {
+            "input_lines": 1010,
+            "valid_events": 1005,
+            "quarantined": 5,
+            "late_events": 3,
+            "accounted_events": 1000,
+        },
+        "plain": {"output_rows": 900, "output_events": 950},
+        "ratio": 0.5,
+        "all_records_accounted": True,
+        "malformed_lines": 5,
+        "plain_dropped": {"dropped_rows": 60, "dropped_pct": 60 / 10.1, "dropped_by_watermark": 4},
+        "flink": flink,
+    }
+
+
+def test_kafka_report_puts_flinks_dropped_rows_beside_tallys_late_output(tmp_path: Path) -> None:
+    from bench.findings import findings
+    from bench.flink_peer import dropped
+    from bench.report.sections import kafka
+
+    # 1,010 records, 1,007 read as valid events by Flink, 998 of them in its windows
+    counted = dropped(1010, 998, 1007)
+    assert counted == {
+        "dropped_rows": 12,
+        "dropped_pct": pytest.approx(100 * 12 / 1010),
+        "late_rows": 9,
+        "late_pct": pytest.approx(100 * 9 / 1007),
+        "unread_rows": 3,
+    }
+    run = {"seconds": 10.0, "events_per_s": 101.0, "peak_rss_mb": 700.0, **counted}
+    flink = {
+        "valid_rows": 1007,
+        "runs": {
+            "agg": run,
+            "durable": {**run, "seconds": 20.2, "events_per_s": 50.0, "bronze_rows": 1010},
+        },
+        "version": "2.3.0",
+        "parallelism": 2,
+        "checkpoint_ms": 5000,
+        "ratio_tally_flink": {"agg": 0.25, "durable": 0.505},
+        "ratio_flink_plain": {"agg": 2.0, "durable": 0.99},
+    }
+    md = "\n".join(kafka(_kafka_result(flink), ""))
+    assert "### Flink beside Spark" in md
+    assert "| 700 MB | 9 (0.89 %) | 12 (1.19 %) | **0.25** | 2.00 |" in md
+    assert "| 3 (kept: late side output) | 5 quarantined (kept) |" in md
+    assert "| 4 | 60 (5.94 %) |" in md  # plain Spark's own count of rows behind its watermark
+    assert "bronze kept 1,010 of 1,010 records (every record: yes)" in md
+    lines = findings({"kafka": _kafka_result(flink)})
+    assert "agg 101 records/s (tally ÷ Flink 0.25, Flink ÷ plain Spark 2.00; dropped 9 " in lines[1]
+
+    missing = {"runs": {}, "not_measured": "Flink is not installed (`make flink`)"}
+    md = "\n".join(kafka(_kafka_result(missing), ""))
+    assert "Not measured: Flink is not installed (`make flink`)." in md
+    assert findings({"kafka": _kafka_result(missing)})[1].endswith("(`make flink`)).")
+
+
 # -- the window kinds' read-back ------------------------------------------------------------------
 
 
@@ -381,7 +475,7 @@ def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_pa
 
 
 @pytest.mark.slow
-def test_quick_benchmark(spark, tmp_path: Path) -> None:
+def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.phases import PHASES
     from bench.report import JSON_NAME, MD_NAME, PNG_NAME
     from bench.run import PROJECT_ROOT, QUICK, SECTIONS, run_bench
@@ -389,6 +483,8 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     committed = PROJECT_ROOT / "docs" / MD_NAME
     before = committed.read_bytes() if committed.exists() else None
     out = tmp_path / "out"
+    # Flink beside Spark costs two more processes: the smoke test runs without it
+    monkeypatch.setenv("TALLY_FLINK_HOME", str(tmp_path / "no-flink"))
     r = run_bench(
         spark,
         quick=True,
@@ -461,6 +557,7 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     assert ka["ratio"] == pytest.approx(
         ka["runs"]["tally"]["events_per_s"] / ka["runs"]["plain"]["events_per_s"]
     )
+    assert ka["flink"]["not_measured"] and ka["flink"]["runs"] == {}
 
     # 9. scale-out: the day reconciles on the cluster with the warehouse on S3
     so = r["scaleout"]

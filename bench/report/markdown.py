@@ -142,6 +142,17 @@ def _rows_without_target(r: dict[str, Any], row: Row) -> None:
             f"{number(ka['runs']['plain']['events_per_s'])} records/s)",
             None,
         )
+        flink = (ka.get("flink") or {}).get("ratio_tally_flink")
+        if flink:
+            row(
+                "kafka",
+                "8. Kafka (no target): tally ÷ Flink SQL, Flink ÷ plain Spark",
+                "; ".join(
+                    f"{mode} {ratio:.2f}, {ka['flink']['ratio_flink_plain'][mode]:.2f}"
+                    for mode, ratio in flink.items()
+                ),
+                None,
+            )
     so = r.get("scaleout")
     if so:
         slowest = max(so["runs"].items(), key=lambda kv: kv[1]["stream_ratio"])
