@@ -62,6 +62,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from batch.bounds import BOUND_COLUMNS, bounds_of_day
 from batch.sessions import (
     SessionError,
     check_session_width,
@@ -373,6 +374,8 @@ class ReconcileResult:
     late_repeats: int = 0
     window_slide_ms: int | None = None  # hopping windows slide by this (None: tumbling)
     session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
+    # the stream_progress version whose bounds in force it recorded (None: no such table)
+    stream_progress_version: int | None = None
 
     @property
     def windowing(self) -> str:
@@ -389,10 +392,13 @@ class ReconcileResult:
 
     @property
     def stream_versions(self) -> dict[str, int]:
-        return {
+        versions = {
             "stream_aggregates": self.stream_aggregates_version,
             "late_events": self.late_events_version,
         }
+        if self.stream_progress_version is not None:
+            versions["stream_progress"] = self.stream_progress_version
+        return versions
 
     def describe(self) -> str:
         """The one-paragraph summary the CLI prints."""
@@ -447,6 +453,8 @@ def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
     for table in BATCH_TABLES:
         if not T.exists(spark, warehouse, table.name):
             T.ensure_table(spark, warehouse, table)
+        elif table is T.RECONCILIATION_RUNS:  # it gained the bounds in force
+            T.add_missing_columns(spark, warehouse, table)
 
 
 def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) -> int:
@@ -539,11 +547,11 @@ def _checked_bounds(
     _checked_windowing(*windowing)
     if now.tzinfo is None:
         raise ReconcileError("now: needs a time zone")
-    unknown = set(stream_versions) - {"stream_aggregates", "late_events"}
+    unknown = set(stream_versions) - {"stream_aggregates", "late_events", "stream_progress"}
     if unknown:
         raise ReconcileError(
             f"stream_versions: unknown table(s) {', '.join(sorted(unknown))} "
-            "(expected stream_aggregates, late_events)"
+            "(expected stream_aggregates, late_events, stream_progress)"
         )
     try:
         ZoneInfo(zone)
@@ -581,7 +589,8 @@ def _provenance(
     settings: Mapping[str, Any] | None,
 ) -> DataFrame:
     """The `reconciliation_runs` row: what was read (versions), with which settings;
-    `windowing` is (window_ms, slide_ms, session_gap_ms)."""
+    `windowing` is (window_ms, slide_ms, session_gap_ms). The stream's bounds in force are
+    joined on by the caller (`_with_bounds`)."""
     ev, sv, lv = versions
     window_ms = windowing[0]
     settings_json = json.dumps(
@@ -614,6 +623,17 @@ def _provenance(
         "unexplained_amount",
         (F.col("unexplained_windows") == 0).alias("balanced"),
     )
+
+
+def _with_bounds(provenance: DataFrame, progress: DataFrame | None, run: _Run) -> DataFrame:
+    """The provenance row with the `stream_progress` version read and, per partition, the
+    lateness bounds in force over the micro-batches that carried the date (`batch.bounds`;
+    nulls without a stream_progress table)."""
+    in_force = bounds_of_day(progress, run.bounds)
+    if in_force is None:
+        maps = [F.lit(None).cast("map<int,bigint>").alias(c) for c in BOUND_COLUMNS]
+        return provenance.select("*", *maps)
+    return provenance.crossJoin(in_force)
 
 
 @dataclass(frozen=True)
@@ -732,6 +752,9 @@ def reconcile(
     ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
     sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
     lv = _pin(spark, warehouse, "late_events", stream_versions.get("late_events"))
+    pv = None  # a warehouse reconciled without a stream_progress table records no bounds
+    if T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+        pv = _pin(spark, warehouse, T.STREAM_PROGRESS.name, stream_versions.get("stream_progress"))
     _ensure_outputs(spark, warehouse)
     run = _Run(
         spark,
@@ -766,6 +789,10 @@ def reconcile(
 
     # 3. Provenance: what was read, with which settings.
     provenance = _provenance(summary_df, (ev, sv, lv), windowing, report_timezone, now, settings)
+    progress = None if pv is None else T.read_table(spark, warehouse, T.STREAM_PROGRESS.name, pv)
+    provenance = _with_bounds(provenance, progress, run).select(
+        "*", F.lit(pv).cast("long").alias("stream_progress_version")
+    )
     _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
     return ReconcileResult(
         business_date,
@@ -778,6 +805,7 @@ def reconcile(
         repeats,
         slide_ms or None,
         session_gap_ms,
+        pv,
     )
 
 
@@ -807,6 +835,8 @@ def reproduce(
         stream_versions={
             "stream_aggregates": int(run["stream_aggregates_version"]),
             "late_events": int(run["late_events_version"]),
+            # absent before the bounds in force were recorded: the latest
+            "stream_progress": run.get("stream_progress_version"),
         },
         now=now,
         settings=recorded,

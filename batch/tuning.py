@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from batch.bounds import bounds_per_partition
 from batch.curve import (
     day_events_with_partition,
     lateness_curve,
@@ -26,7 +27,7 @@ from batch.curve import (
     with_arrival_seq,
 )
 from tally import tables as T
-from tally.dates import epoch_ms
+from tally.dates import business_day_bounds, carried_day, epoch_ms
 from tally.vocabulary import ARRIVAL_ORDER
 
 
@@ -76,10 +77,11 @@ def tune_lateness(
     if now.tzinfo is None:
         raise ValueError("now: needs a time zone")
     events, version = period_events(spark, p, first_day, last_day)
+    in_force = bounds_in_force_of_period(spark, p, first_day, last_day)
     ordered = with_arrival_seq(events, ARRIVAL_ORDER).persist()
     try:
         result, curve = _global_tuning(ordered, p)
-        by_partition, partition_curve = _partition_tuning(ordered, p)
+        by_partition, partition_curve = _partition_tuning(ordered, p, in_force)
     finally:
         ordered.unpersist()
     result = {
@@ -88,9 +90,57 @@ def tune_lateness(
         "events_version": version,
         **result,
         **by_partition,
+        **compare_in_force(in_force, by_partition["recommended_by_partition"], partition_curve),
     }
     _record(spark, p, result, curve, partition_curve, now)
     return result
+
+
+def bounds_in_force_of_period(
+    spark: SparkSession, p: TuningParams, first_day: date, last_day: date
+) -> dict[int, dict[str, int]]:
+    """Per partition, the lateness bounds the stream had in force (`stream_progress`, fixed or
+    chosen by lateness auto) over the micro-batches that carried the period's dates:
+    {partition: {min_ms, max_ms, last_ms, batches}}; {} without stream_progress."""
+    if not T.exists(spark, p.warehouse, T.STREAM_PROGRESS.name):
+        return {}
+    progress = T.read_table(spark, p.warehouse, T.STREAM_PROGRESS.name)
+    if "partition_lateness_ms" not in progress.columns:
+        return {}
+    start = business_day_bounds(first_day, p.report_timezone)[0]
+    end = business_day_bounds(last_day, p.report_timezone)[1]
+    rows = bounds_per_partition(progress.where(carried_day((start, end)))).collect()
+    return {
+        int(r["partition"]): {k: int(r[k]) for k in ("min_ms", "max_ms", "last_ms", "batches")}
+        for r in rows
+    }
+
+
+def compare_in_force(
+    in_force: Mapping[int, Mapping[str, int]],
+    recommended: Mapping[int, int | None],
+    partition_curve: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The curve against the bounds in force (what lateness auto chose): per partition the
+    smallest, largest and last bound in force, the curve's completeness at the last one, and
+    the partitions whose recommended bound is wider than any bound in force (or for which no
+    bound in the curve reaches the target): there the stream's bounds fell short of the
+    period's delays."""
+    at = {(e["partition"], e["lateness_ms"]): e["completeness_pct"] for e in partition_curve}
+    short = []
+    for part, b in sorted(in_force.items()):
+        best = recommended.get(part, b["max_ms"])  # no events of it: nothing to compare
+        if best is None or best > b["max_ms"]:
+            short.append(part)
+    return {
+        "in_force_min_by_partition": {k: b["min_ms"] for k, b in sorted(in_force.items())},
+        "in_force_max_by_partition": {k: b["max_ms"] for k, b in sorted(in_force.items())},
+        "in_force_last_by_partition": {k: b["last_ms"] for k, b in sorted(in_force.items())},
+        "in_force_completeness_by_partition": {
+            k: at[(k, b["last_ms"])] for k, b in sorted(in_force.items()) if (k, b["last_ms"]) in at
+        },
+        "partitions_short_of_curve": short,
+    }
 
 
 def _global_tuning(
@@ -114,13 +164,16 @@ def _global_tuning(
 
 
 def _partition_tuning(
-    events: DataFrame, p: TuningParams
+    events: DataFrame, p: TuningParams, in_force: Mapping[int, Mapping[str, int]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The per-partition curve (candidates and every configured bound) and, for each
-    partition with events: the smallest bound reaching the target (None: none does), its
-    configured bound, and the partitions whose configured bound misses the target."""
+    """The per-partition curve (candidates, every configured bound and the last bounds in
+    force) and, for each partition with events: the smallest bound reaching the target (None:
+    none does), its configured bound, and the partitions whose configured bound misses it."""
     values = sorted(
-        set(p.candidates_ms) | {p.configured_lateness_ms} | set(p.configured_by_partition.values())
+        set(p.candidates_ms)
+        | {p.configured_lateness_ms}
+        | set(p.configured_by_partition.values())
+        | {b["last_ms"] for b in in_force.values()}
     )
     curve = lateness_curve_by_partition(events, p.window_ms, values, p.target_pct)
     best = recommend_by_partition(curve, p.target_pct)
@@ -176,6 +229,18 @@ def _record(
                 *[F.lit(part) for part in result["partitions_missing_target"]]
             ).cast("array<int>"),
             "curve_by_partition": F.lit(json.dumps(partition_curve, sort_keys=True, default=str)),
+            **{
+                f"{name}_by_partition": T.literal_map(
+                    result[f"{name}_by_partition"], "int", "bigint"
+                )
+                for name in ("in_force_min", "in_force_max", "in_force_last")
+            },
+            "in_force_completeness_by_partition": T.literal_map(
+                result["in_force_completeness_by_partition"], "int", "double"
+            ),
+            "partitions_short_of_curve": F.array(
+                *[F.lit(part) for part in result["partitions_short_of_curve"]]
+            ).cast("array<int>"),
         },
     )
     table = T.LATENESS_RECOMMENDATIONS

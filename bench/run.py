@@ -5,9 +5,11 @@
 
 Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
 scaleout (a standalone cluster and S3), windows (tumbling and hopping on one input), bigfile
-(5), nightly, curve. Full mode writes into `docs/` by default and takes over an hour on a
+(5), nightly, curve, lateness (adaptive lateness against fixed bounds). Full mode writes into
+`docs/` by default and takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
-windows ~5-8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min, run last); `--quick`
+windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~15-25 min, bigfile ~15-20 min, run
+last); `--quick`
 (~7-13 min, used by the smoke test) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
 some sections (`--only`) keeps the other sections' results of the same mode from the
@@ -52,6 +54,7 @@ SECTIONS = (
     "bigfile",
     "nightly",
     "curve",
+    "lateness",
 )
 
 
@@ -93,6 +96,10 @@ class Preset:
     windows_events: int
     windows_files: int
     windows_repetitions: int
+    # 11. adaptive lateness: calm / burst / calm (bench.lateness)
+    lateness_rate: int
+    lateness_phase_s: tuple[int, int, int]
+    lateness_file_s: int
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -190,6 +197,12 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "windows_events": (1_000_000, 4_000),
     "windows_files": (50, 2),
     "windows_repetitions": (2, 1),
+    # 11. adaptive lateness: 400 events/s. full: calm 1 min, burst 1 min, calm 5 min (auto's
+    # histogram forgets the burst over ~50 batches), 5 s files (one a micro-batch), ~100
+    # batches per engine; quick: 15/15/20 s in 10 s files, 11 batches per engine
+    "lateness_rate": (400, 400),
+    "lateness_phase_s": ((60, 60, 300), (15, 15, 20)),
+    "lateness_file_s": (5, 10),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -259,6 +272,7 @@ class BenchRun:
                 ("kafka", self.kafka),
                 ("scaleout", self.scaleout),
                 ("windows", self.windows),
+                ("lateness", self.lateness),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -323,6 +337,16 @@ class BenchRun:
         p = self.preset
         self.results["windows"] = windows.windows_section(
             self.spark, self.work, p.windows_backlog, p.shape, p.windows_repetitions, self.env
+        )
+
+    def lateness(self) -> None:
+        from bench import lateness
+
+        p = self.preset
+        self.results["lateness"] = lateness.lateness_section(
+            self.spark,
+            self.work,
+            lateness.LatenessBench(p.lateness_rate, p.lateness_phase_s, p.lateness_file_s),
         )
 
     def bigfile(self) -> None:

@@ -179,8 +179,9 @@ def tune_lateness(
     spark: Any = None,
 ) -> dict[str, Any]:
     """The weekly tuning of `first_day`..`last_day`; an alert when the configured lateness
-    misses the completeness target, and one when per-source bounds are configured
-    (`lateness_by_partition`) and some partition's bound misses it."""
+    misses the completeness target, one when per-source bounds are configured
+    (`lateness_by_partition`) and some partition's bound misses it, and under lateness auto
+    one when a partition's bounds in force stayed narrower than the curve's recommendation."""
     from batch.tuning import TuningParams
     from batch.tuning import tune_lateness as tune
 
@@ -200,7 +201,9 @@ def tune_lateness(
     )
     # Per partition only with per-source bounds: otherwise the one bound's alert says it.
     per_partition = partition_tuning_alert(result) if params.configured_by_partition else None
-    alerts = [a for a in (overall, per_partition) if a is not None]
+    # Under lateness auto, also whether the bounds it chose kept up with the week's delays.
+    auto = in_force_alert(result) if settings.lateness_auto else None
+    alerts = [a for a in (overall, per_partition, auto) if a is not None]
     if alerts:
         fields = context_fields(context, settings) if context else {}
         fields["business_date"] = last_day
@@ -249,5 +252,29 @@ def partition_tuning_alert(result: Mapping[str, Any]) -> Alert | None:
         f"{observed}{f' and {more} more' if more else ''} "
         f"({result['period_start']}..{result['period_end']})",
         f"{result['target_pct']}% (smallest bounds reaching it: {smallest})",
+        "warning",
+    )
+
+
+def in_force_alert(result: Mapping[str, Any]) -> Alert | None:
+    """Lateness auto: one alert for the partitions whose bounds in force over the period all
+    stayed below the curve's smallest bound reaching the target (None if none did), each with
+    its widest bound in force and that recommendation (the first 10 partitions named)."""
+    short = result["partitions_short_of_curve"]
+    if not short:
+        return None
+    named = short[:10]
+    more = len(short) - len(named)
+    widest = result["in_force_max_by_partition"]
+    best = result["recommended_by_partition"]
+    observed = ", ".join(f"partition {p} at most {format_duration(widest[p])}" for p in named)
+    needed = ", ".join(
+        f"{p}={'none in the curve' if best[p] is None else format_duration(best[p])}" for p in named
+    )
+    return Alert(
+        "lateness auto chose bounds narrower than the completeness target needed",
+        f"{observed}{f' and {more} more' if more else ''} "
+        f"({result['period_start']}..{result['period_end']})",
+        f"{result['target_pct']}% (smallest bounds reaching it: {needed})",
         "warning",
     )

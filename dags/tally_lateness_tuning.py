@@ -5,7 +5,10 @@ Weekly (`TALLY_TUNING_SCHEDULE`, Mondays 03:00): replays the arrivals of the wee
 dates from the `events` log through the lateness curve (`batch.curve`): completeness and emit
 latency per lateness bound. Records the smallest bound reaching `completeness_target` in the
 Delta table `lateness_recommendations` (one row per week, replaced on re-run) and alerts when
-the configured `lateness` falls short of the target.
+the configured `lateness` falls short of the target. Beside the curve it records the bounds the
+stream had in force per partition (`stream_progress`; under `lateness = "auto"` the ones auto
+chose) and, under auto, alerts when a partition's stayed narrower than the curve's
+recommendation.
 """
 
 from __future__ import annotations

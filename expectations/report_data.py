@@ -126,6 +126,8 @@ class ReportData:
     data_docs_index: str | None
     provenance: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # per partition: the lateness bounds in force over the date's micro-batches (`bounds_in_force`)
+    bounds: list[dict[str, Any]] = field(default_factory=list)
     window_ms: int | None = None
 
 
@@ -559,6 +561,54 @@ def describe_windowing(window_ms: Any, settings: Mapping[str, Any]) -> str | Non
     return windowing_text(size, int(slide) if slide else None, gap)
 
 
+def bounds_in_force(run: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per partition, the lateness bounds in force the reconciliation recorded (over the
+    micro-batches that carried the date): `partition`, `min_ms`, `max_ms`, `last_ms`, by
+    partition; [] when it recorded none (no stream_progress, or a run from before)."""
+    run = run or {}
+    lows, highs, lasts = (
+        run.get(c) or {}
+        for c in (
+            "partition_lateness_min_ms",
+            "partition_lateness_max_ms",
+            "partition_lateness_last_ms",
+        )
+    )
+    return [
+        {"partition": p, "min_ms": lows[p], "max_ms": highs[p], "last_ms": lasts[p]}
+        for p in sorted(lows)
+        if p in highs and p in lasts
+    ]
+
+
+def describe_bound(b: Mapping[str, Any]) -> str:
+    """One partition's bounds in force: `30s` when it never changed, else the range and the
+    last one, `1s–17222ms, last 1s`."""
+    if b["min_ms"] == b["max_ms"]:
+        return format_duration(int(b["min_ms"]))
+    return (
+        f"{format_duration(int(b['min_ms']))}–{format_duration(int(b['max_ms']))}, "
+        f"last {format_duration(int(b['last_ms']))}"
+    )
+
+
+def describe_bounds(bounds: Sequence[Mapping[str, Any]]) -> str | None:
+    """All partitions' bounds in force in one line, consecutive partitions with the same
+    bounds together: `partitions 0-2: 30s` or `partition 0: 1s–17222ms, last 1s; ...`."""
+    groups: list[tuple[int, int, str]] = []  # (first partition, last partition, text)
+    for b in bounds:
+        text, p = describe_bound(b), int(b["partition"])
+        if groups and groups[-1][2] == text and groups[-1][1] == p - 1:
+            groups[-1] = (groups[-1][0], p, text)
+        else:
+            groups.append((p, p, text))
+    parts = [
+        f"partition {lo}: {text}" if lo == hi else f"partitions {lo}-{hi}: {text}"
+        for lo, hi, text in groups
+    ]
+    return "; ".join(parts) or None
+
+
 def _provenance(
     now: datetime, rec: _Reconciliation, window_ms: Any, validation: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -577,6 +627,8 @@ def _provenance(
                 "window": format_duration(int(window_ms)) if window_ms else None,
                 "windows": describe_windowing(window_ms, rec.settings),
                 "report time zone": rec.zone,
+                "stream_progress version (pinned)": rec.run.get("stream_progress_version"),
+                "lateness bounds in force": describe_bounds(bounds_in_force(rec.run)),
             }
         )
     else:
@@ -640,6 +692,7 @@ def collect_report_data(
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),
         settings=rec.settings,
+        bounds=bounds_in_force(rec.run),
         # sessions have no one width: the per-window chart draws its narrowest bars
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
     )

@@ -14,7 +14,13 @@ from expectations.report_charts import (
     chart_per_window,
     chart_worst_keys,
 )
-from expectations.report_data import ReportData, format_count, format_minor, format_rate
+from expectations.report_data import (
+    ReportData,
+    describe_bound,
+    format_count,
+    format_minor,
+    format_rate,
+)
 from tally.settings import format_duration
 
 _CSS = """
@@ -171,13 +177,17 @@ def _worst_keys_html(data: ReportData) -> str:
 def _partitions_html(data: ReportData) -> str:
     if not data.partitions:
         return ""
+    bounds = {b["partition"]: describe_bound(b) for b in data.bounds}
+    bound_head = ("lateness bound in force",) if bounds else ()
     return _table(
         "partitions",
-        ("partition", "events", "late", "late rate"),
+        ("partition", "events", "late", "late rate", *bound_head),
         (
             f'<tr><td>{_e(p["partition"])}</td><td class="num">{format_count(p["events"])}'
             f'</td><td class="num">{format_count(p["late"])}</td>'
-            f'<td class="num">{format_rate(p["rate"])}</td></tr>'
+            f'<td class="num">{format_rate(p["rate"])}</td>'
+            + (f"<td>{_e(bounds.get(p['partition'], '—'))}</td>" if bounds else "")
+            + "</tr>"
             for p in data.partitions
         ),
     )

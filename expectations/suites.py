@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
-from tally.dates import DayBounds, business_day_bounds, window_in_day
+from tally.dates import DayBounds, business_day_bounds, carried_day, window_in_day
 from tally.settings import Settings
 from tally.vocabulary import CRITICAL, EXPLAINED_STATUSES, STATUSES, UNEXPLAINED, WARNING
 
@@ -410,17 +410,11 @@ def stream_progress_frame(stream_progress: DataFrame, bounds: DayBounds) -> Data
     not_drained = ~F.coalesce(F.col("drained"), F.lit(False))
     last_live = F.max(F.when(not_drained, F.col("batch_id"))).over(by_app)
     last_lag = F.max(F.when(F.col("batch_id") == last_live, F.col("watermark_lag_ms"))).over(by_app)
-    start, end = bounds
-    wm_before = F.unix_millis("watermark_before")
-    wm_after = F.unix_millis("watermark_after")
-    carried = (F.col("watermark_after").isNull() | (wm_after >= F.lit(start))) & (
-        F.col("watermark_before").isNull() | (wm_before < F.lit(end))
-    )
     return (
         stream_progress.select(
             "*", step.alias("wm_step_ms"), last_lag.alias("last_watermark_lag_ms")
         )
-        .where(carried)
+        .where(carried_day(bounds))
         # maps (per-partition marks, flags, counts): GX cannot profile them, none is checked
         .drop(*[f.name for f in stream_progress.schema.fields if isinstance(f.dataType, MapType)])
     )

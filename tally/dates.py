@@ -110,3 +110,14 @@ def in_day(bounds: DayBounds, column: str) -> Column:
 def window_in_day(bounds: DayBounds, column: str = "window_start") -> Column:
     """The rule "this window belongs to this business date": its start falls within it."""
     return in_day(bounds, column)
+
+
+def carried_day(bounds: DayBounds) -> Column:
+    """The rule "this `stream_progress` row (micro-batch) carried the business date": its
+    watermark moved across the day (after >= start, before < end) or had none yet."""
+    from pyspark.sql import functions as F
+
+    start, end = bounds
+    return (
+        F.col("watermark_after").isNull() | (F.unix_millis("watermark_after") >= F.lit(start))
+    ) & (F.col("watermark_before").isNull() | (F.unix_millis("watermark_before") < F.lit(end)))

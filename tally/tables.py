@@ -187,9 +187,15 @@ RECONCILIATION_RUNS = Table(
     "report_timezone STRING, settings STRING, windows BIGINT, stream_count BIGINT, "
     "stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, gap_count BIGINT, "
     "gap_amount BIGINT, late_events BIGINT, unexplained_windows BIGINT, "
-    "unexplained_amount BIGINT, balanced BOOLEAN",
+    "unexplained_amount BIGINT, balanced BOOLEAN, stream_progress_version BIGINT, "
+    "partition_lateness_min_ms MAP<INT, BIGINT>, partition_lateness_max_ms MAP<INT, BIGINT>, "
+    "partition_lateness_last_ms MAP<INT, BIGINT>",
     "The last reconciliation run of each business date: the Delta versions it read, its "
-    "settings (JSON) and headline numbers; re-running at these versions reproduces it.",
+    "settings (JSON) and headline numbers; re-running at these versions reproduces it. "
+    "stream_progress_version and partition_lateness_*_ms: the stream_progress version read "
+    "and, per partition, the smallest, largest and last lateness bound in force (fixed or "
+    "chosen by lateness auto) over the micro-batches that carried the date (null in rows "
+    "of earlier runs and without a stream_progress table).",
     partition_by=("business_date",),
     order_by=("business_date",),
 )
@@ -224,12 +230,19 @@ LATENESS_RECOMMENDATIONS = Table(
     # Added with per-source lateness: null in rows of earlier runs (add_missing_columns).
     "recommended_by_partition MAP<INT, BIGINT>, configured_by_partition MAP<INT, BIGINT>, "
     "configured_completeness_by_partition MAP<INT, DOUBLE>, "
-    "partitions_missing_target ARRAY<INT>, curve_by_partition STRING",
+    "partitions_missing_target ARRAY<INT>, curve_by_partition STRING, "
+    # Added with lateness auto: null in rows of earlier runs.
+    "in_force_min_by_partition MAP<INT, BIGINT>, in_force_max_by_partition MAP<INT, BIGINT>, "
+    "in_force_last_by_partition MAP<INT, BIGINT>, "
+    "in_force_completeness_by_partition MAP<INT, DOUBLE>, partitions_short_of_curve ARRAY<INT>",
     "One row per tuning period: the lateness curve over its days' events, the smallest "
     "lateness bound reaching the completeness target, and how the configured bound does; "
     "the same per source partition with events (each replayed alone): the smallest bound "
     "of each (null: none reaches the target), its configured bound and completeness there, "
-    "those missing the target, and that curve (JSON).",
+    "those missing the target, and that curve (JSON); against it, the bounds the stream had "
+    "in force (stream_progress: fixed, or chosen by lateness auto) per partition over the "
+    "period's micro-batches (smallest, largest, last), the curve's completeness at the last, "
+    "and the partitions whose smallest bound reaching the target is wider than any in force.",
     partition_by=("period_start",),
     order_by=("period_start",),
 )

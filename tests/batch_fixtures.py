@@ -117,6 +117,8 @@ def _literal(value: Any, data_type: Any) -> Column:
         return F.timestamp_millis(F.lit(int(value)))
     if isinstance(data_type, DateType):
         return F.lit(value.isoformat()).cast("date")
+    if isinstance(value, dict):  # a MAP column: {key: value}
+        return F.create_map(*[F.lit(x) for kv in sorted(value.items()) for x in kv]).cast(data_type)
     return F.lit(value).cast(data_type)
 
 

@@ -209,6 +209,14 @@ def test_reconcile_of_a_generated_day_has_no_unexplained_window(
     assert results.count() > 0 and results.where(~F.col("success")).count() == 0
     assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()
     assert "BALANCED" in out and "PASSED" in out
+    # the run recorded the bounds the stream had in force over the day: the fixed 30 s on
+    # each of the four partitions, at the stream_progress version it read
+    run = day_rows(spark, warehouse, "reconciliation_runs").first()
+    assert run is not None and run["stream_progress_version"] is not None
+    for column in ("min", "max", "last"):
+        assert run[f"partition_lateness_{column}_ms"] == dict.fromkeys(range(4), 30_000)
+    page = (tmp_path / "reports" / f"report-{DAY}.html").read_text()
+    assert "<th>lateness bounds in force</th><td>partitions 0-3: 30s</td>" in page
     assert_every_table_reads_with_delta_rs(spark, warehouse)
 
 

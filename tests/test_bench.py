@@ -400,6 +400,96 @@ def test_kafka_report_puts_flinks_dropped_rows_beside_tallys_late_output(tmp_pat
 # -- the window kinds' read-back ------------------------------------------------------------------
 
 
+def test_lateness_input_has_its_phases(tmp_path: Path) -> None:
+    """The adaptive-lateness section's input: every event once, files in arrival order with
+    mtimes at their slice's end, calm delays under a few seconds, the burst partition's
+    delays in the burst 20-40 s; the same files again from the same seed."""
+    from datetime import datetime
+
+    from bench.lateness import BURST_DELAY_MS, START_MS, LatenessBench, write_input
+
+    b = LatenessBench(rate=40, phase_s=(10, 10, 10), file_s=5, tail_s=10)
+    written = write_input(tmp_path / "a", b)
+    assert written["events"] == 40 * 40
+    files = sorted((tmp_path / "a").iterdir())
+    assert len(files) == written["files"]
+    delays: dict[str, list[int]] = {"calm": [], "burst": []}
+    seen = []
+    for f in files:
+        end_ms = round(os.path.getmtime(f) * 1000)
+        assert (end_ms - START_MS) % (b.file_s * 1000) == 0
+        for line in f.read_text().splitlines():
+            event = json.loads(line)
+            t = round(datetime.fromisoformat(event["event_time"]).timestamp() * 1000)
+            # arrived within the file's slice: after its event time, before the slice's end
+            assert t <= end_ms
+            seen.append(event["event_id"])
+            in_burst = b.phase_bounds_ms[1][0] <= t < b.phase_bounds_ms[1][1]
+            kind = "burst" if in_burst and event["partition"] == 3 else "calm"
+            delays[kind].append(end_ms - t)
+    assert len(seen) == len(set(seen)) == written["events"]
+    assert max(delays["calm"]) < 5_000 + b.file_s * 1000
+    lo, hi = BURST_DELAY_MS
+    assert lo <= min(delays["burst"]) and max(delays["burst"]) <= hi + b.file_s * 1000
+    write_input(tmp_path / "b", b)
+    assert [f.read_bytes() for f in files] == [
+        f.read_bytes() for f in sorted((tmp_path / "b").iterdir())
+    ]
+
+
+def _lateness_engine(pcts: list[float], means: list[int], bounds: list[int]) -> dict[str, Any]:
+    phases = ["calm", "burst", "calm again"]
+    return {
+        "completeness": [
+            {"phase": ph, "events": 1000, "late": round(10 * (100 - p)), "completeness_pct": p}
+            for ph, p in zip(phases, pcts, strict=True)
+        ],
+        "emit_latency": [
+            {"phase": ph, "windows": 4, "windows_missing": 0, "mean_ms": m, "p99_ms": m + 1000}
+            for ph, m in zip(phases, means, strict=True)
+        ],
+        "bounds": [
+            {"t_s": 5.0 * i, "bounds_ms": {"0": 1000, "3": b}} for i, b in enumerate(bounds)
+        ],
+    }
+
+
+def test_lateness_verdict_and_report(tmp_path: Path) -> None:
+    """The acceptance per phase (auto reaches the target, with a lower mean emit latency than
+    the burst-tuned bound), its targets row, tables and the bound-over-time chart."""
+    from bench.lateness import verdict
+    from bench.report import lateness as L
+
+    engines = {
+        "fixed_calm": _lateness_engine([100.0, 80.0, 99.0], [7_000, 7_000, 7_000], [2_000]),
+        "fixed_burst": _lateness_engine([100.0, 100.0, 100.0], [45_000, 45_000, 45_000], [40_000]),
+        "auto": _lateness_engine([100.0, 99.5, 100.0], [6_000, 40_000, 50_000], [1_000, 40_960]),
+    }
+    v = verdict(engines, 99.9)
+    assert v == {
+        "auto_reaches_target": [True, False, True],
+        "auto_mean_latency_below_burst": [True, True, False],
+        "met": False,
+    }
+    la = {
+        "events": 3000, "rate": 400, "partitions": 4, "phase_s": [15, 15, 20], "tail_s": 60,
+        "calm_mean_delay_ms": 250.0, "burst_partitions": [3], "burst_delay_ms": [20_000, 40_000],
+        "file_s": 10, "calm_bound_ms": 2_000, "burst_bound_ms": 40_000, "target_pct": 99.9,
+        "lateness_min_ms": 1_000, "lateness_max_ms": 60_000, "window_ms": 5_000,
+        "engines": engines, **v,
+    }  # fmt: skip
+    rows: list[list[Any]] = []
+    L.target_row(la, lambda *cells: rows.append(list(cells)))
+    ((section, _, measured, met),) = rows
+    assert section == "lateness" and met is False
+    assert measured.startswith("calm: 100.000 %, mean 6.0 s vs 45.0 s; burst: 99.500 %")
+    md = "\n".join(L.section(la, ""))
+    assert "| auto | burst | 99.500 % | 5 / 1,000 | 40.0 s | 41.0 s | 4 |" in md
+    assert "in 2 of 3 phases" in md and L.PNG_NAME in md
+    L.render_chart(la, tmp_path / L.PNG_NAME)
+    assert (tmp_path / L.PNG_NAME).read_bytes().startswith(b"\x89PNG")
+
+
 def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_path: Path) -> None:
     """The windows section's current set: highest revision per window and key minus the
     retracted (docs/semantics.md, "Session windows": the bridged sessions example, D = 10 s),
@@ -478,6 +568,7 @@ def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_pa
 def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.phases import PHASES
     from bench.report import JSON_NAME, MD_NAME, PNG_NAME
+    from bench.report.lateness import PNG_NAME as LATENESS_PNG
     from bench.run import PROJECT_ROOT, QUICK, SECTIONS, run_bench
 
     committed = PROJECT_ROOT / "docs" / MD_NAME
@@ -606,6 +697,24 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         wi["events_per_s"]["hopping"]["median"] / wi["events_per_s"]["tumbling"]["median"]
     )
 
+    # 11. adaptive lateness: one input, three engines, every phase measured
+    la = r["lateness"]
+    assert list(la["engines"]) == ["fixed_calm", "fixed_burst", "auto"]
+    counts = [c["events"] for c in la["engines"]["auto"]["completeness"]]
+    assert all(n > 0 for n in counts)
+    for name, run in la["engines"].items():
+        assert [c["events"] for c in run["completeness"]] == counts, name  # the same input
+        assert all(e["windows"] > 0 for e in run["emit_latency"]), name
+        assert [c["phase"] for c in run["completeness"]] == ["calm", "burst", "calm again"]
+    # the burst's 20-40 s delays are late under the calm bound
+    assert la["engines"]["fixed_calm"]["completeness"][1]["late"] > 0
+    auto_bounds = {v for b in la["engines"]["auto"]["bounds"] for v in b["bounds_ms"].values()}
+    assert auto_bounds
+    assert all(la["lateness_min_ms"] <= v <= la["lateness_max_ms"] for v in auto_bounds)
+    assert la["met"] == (
+        all(la["auto_reaches_target"]) and all(la["auto_mean_latency_below_burst"])
+    )
+
     # 5. one big file: the same results as the split input
     bf = r["bigfile"]
     assert bf["single_file_bytes"] == bf["input_bytes"]
@@ -642,6 +751,7 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "session (gap 10s)",
         "## 6. Nightly job",
         "## 7. Lateness curve",
+        "## 11. Adaptive lateness",
     ):
         assert heading in md, heading
     assert f"**{sp['ratio_tally_durable']:.2f}**" in md
@@ -649,6 +759,7 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len([f for f in r["findings"] if "MISSED" in f or "met" in f]) >= 4
     png = (out / PNG_NAME).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert (out / LATENESS_PNG).read_bytes().startswith(b"\x89PNG")
     raw = json.loads((out / JSON_NAME).read_text())
     assert raw["speed"]["lines"] == sp["lines"] and raw["mode"] == "quick"
     assert set(raw["measured"]) == set(SECTIONS)  # every section measured, dated

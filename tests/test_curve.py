@@ -684,3 +684,65 @@ def test_tuning_per_partition_on_an_old_table(spark, warehouse):
         (p, lat) for p in (0, 1) for lat in (0, 1_000, 5_000, 30_000)
     ]
     assert [e["lateness_ms"] for e in json.loads(row["curve"])] == [0, 30_000]
+
+
+def test_tuning_compares_the_curve_with_the_bounds_in_force(spark, warehouse):
+    """The weekly tuning records, per partition, the bounds the stream had in force over the
+    period's micro-batches (what lateness auto chose), the curve's completeness at the last
+    one, and the partitions whose recommended bound is wider than any bound in force."""
+    from datetime import UTC, datetime
+
+    from batch.tuning import TuningParams, tune_lateness
+
+    day = ms("2026-11-20T00:00:00Z")
+    rows = [
+        event(f"e{i}", "k", a, day + t, ingest=day + 100_000 + i, partition=p)
+        for i, (p, t, a) in enumerate(RADAR_AND_POLLER)
+    ]
+    append(spark, warehouse, T.EVENTS, rows)
+
+    def progress(batch: int, after: str, bounds: dict[int, int]) -> dict[str, Any]:
+        return {
+            "batch_id": batch,
+            "app_id": "a",
+            "processing_time": day + 1_000 * batch,
+            "watermark_before": ms(after) - 60_000,
+            "watermark_after": ms(after),
+            "partition_lateness_ms": bounds,
+        }
+
+    append(
+        spark,
+        warehouse,
+        T.STREAM_PROGRESS,
+        [
+            progress(0, "2026-11-20T00:01:00Z", {0: 1_000, 1: 5_000}),
+            progress(1, "2026-11-20T00:02:00Z", {0: 5_000, 1: 10_000}),
+            progress(2, "2026-11-20T00:03:00Z", {0: 1_000, 1: 5_000}),
+            progress(3, "2026-11-25T00:00:00Z", {0: 999_000, 1: 999_000}),  # after the period
+        ],
+    )
+    params = TuningParams(
+        warehouse=warehouse,
+        window_ms=10_000,
+        configured_lateness_ms=60_000,  # lateness auto: its lateness_max
+        candidates_ms=[30_000],
+        target_pct=100.0,
+    )
+    now = datetime(2026, 11, 23, 3, tzinfo=UTC)
+    result = tune_lateness(spark, params, date(2026, 11, 16), date(2026, 11, 22), now=now)
+    assert result["in_force_min_by_partition"] == {0: 1_000, 1: 5_000}
+    assert result["in_force_max_by_partition"] == {0: 5_000, 1: 10_000}
+    assert result["in_force_last_by_partition"] == {0: 1_000, 1: 5_000}
+    # partition 1's straggler 25 s behind needs 30 s; auto went to 10 s at most
+    assert result["recommended_by_partition"][1] == 30_000
+    assert result["recommended_by_partition"][0] <= 5_000
+    assert result["in_force_completeness_by_partition"] == {0: 100.0, 1: 50.0}
+    assert result["partitions_short_of_curve"] == [1]
+
+    (row,) = T.read_table(spark, warehouse, T.LATENESS_RECOMMENDATIONS.name).collect()
+    assert row["in_force_max_by_partition"] == {0: 5_000, 1: 10_000}
+    assert row["in_force_completeness_by_partition"] == {0: 100.0, 1: 50.0}
+    assert row["partitions_short_of_curve"] == [1]
+    # the per-partition curve also tries the last bounds in force
+    assert {e["lateness_ms"] for e in json.loads(row["curve_by_partition"])} >= {1_000, 5_000}

@@ -595,6 +595,23 @@ def test_tuning_partition_alert_names_the_partitions_that_miss() -> None:
     assert " and 2 more (2026-11-16" in alert.observed
 
 
+def test_tuning_in_force_alert_names_the_partitions_auto_kept_too_narrow() -> None:
+    from dags.stages import in_force_alert
+
+    result = _tuning_result(
+        in_force_max_by_partition={0: 5_000, 1: 10_000, 2: 60_000},
+        partitions_short_of_curve=[1, 2],
+    )
+    alert = in_force_alert(result)
+    assert alert is not None and alert.severity == "warning"
+    assert alert.what == "lateness auto chose bounds narrower than the completeness target needed"
+    assert alert.observed == (
+        "partition 1 at most 10s, partition 2 at most 1m (2026-11-16..2026-11-22)"
+    )
+    assert alert.threshold == "99.9% (smallest bounds reaching it: 1=30s, 2=none in the curve)"
+    assert in_force_alert(_tuning_result(partitions_short_of_curve=[])) is None
+
+
 @pytest.mark.parametrize(
     ("by_partition", "meets", "whats"),
     [
@@ -637,3 +654,27 @@ def test_tuning_stage_passes_per_partition_bounds(
     alerts = seen.get("alerts", [])
     assert [a.what.removesuffix(" the completeness target") for a in alerts] == whats
     assert all(a.business_date == date(2026, 11, 22) for a in alerts)
+
+
+@pytest.mark.parametrize("lateness", [None, 2_000])  # None: lateness auto
+def test_tuning_stage_under_auto_alerts_on_bounds_short_of_the_curve(
+    monkeypatch, lateness: int | None
+) -> None:
+    import batch.tuning
+    import dags.stages as stages
+
+    seen: dict[str, Any] = {}
+
+    def fake_tune(spark: Any, params: Any, first: date, last: date, *, now: datetime) -> Any:
+        seen["params"] = params
+        return _tuning_result(in_force_max_by_partition={1: 10_000}, partitions_short_of_curve=[1])
+
+    monkeypatch.setattr(batch.tuning, "tune_lateness", fake_tune)
+    monkeypatch.setattr(stages, "emit", lambda alerts, *_: seen.update(alerts=alerts))
+    settings = _settings(lateness=lateness, lateness_max=60_000)
+    now = datetime(2026, 11, 23, 3, tzinfo=UTC)
+    stages.tune_lateness(settings, date(2026, 11, 16), date(2026, 11, 22), now=now, spark=1)
+    assert seen["params"].configured_lateness_ms == (60_000 if lateness is None else lateness)
+    whats = [a.what for a in seen.get("alerts", [])]
+    expected = "lateness auto chose bounds narrower than the completeness target needed"
+    assert whats == ([expected] if lateness is None else [])

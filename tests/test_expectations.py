@@ -57,7 +57,9 @@ BATCH_AGGREGATES_DDL = (
 RUNS_DDL = (
     "business_date DATE, run_time TIMESTAMP, events_version BIGINT, "
     "stream_aggregates_version BIGINT, late_events_version BIGINT, window_ms BIGINT, "
-    "report_timezone STRING, settings STRING"
+    "report_timezone STRING, settings STRING, stream_progress_version BIGINT, "
+    "partition_lateness_min_ms MAP<INT, BIGINT>, partition_lateness_max_ms MAP<INT, BIGINT>, "
+    "partition_lateness_last_ms MAP<INT, BIGINT>"
 )
 
 
@@ -77,6 +79,8 @@ def _literal(value: Any, data_type: Any) -> Any:
         return F.timestamp_millis(F.lit((value - epoch) // timedelta(milliseconds=1)))
     if isinstance(data_type, DateType):
         return F.lit(value.isoformat()).cast("date")
+    if isinstance(value, dict):  # a MAP column: {key: value}
+        return F.create_map(*[F.lit(x) for kv in sorted(value.items()) for x in kv]).cast(data_type)
     return F.lit(value).cast(data_type)
 
 

@@ -12,6 +12,15 @@ partitions: one never gets a record) is read 400 records a micro-batch:
 then one last run with `--drain` completes the stream. An uninterrupted run of the same topic
 into another warehouse and checkpoint (running alongside, through the broker restart too) is
 the reference: the tables must be equal, every record in exactly one batch.
+
+The whole scenario runs twice: with a fixed lateness bound (30 s), and under `--lateness auto`
+on one source partition, so that its delay histogram passes the 1,000 events of history auto
+needs within the run (3 batches); before that its bound is the fallback, `lateness_max`. The
+generator's held-back bursts, heavy tail and clocks ahead leave many of its events minutes
+behind their partition's mark, so the target is 50 % and the clamp 1 s..10 min: auto's bound
+then moves from minutes to 1 s over the run, and decides what is late.
+The bounds in force and the histograms, part of the state a restart reads back, must come out
+the same as in the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -41,18 +50,37 @@ STEP_TIMEOUT_S = 1200.0
 TABLES = ("events", "quarantine", "late_events", "stream_aggregates", "stream_progress")
 
 
+# (lateness flags, source partitions): a fixed bound; lateness auto (module docstring).
+VARIANTS = {
+    "fixed": ((), 3),
+    "auto": (
+        (
+            *("--lateness", "auto", "--lateness-min", "1s", "--lateness-max", "10m"),
+            *("--completeness-target", "50"),
+        ),
+        1,
+    ),
+}
+AUTO_MAX_MS = 600_000
+
+
 @dataclass
 class Scenario:
     warehouse: str
     reference: str
     records: int
     manifest: dict[str, Any]
+    variant: str
+    partitions: int
     steps: list[dict[str, Any]] = field(default_factory=list)
 
 
-def kafka_command(broker: Broker, warehouse: Path, drain: bool = False) -> list[str]:
+def kafka_command(
+    broker: Broker, warehouse: Path, drain: bool = False, lateness: tuple[str, ...] = ()
+) -> list[str]:
     return [
         *stream_command("unused", str(warehouse), drain),
+        *lateness,  # the last --lateness given wins
         "--source",
         "kafka",
         "--kafka-bootstrap",
@@ -64,13 +92,16 @@ def kafka_command(broker: Broker, warehouse: Path, drain: bool = False) -> list[
     ]
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    root = tmp_path_factory.mktemp("kafka_exactly_once")
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def scenario(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Scenario]:
+    lateness, partitions = VARIANTS[request.param]
+    root = tmp_path_factory.mktemp(f"kafka_exactly_once_{request.param}")
     manifest = generate(
         out=str(root / "in"),
         events=3000,
-        partitions=3,
+        partitions=partitions,
         seed=31,
         start=datetime(2026, 11, 20, tzinfo=UTC),
         duration_ms=20 * 60_000,
@@ -81,11 +112,11 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     with kafka_broker(root / "kafka") as broker:
         records = publish(broker.bootstrap, TOPIC, input_files(root / "in"), partitions=4)
         wh, ref_wh = root / "warehouse", root / "reference"
-        s = Scenario(str(wh), str(ref_wh), records, manifest)
+        s = Scenario(str(wh), str(ref_wh), records, manifest, request.param, partitions)
         started: list[StreamProcess] = []
 
         def start(target: Path, log: str, drain: bool = False) -> StreamProcess:
-            proc = StreamProcess(kafka_command(broker, target, drain), root / log)
+            proc = StreamProcess(kafka_command(broker, target, drain, lateness), root / log)
             started.append(proc)
             return proc
 
@@ -167,13 +198,22 @@ def test_every_record_once(scenario: Scenario, tables: dict[str, Any]) -> None:
     assert sum(r["input_lines"] for r in progress) == scenario.records
     assert sorted(r["batch_id"] for r in progress) == list(range(len(progress)))
     assert len(progress) > 3 and progress  # several batches, then the drain
-    # the record partitions only: the topic's fourth partition never had one
-    assert {p for r in progress for p in (r["partition_high_water"] or {})} == {0, 1, 2}
+    # the record partitions only: the topic's other partitions never had one
+    assert {p for r in progress for p in (r["partition_high_water"] or {})} == set(
+        range(scenario.partitions)
+    )
 
 
 def _comparable(t: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[Any, ...]]]:
     def rows(name: str, *columns: str) -> list[tuple[Any, ...]]:
         return sorted(tuple(r[c] for c in columns) for r in t[name])
+
+    def maps(name: str, *columns: str) -> list[tuple[Any, ...]]:
+        """Map columns as sorted items (a map's order is not part of its value)."""
+        return sorted(
+            (r["batch_id"], *(tuple(sorted((r[c] or {}).items())) for c in columns))
+            for r in t[name]
+        )
 
     return {
         "events": rows(
@@ -203,6 +243,17 @@ def _comparable(t: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[Any,
             "quarantined_lines",
             "drained",
         ),
+        # the bounds in force and lateness auto's checkpointed histograms (its state)
+        "bounds": maps(
+            "stream_progress",
+            "partition_lateness_ms",
+            "partition_delays_measured",
+        ),
+        "histograms": sorted(
+            (r["batch_id"], p, tuple(sorted(w.items())))
+            for r in t["stream_progress"]
+            for p, w in (r["partition_delay_weights"] or {}).items()
+        ),
     }
 
 
@@ -212,3 +263,18 @@ def test_same_tables_as_an_uninterrupted_run(tables: dict[str, Any]) -> None:
         assert killed[name] == reference[name], name
     assert killed["late"] and killed["aggregates"]  # not vacuous
     assert Counter(r[3] for r in killed["events"])["duplicate"] > 0
+
+
+def test_lateness_auto_chose_the_bounds(scenario: Scenario, tables: dict[str, Any]) -> None:
+    """Not vacuous: under auto the bounds moved off the fallback (lateness_max) once the
+    partition had its history, and the histograms are recorded; with a fixed bound every
+    batch records it and no histogram."""
+    progress = tables["killed"]["stream_progress"]
+    bounds = {v for r in progress for v in (r["partition_lateness_ms"] or {}).values()}
+    histograms = [r for r in progress if r["partition_delay_weights"]]
+    if scenario.variant == "auto":
+        assert AUTO_MAX_MS in bounds and bounds - {AUTO_MAX_MS}, bounds
+        assert all(1_000 <= b <= AUTO_MAX_MS for b in bounds), bounds
+        assert histograms
+    else:
+        assert bounds == {30_000} and not histograms

@@ -372,6 +372,90 @@ def test_recorded_versions_reproduce_after_appends(spark, warehouse):
     assert reproduce(spark, warehouse, DAY, now=NOW) == first
 
 
+def progress(
+    batch_id: int, before: str | None, after: str | None, bounds: dict[int, int], app: str = "a1"
+) -> dict[str, Any]:
+    """A stream_progress row: its watermark before/after (None: none yet) and bounds in force;
+    processed in batch order (a later app id restarts after the earlier one)."""
+    return {
+        "batch_id": batch_id,
+        "app_id": app,
+        "processing_time": ms("2026-11-20T00:00:00Z") + 60_000 * (batch_id + 100 * (app != "a1")),
+        "watermark_before": None if before is None else ms(before),
+        "watermark_after": None if after is None else ms(after),
+        "partition_lateness_ms": bounds,
+    }
+
+
+def bounds_recorded(spark, warehouse: str) -> tuple[Any, ...]:
+    run = recorded_run(spark, warehouse, DAY)
+    assert run is not None
+    return tuple(
+        run[c]
+        for c in (
+            "stream_progress_version",
+            "partition_lateness_min_ms",
+            "partition_lateness_max_ms",
+            "partition_lateness_last_ms",
+        )
+    )
+
+
+def test_provenance_records_the_bounds_in_force_of_the_date(spark, warehouse):
+    """reconciliation_runs records, per partition, the smallest, largest and last lateness
+    bound in force over the micro-batches that carried the date (watermark across the day, or
+    none yet), at the stream_progress version it pinned; `reproduce` reads that version."""
+    ev, st = balanced_day()
+    write_inputs(spark, warehouse, W, ev, st)
+    reconcile(spark, warehouse, DAY, W, now=NOW)
+    assert bounds_recorded(spark, warehouse) == (None, None, None, None)  # no stream_progress
+
+    rows = [
+        progress(0, "2026-11-19T10:00:00Z", "2026-11-19T20:00:00Z", {0: 7}),  # the day before
+        progress(1, "2026-11-19T20:00:00Z", None, {0: 60_000, 1: 60_000}),  # none yet: carried
+        progress(2, None, "2026-11-20T01:00:00Z", {0: 1_000, 1: 17_222}),
+        progress(3, "2026-11-20T01:00:00Z", "2026-11-20T12:00:00Z", {0: 1_000, 1: 5_000}),
+        # restarted (another app id), a third partition joins; crosses midnight
+        progress(
+            0, "2026-11-20T12:00:00Z", "2026-11-21T00:10:00Z", {0: 2_000, 1: 5_000, 2: 30_000}, "a2"
+        ),
+        progress(1, "2026-11-21T00:10:00Z", "2026-11-21T06:00:00Z", {0: 999_999}, "a2"),  # next day
+    ]
+    version = append(spark, warehouse, T.STREAM_PROGRESS, rows)
+    first = reconcile(spark, warehouse, DAY, W, now=NOW)
+    expected = (
+        version,
+        {0: 1_000, 1: 5_000, 2: 30_000},
+        {0: 60_000, 1: 60_000, 2: 30_000},
+        {0: 2_000, 1: 5_000, 2: 30_000},
+    )
+    assert first.stream_versions["stream_progress"] == version
+    assert bounds_recorded(spark, warehouse) == expected
+
+    # A late batch that still carried the date: a new run sees it, `reproduce` of the first
+    # run's versions does not.
+    append(
+        spark,
+        warehouse,
+        T.STREAM_PROGRESS,
+        [progress(2, "2026-11-20T23:00:00Z", "2026-11-20T23:30:00Z", {0: 500}, "a3")],
+    )
+    reconcile(spark, warehouse, DAY, W, now=NOW)
+    assert bounds_recorded(spark, warehouse)[1][0] == 500
+    again = reconcile(
+        spark,
+        warehouse,
+        DAY,
+        W,
+        events_version=first.events_version,
+        stream_versions=first.stream_versions,
+        now=NOW,
+    )
+    assert again == first and bounds_recorded(spark, warehouse) == expected
+    assert reproduce(spark, warehouse, DAY, now=NOW) == first
+    assert bounds_recorded(spark, warehouse) == expected
+
+
 def test_deleted_stream_row_is_exactly_one_unexplained_window(spark, warehouse):
     from delta.tables import DeltaTable
 

@@ -21,6 +21,8 @@ from expectations.report_data import (
     ReportData,
     ReportError,
     ReportOptions,
+    bounds_in_force,
+    describe_bounds,
     format_minor,
     recorded_bound,
     recorded_duration,
@@ -100,6 +102,33 @@ def test_an_unreadable_bound_under_auto_is_a_report_error() -> None:
         recorded_bound(recorded_settings({"settings": '{"lateness": "auto", "lateness_max": "x"}'}))
 
 
+@pytest.mark.parametrize(
+    ("run", "text"),
+    [
+        (None, None),
+        ({"partition_lateness_min_ms": None}, None),  # a run from before the bounds
+        (
+            {
+                "partition_lateness_min_ms": {0: 30_000, 1: 30_000, 2: 30_000, 4: 30_000},
+                "partition_lateness_max_ms": {0: 30_000, 1: 30_000, 2: 30_000, 4: 30_000},
+                "partition_lateness_last_ms": {0: 30_000, 1: 30_000, 2: 30_000, 4: 30_000},
+            },
+            "partitions 0-2: 30s; partition 4: 30s",
+        ),
+        (
+            {
+                "partition_lateness_min_ms": {0: 1_000, 1: 100},
+                "partition_lateness_max_ms": {0: 60_000, 1: 100},
+                "partition_lateness_last_ms": {0: 1_500, 1: 100},
+            },
+            "partition 0: 1s–1m, last 1500ms; partition 1: 100ms",
+        ),
+    ],
+)
+def test_bounds_in_force_in_one_line(run: dict[str, Any] | None, text: str | None) -> None:
+    assert describe_bounds(bounds_in_force(run)) == text
+
+
 def test_curve_is_not_computed_without_data() -> None:
     data = ReportData(
         business_date=DAY,
@@ -171,6 +200,14 @@ def _late(row: dict[str, Any], lateness_ms: int) -> dict[str, Any]:
     }
 
 
+# Lateness auto's bounds over the date's micro-batches: partition 1 widened in a burst.
+BOUNDS_IN_FORCE = {
+    "partition_lateness_min_ms": {0: 1_000, 1: 1_000, 2: 1_000},
+    "partition_lateness_max_ms": {0: 1_000, 1: 17_222, 2: 1_000},
+    "partition_lateness_last_ms": {0: 1_000, 1: 2_000, 2: 1_000},
+}
+
+
 def report_tables() -> dict[str, list[dict[str, Any]]]:
     late_a = event("e-20", "k2", 12_345, "06:30:10", status="late", partition=1)
     late_b = event("e-21", "k1", 999, "12:00:30", status="late", partition=1)
@@ -212,6 +249,8 @@ def report_tables() -> dict[str, list[dict[str, Any]]]:
                 "late_events_version": 0,
                 "window_ms": WINDOW_MS,
                 "report_timezone": "UTC",
+                "stream_progress_version": 7,
+                **BOUNDS_IN_FORCE,
                 "settings": json.dumps(
                     {
                         "lateness": "30s",
@@ -313,6 +352,12 @@ def test_report_files_and_csv(report) -> None:
     ]
     assert sum(int(r["batch_amount"]) for r in rows) == 123_620_135  # integer minor units
     page = path.read_text()
+    assert (
+        "<th>lateness bounds in force</th><td>partition 0: 1s; partition 1: 1s–17222ms, "
+        "last 2s; partition 2: 1s</td>" in page
+    )
+    assert "<th>stream_progress version (pinned)</th><td>7</td>" in page
+    assert "<td>1s–17222ms, last 2s</td></tr>" in page  # the partitions table's column
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert page.count('src="data:image/png;base64,') == 5  # self-contained
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.findings import closing_notes
+from bench.report import lateness as L
 from bench.report import sections as S
 from bench.report.carry import carried_label
 from bench.report.files import JSON_NAME
@@ -34,6 +35,8 @@ def _targets(r: dict[str, Any]) -> list[str]:
     _speed_cost_latency_rows(r, row)
     _state_bigfile_nightly_rows(r, row)
     _rows_without_target(r, row)
+    if r.get("lateness"):
+        L.target_row(r["lateness"], row)
     return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
@@ -256,6 +259,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += S.windows(r["windows"], carried_label(r, "windows"))
     if r.get("bigfile"):
         out += S.bigfile(r["bigfile"], carried_label(r, "bigfile"))
+    if r.get("lateness"):
+        out += L.section(r["lateness"], carried_label(r, "lateness"), png=png_name is not None)
     if r.get("nightly") or r.get("curve"):
         out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"
