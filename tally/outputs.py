@@ -21,10 +21,10 @@ their own values.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+if TYPE_CHECKING:  # the DAG files import this module at parse time: no pyspark there
+    from pyspark.sql import Column
 
 CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -56,6 +56,8 @@ _PICTURES = "".join(map(chr, [*range(0x2400, 0x2420), 0x2421])) + "\ufffd" * 0x2
 
 def terminal_safe(text: Column) -> Column:
     """`text` with every control character replaced by a visible one (one per character)."""
+    from pyspark.sql import functions as F
+
     return F.translate(text, _CONTROLS, _PICTURES)
 
 
