@@ -44,7 +44,7 @@ def page(title: str, body: str) -> str:
 def signoff_text(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return "pending"
-    who = signoff.get("decided_by") or "?"
+    who = signoff.get("decided_by") or "nobody"
     text = f"{signoff.get('decision')} by {who} at {signoff.get('decided_at')}"
     return f"{text}: {signoff['reason']}" if signoff.get("reason") else text
 

@@ -84,6 +84,7 @@ def desk_env(spark, tmp_path_factory, airflow_home) -> dict[str, str]:
     from tally.settings import load_settings
     from tally_app.alerts import record_alerts
     from tally_app.nightly import run_nightly
+    from tally_app.signoffs import SignOff, record_signoff
 
     root = Path(tmp_path_factory.mktemp("desk"))
     env = H.stream_settings(
@@ -104,6 +105,22 @@ def desk_env(spark, tmp_path_factory, airflow_home) -> dict[str, str]:
         settings.warehouse,
         [Alert("data quality: <unexplained> gap", "1 window", "0", business_date=D2)],
     )
+    for decision, minute in (("rejected", 0), ("accepted", 5)):
+        record_signoff(
+            spark,
+            settings.warehouse,
+            SignOff(
+                business_date=D2,
+                decision=decision,
+                decided_by="ana",
+                decided_at=datetime(2026, 10, 7, 9, minute, tzinfo=UTC),
+                reason=f"{decision}: ticket 123",
+                status="unexplained",
+                run_time=datetime.combine(D2 + timedelta(days=1), time(0, 30), tzinfo=UTC),
+                dag_id=H.NIGHTLY,
+                run_id="manual__x",
+            ),
+        )
     return env
 
 
@@ -207,7 +224,11 @@ def test_ledger_lists_the_dates_newest_first(spark, airflow, tokens, desk_env) -
     expected = "balanced" if first["gap_count"] == 0 and first["gap_amount"] == 0 else "explained"
     assert by_date[D1.isoformat()]["status"].startswith(expected)
     assert by_date[D1.isoformat()]["last_run"].startswith(D2.isoformat())
-    assert all(r["signoff"] is None for r in rows)
+    assert by_date[D1.isoformat()]["signoff"] is None
+    signoff = by_date[D2.isoformat()]["signoff"]
+    assert (signoff["decision"], signoff["decided_by"]) == ("accepted", "ana")
+    assert signoff["reason"] == "accepted: ticket 123"
+    assert signoff["decided_at"] == "2026-10-07T09:05:00+00:00"
 
     # Filters and pages.
     status, body, _ = get(airflow, "api/ledger?status=unexplained", tokens["reviewer"])
@@ -232,6 +253,7 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     assert files["report"] == f"files/report-{D2}.html"
     assert files["csv"] == f"files/reconciliation-{D2}.csv"
     assert files["data_docs"].startswith("docs/local_site/")
+    assert [s["decision"] for s in body["signoffs"]] == ["accepted", "rejected"]
     (alert,) = body["alerts"]
     assert alert["what"] == "data quality: <unexplained> gap"
     provenance = body["provenance"]
@@ -253,6 +275,7 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     text = html.decode()
     assert status == 200
     assert "data quality: &lt;unexplained&gt; gap" in text and "<unexplained>" not in text
+    assert "accepted by ana" in text and "accepted: ticket 123" in text
     for ident in ("report-link", "csv-link", "data-docs-link", "provenance", "alerts"):
         assert f'id="{ident}"' in text, ident
 

@@ -161,3 +161,22 @@ def test_an_unreachable_warehouse_is_a_clear_503(tmp_path: Path, monkeypatch) ->
             asyncio.run(off_loop(config, read_ledger, config))
     assert err.value.status_code == 503
     assert "did not answer within 1 s" in str(err.value.detail)
+
+
+def test_which_dates_need_a_person() -> None:
+    from tally_app.signoffs import SignOff, date_status, needs_person
+
+    clean = {"unexplained_windows": 0, "gap_amount": 0, "explained_amount": 0}
+    assert date_status(clean, {"success": True}) == "balanced"
+    late = {**clean, "gap_amount": 40, "explained_amount": 40}
+    assert date_status(late, {"success": True}) == "explained_by_late"
+    assert date_status(late, {"success": False}) == "validation_failed"
+    assert date_status({**late, "unexplained_windows": 2}, {"success": True}) == "unexplained"
+    assert [needs_person(s) for s in L.STATUSES[:4]] == [False, False, True, True]
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    with pytest.raises(ValueError, match="needs a reason"):
+        SignOff(D1, "accepted", "ana", at, reason="  ")
+    with pytest.raises(ValueError, match="decision"):
+        SignOff(D1, "maybe", "ana", at)
+    with pytest.raises(ValueError, match="time zone"):
+        SignOff(D1, "rejected", "ana", datetime(2026, 11, 5))  # noqa: DTZ001
