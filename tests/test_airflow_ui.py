@@ -133,7 +133,14 @@ def test_login_trigger_nightly_and_screenshot_grid(airflow: Airflow, chromium: s
             states = {t["task_id"]: t["state"] for t in tis["task_instances"]}
             assert state == "success", f"run {state}: {states}\n{airflow.tail()}"
             assert states == dict.fromkeys(
-                ["wait_for_stream_watermark", "reaggregate", "validate", "build_report", "publish"],
+                [
+                    "wait_for_stream_watermark",
+                    "reaggregate",
+                    "validate",
+                    "build_report",
+                    "sign_off",
+                    "publish",
+                ],
                 "success",
             )
 
