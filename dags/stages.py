@@ -5,9 +5,10 @@ Shared by the in-process tasks (`TALLY_SPARK_RUNNER=local`) and the spark-submit
 is the date of the interval's start in the report time zone; the run time handed to the stages
 is the interval's end, so re-running a date reproduces the same rows.
 
-Stages: `reaggregate` (re-aggregate + diff), `validate` (Great Expectations; a failed
-expectation raises `AlertRaised`), `report`, `publish` (tally_app.nightly); `health`
-(streaming.health) and `tune` (batch.tuning), whose findings are emitted as alerts here.
+Stages: `reaggregate` (re-aggregate + diff), `validate` (Great Expectations; each failed
+critical expectation is an alert, and the date then waits for a sign-off: `dags.signoff`),
+`report`, `publish` (tally_app.nightly); `health` (streaming.health) and `tune` (batch.tuning),
+whose findings are emitted as alerts here.
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ def run_stage(
     out: dict[str, Any] = {"stage": stage, "business_date": business_date.isoformat()}
 
     if stage in NIGHTLY_STAGES:
-        out["result"] = plain(_nightly_stage(stage, settings, business_date, now))
+        result = _nightly_stage(stage, settings, business_date, now)
+        if stage == "validate":
+            report_validation_alerts(result, settings, business_date, context)
+        out["result"] = plain(result)
         return out
     if stage == "health":
         alerts = check_stream_health(settings, context=context)
@@ -135,17 +139,28 @@ def run_stage(
     return out
 
 
+def report_validation_alerts(
+    outcome: Any,
+    settings: Settings,
+    business_date: date,
+    context: Mapping[str, Any] | None = None,
+) -> list[Alert]:
+    """Emit one alert per failed critical expectation (recorded and sent now; the task still
+    succeeds: the date then waits for a person's sign-off, `dags.signoff`)."""
+    fields = context_fields(context, settings) if context else {}
+    fields["business_date"] = business_date
+    alerts = [a.with_context(**fields) for a in validation_alerts(outcome)]
+    emit(alerts, settings)
+    return alerts
+
+
 def _nightly_stage(stage: str, settings: Settings, business_date: date, now: datetime) -> Any:
     from tally_app import nightly
 
     if stage == "reaggregate":
         return nightly.stage_reaggregate(settings, business_date, now)
     if stage == "validate":
-        result = nightly.stage_validate(settings, business_date, now)
-        alerts = validation_alerts(result)
-        if alerts:
-            raise AlertRaised([dataclasses.replace(a, business_date=business_date) for a in alerts])
-        return result
+        return nightly.stage_validate(settings, business_date, now)
     if stage == "report":
         return nightly.stage_report(settings, business_date, now)
     return nightly.stage_publish(settings, business_date, now)

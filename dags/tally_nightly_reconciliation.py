@@ -11,10 +11,15 @@ date starts just after it ended.
 2. **reaggregate**: re-aggregate the date from the pinned `events` log and diff it against the
    stream (`batch_aggregates`, `reconciliation`, `reconciliation_summary`,
    `reconciliation_runs`).
-3. **validate**: Great Expectations on the date's tables; a failed expectation fails the run
-   (no retry) and writes an alert: what, observed, threshold, link.
+3. **validate**: Great Expectations on the date's tables; each failed critical expectation
+   writes an alert: what, observed, threshold, link.
 4. **build_report**: the date's report.
-5. **publish**: publishes the report; updates the Asset `tally_reconciliation`.
+5. **sign_off**: a balanced date is signed off automatically; an unexplained one (or one with
+   a failed critical expectation) waits in **Required Actions** for a person: *Accept* with a
+   reason, or *Reject* (alert; the run fails, the date stays open). Unanswered after
+   `TALLY_SIGNOFF_TIMEOUT`: alert, the run fails. Decisions go to the `signoffs` table, the
+   report and the **Reconciliation** view.
+6. **publish**: publishes the report; updates the Asset `tally_reconciliation`.
 
 Every write replaces exactly the date, so re-runs and back-fills
 (`airflow backfill create --dag-id tally_nightly_reconciliation --from-date ... --to-date ...`)
@@ -37,6 +42,7 @@ from dags.common import (
     start_date_for,
     watermark_sensor,
 )
+from dags.signoff import sign_off_task
 from tally.settings import load_settings
 
 _settings = load_settings()
@@ -70,6 +76,7 @@ def tally_nightly_reconciliation() -> None:
             doc_md="Great Expectations on the date's tables; a breach fails with an alert.",
         ),
         stage_task(_settings, "report", "build_report", doc_md="Build the business date's report."),
+        sign_off_task(_settings),
         stage_task(
             _settings,
             "publish",

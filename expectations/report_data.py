@@ -129,6 +129,7 @@ class ReportData:
     # per partition: the lateness bounds in force over the date's micro-batches (`bounds_in_force`)
     bounds: list[dict[str, Any]] = field(default_factory=list)
     window_ms: int | None = None
+    signoff: dict[str, Any] | None = None  # the date's newest `signoffs` row (None: pending)
 
 
 @dataclass(frozen=True)
@@ -695,5 +696,21 @@ def collect_report_data(
         bounds=bounds_in_force(rec.run),
         # sessions have no one width: the per-window chart draws its narrowest bars
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
+        signoff=_latest_signoff(spark, warehouse, business_date),
     )
     return data, recon
+
+
+def _latest_signoff(
+    spark: SparkSession, warehouse: str, business_date: date
+) -> dict[str, Any] | None:
+    """The date's newest sign-off decision (None when none was recorded)."""
+    if not _exists(spark, warehouse, T.SIGNOFFS.name):
+        return None
+    row = (
+        _of_date(spark, warehouse, T.SIGNOFFS.name, business_date)
+        .orderBy(F.col("decided_at").desc())
+        .select("decision", "decided_by", "decided_at", "reason")
+        .first()
+    )
+    return row.asDict() if row is not None else None

@@ -77,6 +77,21 @@ def _balance_badge(data: ReportData) -> str:
     return '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
 
 
+def _signoff_html(data: ReportData) -> str:
+    s = data.signoff
+    if not s:
+        return '<p id="signoff">Sign-off: <b>pending</b>.</p>'
+    reason = f": {_e(s['reason'])}" if s.get("reason") else ""
+    return (
+        f'<p id="signoff">Sign-off: <b>{_e(s["decision"])}</b> by {_e(s["decided_by"])} '
+        f"at {_e(_fmt_when(s['decided_at']))}{reason}.</p>"
+    )
+
+
+def _fmt_when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(value, "strftime") else str(value)
+
+
 def _headline_html(data: ReportData) -> str:
     """Streaming vs batch totals, the gap split into explained and unexplained, the window
     counts and the late-event rate."""
@@ -231,6 +246,7 @@ def render_html(data: ReportData, csv_name: str) -> str:
 (integer minor units / 100). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
 <h2>Headline</h2>
 <p>{_balance_badge(data)}</p>
+{_signoff_html(data)}
 {_headline_html(data)}
 <h2>Streaming vs batch per window</h2>
 {_img("streaming vs batch per window", chart_per_window(data), "chart-windows")}

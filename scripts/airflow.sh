@@ -8,9 +8,11 @@
 #       --from-date 2026-11-20 --to-date 2026-11-22
 #
 # AIRFLOW_HOME is .airflow/ in the repo (git-ignored; TALLY_AIRFLOW_HOME overrides), the DAGs
-# are the repo's dags/, examples are off, parallelism is low (2 cores). Auth stays on:
-# SimpleAuthManager with one user `admin` (role admin) whose password Airflow generates on
-# first start into $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never in the repo).
+# are the repo's dags/, the plugins the repo's plugins/ (the Reconciliation view), examples are
+# off, parallelism is low (2 cores). Auth stays on: SimpleAuthManager with one user `admin`
+# (role admin; AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS adds others) whose password Airflow
+# generates on first start into $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated
+# (never in the repo).
 #
 # Environment (defaults): AIRFLOW_PORT (8080), TALLY_AIRFLOW_HOME (.airflow),
 # TALLY_WAREHOUSE (demo/warehouse: what `make demo` writes), TALLY_SPARK_MASTER (local[2]),
@@ -39,6 +41,10 @@ export PYSPARK_DRIVER_PYTHON="$VENV_BIN/python"
 export AIRFLOW_HOME=${TALLY_AIRFLOW_HOME:-$ROOT/.airflow}
 mkdir -p "$AIRFLOW_HOME"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
+# The reconciliation desk (tally_desk): the Reconciliation view in the UI's navigation.
+export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
+# This checkout's packages first (the DAGs and the plugin import them).
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__PARALLELISM=${AIRFLOW__CORE__PARALLELISM:-2}
 export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=${AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG:-2}
@@ -51,7 +57,8 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$PORT/execution
 export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=${AIRFLOW_WORKER_LOG_PORT:-8793}
 export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=${AIRFLOW_TRIGGER_LOG_PORT:-8794}
 export AIRFLOW__CORE__AUTH_MANAGER="airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"
+# Users as NAME:ROLE (viewer, user, op, admin); the caller may set more, e.g. a reviewer.
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=False
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=False
 
@@ -77,6 +84,7 @@ tally Airflow (airflow standalone)
                (show it with: cat '$PASSWORDS')
   AIRFLOW_HOME $AIRFLOW_HOME
   DAGs         $AIRFLOW__CORE__DAGS_FOLDER
+  Reconciliation view: http://localhost:$PORT/plugin/reconciliation
   warehouse    $TALLY_WAREHOUSE (TALLY_WAREHOUSE)
   runner       $TALLY_SPARK_RUNNER (TALLY_SPARK_RUNNER)
 Stop with Ctrl-C.

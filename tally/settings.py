@@ -476,6 +476,16 @@ class Settings:
         "(stream stalled)",
     )
     alert_email: str = _setting("", "Airflow: recipients of the SMTP alerts, comma-separated")
+    signoff_timeout: int = _duration_field(
+        "24h",
+        "Airflow: how long the nightly waits for a person to accept or reject an unbalanced "
+        "date (Required Actions) before it alerts and leaves the date open",
+    )
+    desk_timeout: int = _duration_field(
+        "15s",
+        "Airflow UI: how long the Reconciliation view waits for the warehouse before it "
+        "answers 'warehouse unreachable'",
+    )
 
     def __post_init__(self) -> None:
         problem = windowing_problem(self.window, self.window_slide, self.session_gap)

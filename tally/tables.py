@@ -221,6 +221,17 @@ ALERTS = Table(
     "the observed value and the threshold, links to the report and the task log.",
     order_by=("alert_time", "dag_id", "task_id"),
 )
+SIGNOFFS = Table(
+    "signoffs",
+    "business_date DATE, decision STRING, decided_by STRING, decided_at TIMESTAMP, "
+    "reason STRING, status STRING, run_time TIMESTAMP, dag_id STRING, run_id STRING",
+    "Append-only: every sign-off of a business date, who decided what, when and why: "
+    "decision auto (a balanced date), accepted (a person accepted an unbalanced date, with a "
+    "reason), rejected (the date stays open) or timed_out (nobody answered in time); status "
+    "is the date's status when asked; run_time, dag_id and run_id name the reconciliation run "
+    "it refers to (reconciliation_runs.run_time and the Airflow run).",
+    order_by=("business_date", "decided_at"),
+)
 LATENESS_RECOMMENDATIONS = Table(
     "lateness_recommendations",
     "period_start DATE, period_end DATE, run_time TIMESTAMP, window_ms BIGINT, "
@@ -260,6 +271,7 @@ ALL_TABLES = (
     *RECONCILE_TABLES,
     VALIDATION_RESULTS,
     ALERTS,
+    SIGNOFFS,
     LATENESS_RECOMMENDATIONS,
 )
 # Every table tally writes, by name: declared here, never registered at run time.

@@ -9,12 +9,19 @@ import this before anything imports airflow). Subprocesses that must not see the
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import time as time_module
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -200,3 +207,120 @@ def make_stream(
     lag = None if row is None else row["lag"]
     assert lag is not None and lag < 300_000, f"seed {seed}: final watermark lag {lag} ms"
     return manifest
+
+
+# -- Airflow as a user runs it (scripts/airflow.sh in a child process) ---------------------------
+
+
+@dataclass
+class RunningAirflow:
+    """scripts/airflow.sh running in its own process group (stopped with `stop_airflow`)."""
+
+    base: str
+    home: Path
+    log: Path
+    process: subprocess.Popen[bytes]
+
+    def password(self, user: str = "admin") -> str:
+        path = self.home / "simple_auth_manager_passwords.json.generated"
+        return str(json.loads(path.read_text())[user])
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def http(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    token: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, Any]:
+    """(status, JSON body or text) of a request; (0, error) when nothing answered."""
+    data = None if body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, headers=sent, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+            try:
+                return response.status, json.loads(raw) if raw else None
+            except ValueError:
+                return response.status, raw.decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        return 0, str(exc)
+
+
+def wait_for(
+    what: str, check: Any, timeout: float, airflow: RunningAirflow, every: float = 2.0
+) -> Any:
+    import pytest
+
+    deadline = time_module.monotonic() + timeout
+    while time_module.monotonic() < deadline:
+        if airflow.process.poll() is not None:
+            pytest.fail(f"Airflow exited while waiting for {what}:\n{airflow.tail()}")
+        result = check()
+        if result:
+            return result
+        time_module.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}:\n{airflow.tail()}")
+
+
+def start_airflow(
+    root: Path, port: int, env: Mapping[str, str], args: Sequence[str] = ()
+) -> RunningAirflow:
+    """`scripts/airflow.sh ARGS` (default: standalone) on `port`, its AIRFLOW_HOME under
+    `root`, in its own process group; returns once its API answers /api/v2/monitor/health."""
+    log = root / "airflow.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "airflow.sh"), *args],
+            cwd=REPO,
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, stopped as a whole
+        )
+    running = RunningAirflow(f"http://127.0.0.1:{port}", root / "home", log, process)
+    try:
+        wait_for(
+            "the API server",
+            lambda: http(f"{running.base}/api/v2/monitor/health")[0] == 200,
+            timeout=240,
+            airflow=running,
+        )
+    except BaseException:
+        stop_airflow(process)
+        raise
+    return running
+
+
+def stop_airflow(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    group = os.getpgid(process.pid)
+    os.killpg(group, signal.SIGTERM)
+    try:
+        process.wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        os.killpg(group, signal.SIGKILL)
+        process.wait(timeout=15)
+    # Components that outlive standalone (task runners) belong to the same group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def token_for(airflow: RunningAirflow, user: str = "admin") -> str:
+    status, body = http(
+        f"{airflow.base}/auth/token",
+        "POST",
+        {"username": user, "password": airflow.password(user)},
+    )
+    assert status in (200, 201), body
+    return str(body["access_token"])

@@ -9,19 +9,9 @@ missing, scripts/install-browser.sh installs it.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import airflow_helpers as H  # first: keeps this process's Airflow settings out of the child
 import pytest
@@ -35,50 +25,9 @@ BUSINESS_DATE = H.STREAM_FIRST_DAY
 ARTIFACT = ARTIFACTS / "airflow_grid.png"
 
 
-@dataclass
-class Airflow:
-    base: str
-    home: Path
-    log: Path
-    process: subprocess.Popen[bytes]
-
-    def password(self) -> str:
-        path = self.home / "simple_auth_manager_passwords.json.generated"
-        return str(json.loads(path.read_text())["admin"])
-
-    def tail(self, lines: int = 60) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _request(
-    url: str, method: str = "GET", body: Any = None, token: str | None = None
-) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        return 0, str(exc)
-
-
-def _wait(what: str, check: Any, timeout: float, airflow: Airflow, every: float = 2.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if airflow.process.poll() is not None:
-            pytest.fail(f"Airflow exited while waiting for {what}:\n{airflow.tail()}")
-        result = check()
-        if result:
-            return result
-        time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}:\n{airflow.tail()}")
+Airflow = H.RunningAirflow
+_request = H.http
+_wait = H.wait_for
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +45,6 @@ def warehouse(spark, tmp_path_factory) -> Path:
 def airflow(warehouse: Path, tmp_path_factory) -> Iterator[Airflow]:
     root = tmp_path_factory.mktemp("airflow-ui")
     port = free_port()
-    log = root / "airflow.log"
     # Catch-up starts today: no interval is complete yet, so unpausing creates no run; the
     # test triggers the one it wants (tasks only run for logical dates >= the start date).
     today = datetime.now(UTC).date()
@@ -113,51 +61,15 @@ def airflow(warehouse: Path, tmp_path_factory) -> Iterator[Airflow]:
             "TALLY_SENSOR_TIMEOUT": "5m",
         }
     )
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            ["bash", str(H.REPO / "scripts" / "airflow.sh")],
-            cwd=H.REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, stopped as a whole below
-        )
-    running = Airflow(f"http://127.0.0.1:{port}", root / "home", log, process)
+    running = H.start_airflow(root, port, env)
     try:
-        _wait(
-            "the API server",
-            lambda: _request(f"{running.base}/api/v2/monitor/health")[0] == 200,
-            timeout=240,
-            airflow=running,
-        )
         yield running
     finally:
-        _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    group = os.getpgid(process.pid)
-    os.killpg(group, signal.SIGTERM)
-    try:
-        process.wait(timeout=45)
-    except subprocess.TimeoutExpired:
-        os.killpg(group, signal.SIGKILL)
-        process.wait(timeout=15)
-    # Components that outlive standalone (task runners) belong to the same group.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+        H.stop_airflow(running.process)
 
 
 def _token(airflow: Airflow) -> str:
-    status, body = _request(
-        f"{airflow.base}/auth/token",
-        "POST",
-        {"username": "admin", "password": airflow.password()},
-    )
-    assert status in (200, 201), body
-    return str(body["access_token"])
+    return H.token_for(airflow)
 
 
 def test_login_trigger_nightly_and_screenshot_grid(airflow: Airflow, chromium: str) -> None:
@@ -221,7 +133,14 @@ def test_login_trigger_nightly_and_screenshot_grid(airflow: Airflow, chromium: s
             states = {t["task_id"]: t["state"] for t in tis["task_instances"]}
             assert state == "success", f"run {state}: {states}\n{airflow.tail()}"
             assert states == dict.fromkeys(
-                ["wait_for_stream_watermark", "reaggregate", "validate", "build_report", "publish"],
+                [
+                    "wait_for_stream_watermark",
+                    "reaggregate",
+                    "validate",
+                    "build_report",
+                    "sign_off",
+                    "publish",
+                ],
                 "success",
             )
 

@@ -542,6 +542,16 @@ def test_what_must_survive_a_restart_is_on_a_named_volume() -> None:
         Path(p).is_relative_to(outputs[0])
         for p in (scheduler.report_location, scheduler.gx_location)
     )
+    # the api-server's Reconciliation view reads the same reports and Data Docs
+    api = load_settings(env=environment(svc["airflow-apiserver"]))
+    assert mounts("airflow-apiserver")[outputs[0]] == "outputs"
+    assert (api.report_location, api.gx_location) == (
+        scheduler.report_location,
+        scheduler.gx_location,
+    )
+    assert environment(svc["airflow-apiserver"])["AIRFLOW__CORE__PLUGINS_FOLDER"] == (
+        "/opt/tally/plugins"
+    )
     # the checkpoint is on the store (not in a container's file system)
     assert load_settings(env=environment(svc["stream"])).checkpoint_location.startswith("s3a://")
     # a new volume takes its owner from the image's directory: the runtime user's

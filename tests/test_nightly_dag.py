@@ -8,8 +8,11 @@ arrival clock). Then, in order (the module's tests share the warehouse):
    results, the report and the asset event;
 2. back-filling the other two dates gives three reports and one set of rows per date; running
    one date again changes nothing;
-3. with an unexplained gap injected (a stream_aggregates row deleted) the run fails at
-   validation, and an alert row says what, for which date, observed, threshold and link;
+3. with an unexplained gap injected (a stream_aggregates row deleted) validation alerts (what,
+   for which date, observed, threshold, link) and the run waits for a person's sign-off:
+   rejected (the run fails, an alert), then on a re-run accepted with a reason (published),
+   then on another unanswered until the timeout (an alert, the run fails); the balanced dates
+   signed themselves off;
 4. with no stream at all the sensor times out and a critical alert is written.
 """
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -30,7 +35,14 @@ pytestmark = pytest.mark.slow
 
 D1 = H.STREAM_FIRST_DAY
 DATES = [D1 + timedelta(days=i) for i in range(H.STREAM_DAYS)]
-STAGES = ["wait_for_stream_watermark", "reaggregate", "validate", "build_report", "publish"]
+STAGES = [
+    "wait_for_stream_watermark",
+    "reaggregate",
+    "validate",
+    "build_report",
+    "sign_off",
+    "publish",
+]
 DATE_TABLES = (
     "batch_aggregates",
     "reconciliation",
@@ -174,6 +186,15 @@ def test_first_date_runs_end_to_end(spark, nightly, warehouse) -> None:
     assert date_rows(spark, warehouse, "validation_results", D1)
     report = report_file(D1)
     assert report.exists() and report.stat().st_size > 0
+    (signoff,) = signoffs(spark, warehouse, D1)
+    late = row["gap_amount"] != 0 or row["explained_amount"] != 0
+    assert (signoff["decision"], signoff["decided_by"], signoff["status"]) == (
+        "auto",
+        "tally",
+        "explained_by_late" if late else "balanced",
+    )
+    assert signoff["run_id"] and signoff["dag_id"] == H.NIGHTLY
+    assert 'id="signoff">Sign-off: <b>auto</b> by tally' in report.read_text(encoding="utf-8")
 
     # The publish task's outlet: an asset event for the reconciliation table.
     from airflow.models.asset import AssetEvent, AssetModel
@@ -217,7 +238,64 @@ def test_backfill_three_dates_then_rerun_changes_nothing(spark, nightly, warehou
     assert report_digest(report_file(day)) == report_before
 
 
-def test_unexplained_gap_fails_validation_and_alerts(spark, nightly, warehouse) -> None:
+def signoffs(spark: Any, warehouse: str, day: date) -> list[Any]:
+    """The date's sign-off decisions, oldest first."""
+    from pyspark.sql import functions as F
+
+    from tally.tables import read_table
+
+    table = read_table(spark, warehouse, "signoffs")
+    return table.where(F.col("business_date") == F.lit(day)).orderBy("decided_at").collect()
+
+
+def answer_sign_off(choice: str | None, reason: str = "") -> threading.Thread:
+    """In the background, once the nightly's sign_off task waits for input: answer it as the
+    Required Actions page does (Airflow's own PATCH handler, user `reviewer`), or with
+    `choice=None` let its response deadline pass (the scheduler's own timeout sweep)."""
+
+    def run() -> None:
+        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+        from sqlalchemy import select
+
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            with create_session() as session:
+                ti = session.scalars(
+                    select(TaskInstance).where(
+                        TaskInstance.dag_id == H.NIGHTLY,
+                        TaskInstance.task_id == "sign_off",
+                        TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
+                    )
+                ).first()
+                if ti is not None and choice is not None:
+                    update_hitl_detail(
+                        dag_id=H.NIGHTLY,
+                        dag_run_id=ti.run_id,
+                        task_id="sign_off",
+                        update_hitl_detail_payload=UpdateHITLDetailPayload(
+                            chosen_options=[choice], params_input={"reason": reason}
+                        ),
+                        user=SimpleAuthManagerUser(username="reviewer", role="admin"),
+                        session=session,
+                    )
+                    return
+                if ti is not None:
+                    runner = SchedulerJobRunner.__new__(SchedulerJobRunner)
+                    runner.check_awaiting_input_timeouts(session=session)
+            time.sleep(1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeypatch) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -237,21 +315,57 @@ def test_unexplained_gap_fails_validation_and_alerts(spark, nightly, warehouse) 
         (F.col("window_start") == F.lit(victim["window_start"])) & (F.col("key") == victim["key"])
     )
 
-    state, states = run_date(nightly, day)
-    assert state == "failed"
-    assert states["reaggregate"] == "success"
-    assert states["validate"] == "failed"
-    assert states["build_report"] == states["publish"] == "upstream_failed"
+    def alerts(task_id: str) -> list[Any]:
+        return (
+            read_table(spark, warehouse, "alerts")
+            .where((F.col("task_id") == task_id) & (F.col("business_date") == F.lit(day)))
+            .orderBy("alert_time")
+            .collect()
+        )
 
-    (row,) = (
-        read_table(spark, warehouse, "alerts")
-        .where((F.col("task_id") == "validate") & (F.col("business_date") == F.lit(day)))
-        .collect()
-    )
+    # Rejected: the run fails, the date stays open, an alert fires.
+    answer = answer_sign_off("Reject", "totals look wrong")
+    state, states = run_date(nightly, day)
+    answer.join(timeout=5)
+    assert state == "failed", states
+    assert states["validate"] == states["build_report"] == "success"
+    assert states["sign_off"] == "failed" and states["publish"] == "upstream_failed"
+    (row,) = alerts("validate")
     assert row["dag_id"] == H.NIGHTLY and row["severity"] == "error"
     assert "data quality" in row["what"] and row["observed"] and row["threshold"]
-    assert row["report_link"]
-    assert row["run_id"]
+    assert row["report_link"] and row["run_id"]
+    (rejected,) = alerts("sign_off")
+    assert "rejected by reviewer" in rejected["what"]
+    assert "totals look wrong" in rejected["observed"]
+    (decision,) = signoffs(spark, warehouse, day)
+    assert (decision["decision"], decision["decided_by"], decision["reason"]) == (
+        "rejected",
+        "reviewer",
+        "totals look wrong",
+    )
+    assert decision["status"] == "unexplained" and decision["run_id"] == rejected["run_id"]
+
+    # A re-run asks again; accepted with a reason, the run publishes and the report shows it.
+    answer = answer_sign_off("Accept", "known upstream outage, ticket 123")
+    state, states = run_date(nightly, day)
+    answer.join(timeout=5)
+    assert state == "success", states
+    assert states == dict.fromkeys(STAGES, "success")
+    latest = signoffs(spark, warehouse, day)[-1]
+    assert (latest["decision"], latest["decided_by"]) == ("accepted", "reviewer")
+    assert latest["reason"] == "known upstream outage, ticket 123"
+    text = report_file(day).read_text(encoding="utf-8")
+    assert "<b>accepted</b> by reviewer" in text and "known upstream outage, ticket 123" in text
+
+    # Nobody answers before the deadline: recorded, an alert, the run fails.
+    monkeypatch.setenv("TALLY_SIGNOFF_TIMEOUT", "1s")
+    dag = parse_nightly()  # the response timeout is read when the DAG file is parsed
+    answer = answer_sign_off(None)
+    state, states = run_date(dag, day)
+    answer.join(timeout=5)
+    assert state == "failed" and states["sign_off"] == "failed", states
+    assert signoffs(spark, warehouse, day)[-1]["decision"] == "timed_out"
+    assert "timed out" in alerts("sign_off")[-1]["what"]
 
 
 def test_stalled_stream_times_out_with_a_critical_alert(

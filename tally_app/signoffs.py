@@ -1,0 +1,78 @@
+"""Sign-off of a business date: whether it needs a person, and the `signoffs` table (append-only).
+
+A date whose reconciliation balanced (nothing unexplained) and whose critical expectations
+passed is signed off automatically (`auto`); any other needs a person's decision: `accepted`
+(with a reason), `rejected` (the date stays open), or `timed_out` when nobody answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from tally import tables as T
+from tally.dates import epoch_ms
+
+DECISIONS = ("auto", "accepted", "rejected", "timed_out")
+
+
+@dataclass(frozen=True)
+class SignOff:
+    business_date: date
+    decision: str
+    decided_by: str
+    decided_at: datetime
+    reason: str = ""
+    status: str = ""  # the date's status when asked (tally_desk.ledger.STATUSES)
+    run_time: datetime | None = None  # the reconciliation run (reconciliation_runs.run_time)
+    dag_id: str = ""
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision: expected one of {', '.join(DECISIONS)}")
+        if self.decided_at.tzinfo is None:
+            raise ValueError("decided_at: needs a time zone")
+        if self.decision == "accepted" and not self.reason.strip():
+            raise ValueError("an accepted sign-off needs a reason")
+
+
+def date_status(reconciliation: Mapping[str, Any], validation: Mapping[str, Any]) -> str:
+    """The date's status from the reaggregate and validate stages' results."""
+    if reconciliation.get("unexplained_windows"):
+        return "unexplained"
+    if not validation.get("success", True):
+        return "validation_failed"
+    if reconciliation.get("gap_amount") or reconciliation.get("explained_amount"):
+        return "explained_by_late"
+    return "balanced"
+
+
+def needs_person(status: str) -> bool:
+    """A date signs itself off when nothing is unexplained and validation passed."""
+    return status in ("unexplained", "validation_failed")
+
+
+def record_signoff(spark: Any, warehouse: str, signoff: SignOff) -> None:
+    """Append the decision to `signoffs` (created on first use)."""
+    from pyspark.sql import functions as F
+
+    T.ensure_table(spark, warehouse, T.SIGNOFFS)
+    run_ms = None if signoff.run_time is None else epoch_ms(signoff.run_time)
+    row = T.literal_row(
+        spark,
+        {
+            "business_date": F.lit(signoff.business_date).cast("date"),
+            "decision": F.lit(signoff.decision),
+            "decided_by": F.lit(signoff.decided_by),
+            "decided_at": F.timestamp_millis(F.lit(epoch_ms(signoff.decided_at))),
+            "reason": F.lit(signoff.reason),
+            "status": F.lit(signoff.status),
+            "run_time": F.timestamp_millis(F.lit(run_ms).cast("bigint")),
+            "dag_id": F.lit(signoff.dag_id),
+            "run_id": F.lit(signoff.run_id),
+        },
+    )
+    T.write_table(row, warehouse, T.SIGNOFFS)

@@ -1,0 +1,401 @@
+"""The desk's FastAPI app, mounted by Airflow's api-server at `/tally` (see `plugin`).
+
+Plugin apps are not protected by Airflow; this one is, through Airflow's own auth: every
+route needs an Airflow user (the UI's session cookie or an `Authorization: Bearer` token from
+`POST /auth/token`) whom the auth manager lets read the nightly DAG's runs. No credential or a
+bad/expired one answers 401, a user without that permission 403.
+
+Warehouse reads run in a worker thread with a deadline (`desk_timeout`): the event loop never
+waits on storage, and an unreachable warehouse answers 503 with one line saying so. Files are
+served only from the report directory (`report-DATE.html`, `reconciliation-DATE.csv`) and
+the Data Docs site; every response carries a content security policy allowing no script, the
+report's inline styles and its charts (data: images).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tally.dates import business_date_of, business_day_end, business_day_start, parse_business_date
+from tally.settings import Settings, load_settings
+from tally_desk import ledger as L
+from tally_desk import pages
+from tally_desk import warehouse as W
+
+NIGHTLY_DAG = "tally_nightly_reconciliation"
+SIGNOFF_TASK = "sign_off"
+CSP = (
+    "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "frame-ancestors 'self'; base-uri 'none'; form-action 'self'"
+)
+REPORT_FILE = re.compile(r"(report|reconciliation)-(\d{4}-\d{2}-\d{2})\.(html|csv)")
+DOCS_PART = re.compile(r"[A-Za-z0-9_.-]+")
+DOCS_TYPES = {
+    ".html": "text/html",
+    ".css": "text/css",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".json": "application/json",
+}
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeskConfig:
+    """What the desk needs from tally's settings (read once, when the app is built)."""
+
+    location: W.Location
+    report_dir: Path
+    docs_dir: Path
+    timeout_s: float
+    report_timezone: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeskConfig:
+        return cls(
+            location=W.Location(
+                settings.warehouse,
+                settings.s3_endpoint,
+                settings.s3_region,
+                settings.s3_path_style,
+            ),
+            report_dir=Path(settings.report_location).resolve(),
+            docs_dir=(Path(settings.gx_location) / "gx" / "uncommitted" / "data_docs").resolve(),
+            timeout_s=settings.desk_timeout / 1000,
+            report_timezone=settings.report_timezone,
+        )
+
+
+# -- auth -------------------------------------------------------------------------------------
+
+
+async def airflow_user(request: Request) -> Any:
+    """The Airflow user of the request (Airflow's `get_user`: bearer token, else the UI's
+    cookie). Airflow answers 403 to an invalid token; here any bad credential is 401."""
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    credentials = await bearer_scheme(request)
+    try:
+        return await get_user(request, None, credentials)
+    except HTTPException as exc:
+        if exc.status_code in (401, 403):
+            raise HTTPException(
+                401, f"not authenticated: {exc.detail}", headers={"WWW-Authenticate": "Bearer"}
+            ) from None
+        raise
+
+
+AirflowUser = Annotated[Any, Depends(airflow_user)]
+
+
+async def reviewer(user: AirflowUser) -> Any:
+    """The user, if the auth manager lets them read the nightly DAG's runs (else 403)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+        DagDetails,
+    )
+
+    def allowed() -> bool:
+        return bool(
+            get_auth_manager().is_authorized_dag(
+                method="GET",
+                access_entity=DagAccessEntity.RUN,
+                details=DagDetails(id=NIGHTLY_DAG),
+                user=user,
+            )
+        )
+
+    if not await run_in_threadpool(allowed):
+        raise HTTPException(403, f"forbidden: reading the runs of {NIGHTLY_DAG} is not allowed")
+    return user
+
+
+# -- reads off the event loop -------------------------------------------------------------------
+
+
+async def off_loop(config: DeskConfig, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread, given up after the desk's timeout (503)."""
+    try:
+        return await asyncio.wait_for(run_in_threadpool(fn, *args), config.timeout_s)
+    except TimeoutError:
+        raise HTTPException(
+            503,
+            f"warehouse unreachable: {config.location.warehouse} did not answer within "
+            f"{config.timeout_s:g} s",
+        ) from None
+    except W.WarehouseUnavailable as exc:
+        raise HTTPException(503, f"warehouse unreachable: {exc}") from None
+
+
+def read_ledger(config: DeskConfig) -> list[dict[str, Any]]:
+    loc = config.location
+    return L.ledger_rows(
+        W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS),
+        W.read_rows(loc, W.RUNS, L.RUN_COLUMNS),
+        W.read_rows(loc, W.VALIDATION, ("business_date", "severity", "success")),
+        W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS),
+        W.event_dates(loc),
+    )
+
+
+def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
+    loc = config.location
+    summaries = W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS, day)
+    runs = W.read_rows(loc, W.RUNS, None, day)
+    validation = W.read_rows(
+        loc, W.VALIDATION, ("business_date", "severity", "success", "data_docs_page"), day
+    )
+    signoffs = W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS, day)
+    alerts = [a for a in W.read_rows(loc, W.ALERTS) if a.get("business_date") == day]
+    (row,) = L.ledger_rows(
+        summaries,
+        [{"business_date": r["business_date"], "run_time": r.get("run_time")} for r in runs],
+        validation,
+        signoffs,
+        [day],
+    )
+    return {
+        "business_date": day.isoformat(),
+        "ledger": row,
+        "provenance": L.provenance(runs[0] if runs else None),
+        "signoffs": L.plain_rows(
+            sorted(signoffs, key=lambda r: L.when(r["decided_at"]), reverse=True)
+        ),
+        "alerts": L.plain_rows(sorted(alerts, key=lambda r: L.when(r["alert_time"]), reverse=True)),
+        "files": date_files(config, day, validation),
+    }
+
+
+def date_files(config: DeskConfig, day: date, validation: list[dict[str, Any]]) -> dict[str, str]:
+    """The date's files the desk serves, as paths relative to the app's prefix."""
+    out = {}
+    for key, name in (
+        ("report", f"report-{day.isoformat()}.html"),
+        ("csv", f"reconciliation-{day.isoformat()}.csv"),
+    ):
+        if (config.report_dir / name).is_file():
+            out[key] = f"files/{name}"
+    pages_ = [str(r.get("data_docs_page") or "") for r in validation]
+    for candidate in [*pages_, str(config.docs_dir / "local_site" / "index.html")]:
+        local = Path(candidate.removeprefix("file://"))
+        try:
+            relative = local.resolve().relative_to(config.docs_dir)
+        except ValueError:
+            continue
+        if (config.docs_dir / relative).is_file():
+            out["data_docs"] = f"docs/{relative.as_posix()}"
+            break
+    return out
+
+
+def airflow_runs(config: DeskConfig, day: date) -> list[dict[str, Any]]:
+    """The nightly runs whose data interval starts on the date (newest first), with a link
+    to each and to its pending Required Action."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    start = business_day_start(day, config.report_timezone)
+    end = business_day_end(day, config.report_timezone)
+    with create_session() as session:
+        runs = session.scalars(
+            select(DagRun)
+            .where(
+                DagRun.dag_id == NIGHTLY_DAG,
+                DagRun.data_interval_start >= start,
+                DagRun.data_interval_start < end,
+            )
+            .order_by(DagRun.run_after.desc())
+            .limit(20)
+        ).all()
+        waiting = set(
+            session.scalars(
+                select(TaskInstance.run_id).where(
+                    TaskInstance.dag_id == NIGHTLY_DAG,
+                    TaskInstance.task_id == SIGNOFF_TASK,
+                    TaskInstance.run_id.in_([r.run_id for r in runs]),
+                    TaskInstance.state.in_(["awaiting_input", "deferred"]),
+                )
+            ).all()
+        )
+        out = []
+        for r in runs:
+            url = f"/dags/{NIGHTLY_DAG}/runs/{r.run_id}"
+            out.append(
+                {
+                    "run_id": r.run_id,
+                    "state": str(r.state),
+                    "url": url,
+                    "required_action": f"{url}/tasks/{SIGNOFF_TASK}/required_actions"
+                    if r.run_id in waiting
+                    else None,
+                }
+            )
+        return out
+
+
+def business_date_of_run(config: DeskConfig, dag_id: str, run_id: str) -> date | None:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+        ).one_or_none()
+        if run is None:
+            return None
+        start = run.data_interval_start or (run.run_after - timedelta(days=1))
+        return business_date_of(start, config.report_timezone)
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+def parse_day(text: str) -> date:
+    try:
+        return parse_business_date(text)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def report_file(config: DeskConfig, name: str) -> Path:
+    """A report or CSV of the report directory, by exact name (404 otherwise)."""
+    if not REPORT_FILE.fullmatch(name):
+        raise HTTPException(404, "no such file: expected report-YYYY-MM-DD.html or .csv")
+    path = (config.report_dir / name).resolve()
+    if not path.is_relative_to(config.report_dir) or not path.is_file():
+        raise HTTPException(404, f"no such file: {name}")
+    return path
+
+
+def docs_file(config: DeskConfig, relative: str) -> Path:
+    """A file of the Data Docs site (404 for anything outside it or of another kind)."""
+    parts = relative.split("/")
+    if not all(DOCS_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        raise HTTPException(404, "no such Data Docs file")
+    path = config.docs_dir.joinpath(*parts).resolve()
+    if (
+        not path.is_relative_to(config.docs_dir)
+        or path.suffix not in DOCS_TYPES
+        or not path.is_file()
+    ):
+        raise HTTPException(404, "no such Data Docs file")
+    return path
+
+
+def create_app(config: DeskConfig | None = None) -> FastAPI:
+    """The desk app; `config` from tally's settings (TALLY_*) when not given."""
+    cfg = config or DeskConfig.from_settings(load_settings())
+    app = FastAPI(
+        title="tally reconciliation desk",
+        description="tally's ledger of business dates, reports and sign-offs (Airflow plugin).",
+        dependencies=[Depends(reviewer)],
+        docs_url=None,  # no unauthenticated pages: every route is behind `reviewer`
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if "/api/" in request.url.path:
+            return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+        title = {401: "Log in to Airflow", 403: "Not allowed", 503: "Warehouse unreachable"}
+        return HTMLResponse(
+            pages.message_page(title.get(exc.status_code, "Error"), str(exc.detail)),
+            exc.status_code,
+            headers=headers,
+        )
+
+    async def ledger(
+        status: str | None, date_from: str | None, date_to: str | None, page: str, size: str
+    ) -> tuple[dict[str, Any], L.LedgerQuery]:
+        try:
+            query = L.LedgerQuery.parse(status, date_from, date_to, page, size)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        rows = await off_loop(cfg, read_ledger, cfg)
+        return L.select_page(rows, query), query
+
+    @app.get("/api/ledger")
+    async def ledger_json(
+        status: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        page: str = "1",
+        page_size: str = "50",
+    ) -> dict[str, Any]:
+        return (await ledger(status, date_from, date_to, page, page_size))[0]
+
+    @app.get("/ledger", response_class=HTMLResponse)
+    async def ledger_html(
+        status: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        page: str = "1",
+        page_size: str = "50",
+    ) -> HTMLResponse:
+        result, query = await ledger(status, date_from, date_to, page, page_size)
+        return HTMLResponse(pages.ledger_page(result, query))
+
+    async def detail(day_text: str) -> dict[str, Any]:
+        day = parse_day(day_text)
+        found = await off_loop(cfg, read_date, cfg, day)
+        found["airflow_runs"] = await run_in_threadpool(airflow_runs, cfg, day)
+        return found
+
+    @app.get("/api/dates/{day}")
+    async def date_json(day: str) -> dict[str, Any]:
+        return await detail(day)
+
+    @app.get("/dates/{day}", response_class=HTMLResponse)
+    async def date_html(day: str) -> HTMLResponse:
+        return HTMLResponse(pages.date_page(await detail(day)))
+
+    @app.get("/files/{name}")
+    async def files(name: str) -> FileResponse:
+        path = report_file(cfg, name)
+        if path.suffix == ".csv":
+            return FileResponse(path, media_type="text/csv", filename=path.name)
+        return FileResponse(path, media_type="text/html")
+
+    @app.get("/docs/{relative:path}")
+    async def docs(relative: str) -> FileResponse:
+        path = docs_file(cfg, relative)
+        return FileResponse(path, media_type=DOCS_TYPES[path.suffix])
+
+    @app.get("/runs/{dag_id}/{run_id}")
+    async def run_page(dag_id: str, run_id: str) -> Response:
+        if dag_id != NIGHTLY_DAG:
+            return HTMLResponse(
+                pages.message_page("Not a reconciliation run", f"{dag_id} is not {NIGHTLY_DAG}")
+            )
+        day = await run_in_threadpool(business_date_of_run, cfg, dag_id, run_id)
+        if day is None:
+            raise HTTPException(404, f"no run {run_id} of {dag_id}")
+        return RedirectResponse(f"../../dates/{day.isoformat()}", status_code=307)
+
+    return app

@@ -1,0 +1,203 @@
+"""The ledger of business dates and one date's detail, from the tables' rows (pure logic).
+
+A date's status, first match wins: `unexplained` (a residual the late side output does not
+explain), `validation_failed` (a critical expectation failed), `explained_by_late` (a gap,
+all of it late events), `balanced`, or `not_run` (events but no reconciliation yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from tally.dates import parse_business_date
+
+STATUSES = ("balanced", "explained_by_late", "unexplained", "validation_failed", "not_run")
+STATUS_LABELS = {
+    "balanced": "balanced",
+    "explained_by_late": "explained by late events",
+    "unexplained": "unexplained",
+    "validation_failed": "validation failed",
+    "not_run": "not yet run",
+}
+SUMMARY_COLUMNS = (
+    "business_date",
+    "stream_count",
+    "stream_amount",
+    "batch_count",
+    "batch_amount",
+    "gap_count",
+    "gap_amount",
+    "explained_amount",
+    "unexplained_windows",
+    "unexplained_amount",
+    "late_event_rate",
+)
+RUN_COLUMNS = ("business_date", "run_time", "balanced")
+SIGNOFF_COLUMNS = (
+    "business_date",
+    "decision",
+    "decided_by",
+    "decided_at",
+    "reason",
+    "status",
+    "run_time",
+    "dag_id",
+    "run_id",
+)
+MAX_PAGE_SIZE = 200
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def when(value: Any) -> datetime:
+    """A timestamp for ordering (missing ones first)."""
+    return value if isinstance(value, datetime) else _EARLIEST
+
+
+@dataclass(frozen=True)
+class LedgerQuery:
+    """The ledger's filters and page; `parse` validates what a request sends."""
+
+    status: str | None = None
+    date_from: date | None = None
+    date_to: date | None = None
+    page: int = 1
+    page_size: int = 50
+
+    @classmethod
+    def parse(
+        cls,
+        status: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        page: int | str = 1,
+        page_size: int | str = 50,
+    ) -> LedgerQuery:
+        """Raises ValueError (one line) on a bad filter."""
+        status = status or None
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status: expected one of {', '.join(STATUSES)}, got {status!r}")
+        first = parse_business_date(date_from) if date_from else None
+        last = parse_business_date(date_to) if date_to else None
+        if first and last and first > last:
+            raise ValueError(f"date range: from {first} is after to {last}")
+        try:
+            page, page_size = int(page), int(page_size)
+        except (TypeError, ValueError):
+            raise ValueError("page, page_size: expected integers") from None
+        if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page: expected >= 1; page_size: expected 1..{MAX_PAGE_SIZE}")
+        return cls(status, first, last, page, page_size)
+
+
+def status_of(summary: Mapping[str, Any] | None, validation_failed: bool) -> str:
+    if summary is None:
+        return "not_run"
+    if (summary.get("unexplained_windows") or 0) > 0 or summary.get("unexplained_amount"):
+        return "unexplained"
+    if validation_failed:
+        return "validation_failed"
+    if summary.get("gap_count") or summary.get("gap_amount"):
+        return "explained_by_late"
+    return "balanced"
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, date | datetime) else value
+
+
+def latest_signoffs(rows: Iterable[Mapping[str, Any]]) -> dict[date, dict[str, Any]]:
+    """Per date, its newest decision."""
+    out: dict[date, dict[str, Any]] = {}
+    for r in rows:
+        day = r["business_date"]
+        if day is None:
+            continue
+        seen = out.get(day)
+        if seen is None or when(r["decided_at"]) >= when(seen["decided_at"]):
+            out[day] = dict(r)
+    return out
+
+
+def failed_critical_dates(rows: Iterable[Mapping[str, Any]]) -> set[date]:
+    return {
+        r["business_date"]
+        for r in rows
+        if r.get("severity") == "critical" and r.get("success") is False
+    }
+
+
+def ledger_rows(
+    summaries: Sequence[Mapping[str, Any]],
+    runs: Sequence[Mapping[str, Any]],
+    validation: Sequence[Mapping[str, Any]],
+    signoffs: Sequence[Mapping[str, Any]],
+    event_dates: Sequence[date],
+) -> list[dict[str, Any]]:
+    """Every known business date, newest first, with its status, totals and sign-off."""
+    by_date = {r["business_date"]: r for r in summaries}
+    last_run = {r["business_date"]: r.get("run_time") for r in runs}
+    failed = failed_critical_dates(validation)
+    decisions = latest_signoffs(signoffs)
+    days = sorted(set(by_date) | set(last_run) | set(event_dates), reverse=True)
+    out = []
+    for day in days:
+        s = by_date.get(day)
+        signoff = decisions.get(day)
+        row: dict[str, Any] = {
+            "business_date": day.isoformat(),
+            "status": status_of(s, day in failed),
+            "last_run": _iso(last_run.get(day)),
+            "signoff": None if signoff is None else {k: _iso(v) for k, v in signoff.items()},
+        }
+        for column in SUMMARY_COLUMNS[1:]:
+            row[column] = None if s is None else s.get(column)
+        out.append(row)
+    return out
+
+
+def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str, Any]:
+    """The query's page of the (newest first) ledger, with the total that matched."""
+
+    def keep(r: Mapping[str, Any]) -> bool:
+        day = date.fromisoformat(r["business_date"])
+        return (
+            (query.status is None or r["status"] == query.status)
+            and (query.date_from is None or day >= query.date_from)
+            and (query.date_to is None or day <= query.date_to)
+        )
+
+    matched = [r for r in rows if keep(r)]
+    start = (query.page - 1) * query.page_size
+    return {
+        "total": len(matched),
+        "page": query.page,
+        "page_size": query.page_size,
+        "dates": matched[start : start + query.page_size],
+    }
+
+
+def provenance(run: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The pinned versions and settings of the date's reconciliation run."""
+    if run is None:
+        return {}
+    settings: Any = run.get("settings")
+    with contextlib.suppress(ValueError):
+        settings = json.loads(settings) if isinstance(settings, str) else settings
+    keys = (
+        "run_time",
+        "events_version",
+        "stream_aggregates_version",
+        "late_events_version",
+        "window_ms",
+        "report_timezone",
+    )
+    return {**{k: _iso(run.get(k)) for k in keys}, "settings": settings}
+
+
+def plain_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: _iso(v) for k, v in r.items()} for r in rows]

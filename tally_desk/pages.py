@@ -1,0 +1,197 @@
+"""The desk's HTML: the ledger and the date page. Server-rendered, no script (the content
+security policy allows none); every value escaped. Links are relative to the app's prefix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from tally_desk.ledger import STATUS_LABELS, STATUSES, LedgerQuery
+
+_CSS = """
+body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
+table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 8px}
+th{background:#f2f2f2;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-unexplained{color:#b00020}
+.s-validation_failed{color:#b00020}.s-not_run{color:#666}.err{color:#b00020}
+form{margin:8px 0}nav a{margin-right:12px}pre{background:#f7f7f7;padding:8px;overflow:auto}
+iframe{width:100%;height:900px;border:1px solid #ccc}
+"""
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value))
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4%}"
+    return f"{value:,}" if isinstance(value, int) else _e(value)
+
+
+def page(title: str, body: str) -> str:
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>"
+    )
+
+
+def signoff_text(signoff: Mapping[str, Any] | None) -> str:
+    if not signoff:
+        return "pending"
+    who = signoff.get("decided_by") or "nobody"
+    text = f"{signoff.get('decision')} by {who} at {signoff.get('decided_at')}"
+    return f"{text}: {signoff['reason']}" if signoff.get("reason") else text
+
+
+def _filters(query: LedgerQuery) -> str:
+    options = "".join(
+        f'<option value="{s}"{" selected" if query.status == s else ""}>{STATUS_LABELS[s]}</option>'
+        for s in STATUSES
+    )
+    return (
+        '<form method="get" action="ledger">'
+        f'<label>status <select name="status"><option value="">any</option>{options}</select>'
+        "</label> "
+        f'<label>from <input type="date" name="date_from" value="{_e(query.date_from)}"></label> '
+        f'<label>to <input type="date" name="date_to" value="{_e(query.date_to)}"></label> '
+        f'<input type="hidden" name="page_size" value="{query.page_size}">'
+        '<button type="submit">filter</button></form>'
+    )
+
+
+def _pager(query: LedgerQuery, total: int) -> str:
+    pages = max(1, -(-total // query.page_size))
+    links = []
+    for label, number in (("newer", query.page - 1), ("older", query.page + 1)):
+        if 1 <= number <= pages:
+            params = {
+                "status": query.status or "",
+                "date_from": query.date_from.isoformat() if query.date_from else "",
+                "date_to": query.date_to.isoformat() if query.date_to else "",
+                "page": number,
+                "page_size": query.page_size,
+            }
+            links.append(f'<a href="ledger?{_e(urlencode(params))}">{label}</a>')
+    return f"<p>page {query.page} of {pages} ({total} dates) {' '.join(links)}</p>"
+
+
+def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
+    head = (
+        "<tr><th>business date</th><th>status</th><th>stream events</th><th>stream amount</th>"
+        "<th>batch events</th><th>batch amount</th><th>gap amount</th>"
+        "<th>unexplained amount</th><th>late-event rate</th><th>last run</th>"
+        "<th>sign-off</th></tr>"
+    )
+    rows = []
+    for r in result["dates"]:
+        day = _e(r["business_date"])
+        signoff = signoff_text(r["signoff"]) if r["status"] != "not_run" else ""
+        rows.append(
+            f'<tr data-date="{day}"><td><a href="dates/{day}">{day}</a></td>'
+            f'<td class="s-{_e(r["status"])}">{_e(STATUS_LABELS[r["status"]])}</td>'
+            + "".join(
+                f'<td class="n">{_num(r[c])}</td>'
+                for c in (
+                    "stream_count",
+                    "stream_amount",
+                    "batch_count",
+                    "batch_amount",
+                    "gap_amount",
+                    "unexplained_amount",
+                    "late_event_rate",
+                )
+            )
+            + f"<td>{_e(r['last_run'])}</td>"
+            f'<td class="signoff">{_e(signoff)}</td></tr>'
+        )
+    table = f'<table id="ledger">{head}{"".join(rows)}</table>' if rows else "<p>No dates.</p>"
+    body = (
+        "<h1>Reconciliation</h1><p>Business dates, newest first. Amounts in minor units.</p>"
+        f"{_filters(query)}{table}{_pager(query, result['total'])}"
+    )
+    return page("tally reconciliation", body)
+
+
+def _kv_table(values: Mapping[str, Any], ident: str) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in values.items())
+    return f'<table id="{ident}">{rows}</table>'
+
+
+def _rows_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], ident: str) -> str:
+    if not rows:
+        return f'<p id="{ident}">None.</p>'
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows
+    )
+    return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
+
+
+def date_page(detail: Mapping[str, Any]) -> str:
+    day = _e(detail["business_date"])
+    row = detail["ledger"]
+    files = detail["files"]
+    links = ['<a href="../ledger">← ledger</a>']
+    if files.get("report"):
+        links.append(f'<a id="report-link" href="../{_e(files["report"])}">report</a>')
+    if files.get("csv"):
+        links.append(f'<a id="csv-link" href="../{_e(files["csv"])}" download>CSV</a>')
+    if files.get("data_docs"):
+        links.append(f'<a id="data-docs-link" href="../{_e(files["data_docs"])}">Data Docs</a>')
+    runs = "".join(
+        f'<li><a class="airflow-run" href="{_e(r["url"])}">{_e(r["run_id"])}</a> '
+        f"({_e(r['state'])})"
+        + (
+            f' — <a class="required-action" href="{_e(r["required_action"])}">Required Action</a>'
+            if r.get("required_action")
+            else ""
+        )
+        + "</li>"
+        for r in detail["airflow_runs"]
+    )
+    totals = {
+        k: row[k]
+        for k in (
+            "stream_count",
+            "stream_amount",
+            "batch_count",
+            "batch_amount",
+            "gap_count",
+            "gap_amount",
+            "unexplained_windows",
+            "unexplained_amount",
+            "late_event_rate",
+            "last_run",
+        )
+    }
+    signoffs = _rows_table(
+        detail["signoffs"],
+        ("decided_at", "decision", "decided_by", "reason", "status", "run_id"),
+        "signoffs",
+    )
+    alerts = _rows_table(
+        detail["alerts"], ("alert_time", "severity", "task_id", "what", "observed"), "alerts"
+    )
+    body = (
+        f"<nav>{' '.join(links)}</nav><h1>Reconciliation {day}</h1>"
+        f'<p>status: <b id="status" class="s-{_e(row["status"])}">'
+        f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
+        f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
+        f"{_kv_table(totals, 'totals')}"
+        '<h2>Airflow runs</h2><ul id="airflow-runs">'
+        f"{runs or '<li>none found</li>'}</ul>"
+        f"<h2>Sign-offs</h2>{signoffs}<h2>Alerts</h2>{alerts}"
+        '<h2>Provenance</h2><pre id="provenance">'
+        f"{_e(json.dumps(detail['provenance'], indent=2, sort_keys=True))}</pre>"
+    )
+    return page(f"tally {detail['business_date']}", body)
+
+
+def message_page(title: str, text: str) -> str:
+    return page(title, f'<h1>{_e(title)}</h1><p class="err">{_e(text)}</p>')

@@ -1,0 +1,116 @@
+"""The desk's reads of the warehouse: delta-rs (`deltalake`), no Spark, no JVM.
+
+Blocking calls: the app runs them off the api-server's event loop (`app.read_off_loop`).
+A table the warehouse does not hold yet reads as no rows; a warehouse that cannot be read at
+all raises `WarehouseUnavailable` with one line saying where and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+# The tables the desk reads (declared in tally.tables.CATALOG; a test checks the names).
+SUMMARY = "reconciliation_summary"
+RUNS = "reconciliation_runs"
+VALIDATION = "validation_results"
+ALERTS = "alerts"
+SIGNOFFS = "signoffs"
+EVENTS = "events"
+DESK_TABLES = (SUMMARY, RUNS, VALIDATION, ALERTS, SIGNOFFS, EVENTS)
+
+
+class WarehouseUnavailable(RuntimeError):
+    """The warehouse could not be read (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where the tables are and how to reach them: a local directory or s3a:// / s3:// with
+    the object store's endpoint (credentials from the environment, as for Spark)."""
+
+    warehouse: str
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    s3_path_style: bool = False
+
+    def uri(self, table: str) -> str:
+        base = self.warehouse.rstrip("/")
+        if base.startswith("s3a://"):
+            base = "s3://" + base.removeprefix("s3a://")
+        elif base.startswith("file:"):
+            base = base.removeprefix("file://").removeprefix("file:")
+        elif "://" not in base:
+            base = os.path.abspath(base)
+        return f"{base}/{table}"
+
+    def storage_options(self) -> dict[str, str]:
+        if not self.uri("x").startswith("s3://"):
+            return {}
+        options: dict[str, str] = {}
+        if self.s3_endpoint:
+            options["AWS_ENDPOINT_URL"] = self.s3_endpoint.rstrip("/")
+            if self.s3_endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if self.s3_region:
+            options["AWS_REGION"] = self.s3_region
+        if self.s3_path_style:
+            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+        return options
+
+
+def _table(location: Location, name: str) -> Any:
+    """The Delta table, or None when the warehouse does not hold it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    uri = location.uri(name)
+    try:
+        return DeltaTable(uri, storage_options=location.storage_options() or None)
+    except TableNotFoundError:
+        return None
+    except Exception as exc:  # network, credentials, a corrupt log: say where, one line
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {name}: {detail}") from exc
+
+
+def read_rows(
+    location: Location,
+    name: str,
+    columns: Sequence[str] | None = None,
+    business_date: date | None = None,
+) -> list[dict[str, Any]]:
+    """The table's rows as dicts (only `columns`; only the date's rows when given)."""
+    table = _table(location, name)
+    if table is None:
+        return []
+    present = set(table.schema().to_arrow().names)
+    wanted = [c for c in columns if c in present] if columns else None
+    filters = None
+    if business_date is not None and "business_date" in present:
+        filters = [("business_date", "=", business_date)]
+    try:
+        return list(table.to_pyarrow_table(columns=wanted, filters=filters).to_pylist())
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {name}: {detail}") from exc
+
+
+def event_dates(location: Location) -> list[date]:
+    """The dates the event log holds (its `event_date` partitions; the Delta log only)."""
+    table = _table(location, EVENTS)
+    if table is None:
+        return []
+    try:
+        partitions = table.partitions()
+    except Exception as exc:
+        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {EVENTS}: {exc}") from exc
+    out = set()
+    for p in partitions:
+        value = p.get("event_date")
+        if value:
+            out.add(date.fromisoformat(str(value)[:10]))
+    return sorted(out)

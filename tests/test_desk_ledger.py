@@ -1,0 +1,182 @@
+"""The desk's pure parts (ledger rows, filters, pages, file checks) and its reads of a warehouse
+that does not answer (a real delta-rs client against a closed port and a silent one)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+
+from tally.tables import CATALOG
+from tally_desk import ledger as L
+from tally_desk import pages
+from tally_desk import warehouse as W
+
+D1, D2, D3, D4 = (date(2026, 11, d) for d in (1, 2, 3, 4))
+
+
+def summary(day: date, **values: int) -> dict:
+    base = {c: 0 for c in L.SUMMARY_COLUMNS[1:]}
+    base["late_event_rate"] = 0.0
+    return {**base, "business_date": day, **values}
+
+
+def columns(table: str) -> set[str]:
+    """The column names of a catalog table's DDL (no Spark needed)."""
+    return set(re.findall(r"(?:^|, )([a-z_]+) [A-Z]", CATALOG[table].ddl))
+
+
+def test_desk_tables_are_in_the_catalog() -> None:
+    assert set(W.DESK_TABLES) <= set(CATALOG)
+    assert set(L.SIGNOFF_COLUMNS) <= columns("signoffs")
+    assert set(L.SUMMARY_COLUMNS) <= columns("reconciliation_summary")
+    assert set(L.RUN_COLUMNS) <= columns("reconciliation_runs")
+
+
+def test_status_sign_off_and_order() -> None:
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    rows = L.ledger_rows(
+        [
+            summary(D1),
+            summary(D2, gap_count=3, gap_amount=40),
+            summary(D3, gap_count=1, unexplained_windows=1, unexplained_amount=-7),
+        ],
+        [{"business_date": D1, "run_time": at}],
+        [
+            {"business_date": D1, "severity": "critical", "success": True},
+            {"business_date": D2, "severity": "warning", "success": False},
+        ],
+        [
+            {"business_date": D3, "decision": "rejected", "decided_at": at, "decided_by": "a"},
+            {
+                "business_date": D3,
+                "decision": "accepted",
+                "decided_at": at.replace(hour=1),
+                "decided_by": "b",
+                "reason": "ticket 123",
+            },
+        ],
+        [D1, D4],
+    )
+    assert [r["business_date"] for r in rows] == [
+        "2026-11-04",
+        "2026-11-03",
+        "2026-11-02",
+        "2026-11-01",
+    ]
+    assert [r["status"] for r in rows] == [
+        "not_run",
+        "unexplained",
+        "explained_by_late",
+        "balanced",
+    ]
+    assert rows[1]["signoff"]["decision"] == "accepted" and rows[1]["signoff"]["reason"]
+    assert rows[3]["last_run"] == at.isoformat()
+    failing = L.ledger_rows(
+        [summary(D1)], [], [{"business_date": D1, "severity": "critical", "success": False}], [], []
+    )
+    assert failing[0]["status"] == "validation_failed"
+
+
+def test_query_parse_and_page() -> None:
+    rows = L.ledger_rows([summary(date(2026, 1, d)) for d in range(1, 11)], [], [], [], [])
+    page = L.select_page(rows, L.LedgerQuery.parse(None, "2026-01-03", "2026-01-08", 2, 4))
+    assert page["total"] == 6
+    assert [r["business_date"] for r in page["dates"]] == ["2026-01-04", "2026-01-03"]
+    for bad in (
+        {"status": "odd"},
+        {"date_from": "2026-1-1"},
+        {"date_from": "2026-01-02", "date_to": "2026-01-01"},
+        {"page": "x"},
+        {"page_size": 1000},
+    ):
+        with pytest.raises(ValueError):
+            L.LedgerQuery.parse(**bad)
+
+
+def test_pages_escape_what_they_show() -> None:
+    row = L.ledger_rows([summary(D1)], [], [], [], [])[0]
+    row["signoff"] = {"decision": "accepted", "decided_by": "<b>x</b>", "reason": "<script>"}
+    html = pages.ledger_page({"dates": [row], "total": 1}, L.LedgerQuery())
+    assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;b&gt;x" in html
+
+
+def test_file_names_are_checked(tmp_path: Path) -> None:
+    from fastapi import HTTPException
+
+    from tally_desk.app import DeskConfig, docs_file, report_file
+
+    reports, docs = tmp_path / "reports", tmp_path / "gx" / "uncommitted" / "data_docs"
+    (docs / "local_site").mkdir(parents=True)
+    reports.mkdir()
+    (reports / "report-2026-11-01.html").write_text("r")
+    (docs / "local_site" / "index.html").write_text("d")
+    (tmp_path / "secret.html").write_text("s")
+    (reports / "report-2026-11-02.html").symlink_to(tmp_path / "secret.html")
+    config = DeskConfig(W.Location(str(tmp_path / "w")), reports, docs, 1.0, "UTC")
+    assert report_file(config, "report-2026-11-01.html").read_text() == "r"
+    assert docs_file(config, "local_site/index.html").read_text() == "d"
+    for name in ("../secret.html", "report-2026-11-02.html", "report-2026-11-03.html", "x.html"):
+        with pytest.raises(HTTPException) as err:
+            report_file(config, name)
+        assert err.value.status_code == 404
+    for relative in ("../../../secret.html", "local_site/../../../../secret.html", "/etc/passwd"):
+        with pytest.raises(HTTPException):
+            docs_file(config, relative)
+
+
+def _desk(tmp_path: Path, endpoint: str, timeout_s: float):
+    from tally_desk.app import DeskConfig
+
+    location = W.Location("s3a://tally/warehouse", endpoint, "us-east-1", True)
+    return DeskConfig(location, tmp_path, tmp_path, timeout_s, "UTC")
+
+
+def test_an_unreachable_warehouse_is_a_clear_503(tmp_path: Path, monkeypatch) -> None:
+    from fastapi import HTTPException
+
+    from tally_desk.app import off_loop, read_ledger
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = _desk(tmp_path, f"http://127.0.0.1:{port}", 20.0)
+    with pytest.raises(HTTPException) as err:
+        asyncio.run(off_loop(config, read_ledger, config))
+    assert err.value.status_code == 503
+    assert str(err.value.detail).startswith("warehouse unreachable: ")
+
+    # A store that accepts the connection and never answers: the deadline answers.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        config = _desk(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}", 1.0)
+        with pytest.raises(HTTPException) as err:
+            asyncio.run(off_loop(config, read_ledger, config))
+    assert err.value.status_code == 503
+    assert "did not answer within 1 s" in str(err.value.detail)
+
+
+def test_which_dates_need_a_person() -> None:
+    from tally_app.signoffs import SignOff, date_status, needs_person
+
+    clean = {"unexplained_windows": 0, "gap_amount": 0, "explained_amount": 0}
+    assert date_status(clean, {"success": True}) == "balanced"
+    late = {**clean, "gap_amount": 40, "explained_amount": 40}
+    assert date_status(late, {"success": True}) == "explained_by_late"
+    assert date_status(late, {"success": False}) == "validation_failed"
+    assert date_status({**late, "unexplained_windows": 2}, {"success": True}) == "unexplained"
+    assert [needs_person(s) for s in L.STATUSES[:4]] == [False, False, True, True]
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    with pytest.raises(ValueError, match="needs a reason"):
+        SignOff(D1, "accepted", "ana", at, reason="  ")
+    with pytest.raises(ValueError, match="decision"):
+        SignOff(D1, "maybe", "ana", at)
+    with pytest.raises(ValueError, match="time zone"):
+        SignOff(D1, "rejected", "ana", datetime(2026, 11, 5))  # noqa: DTZ001
