@@ -648,44 +648,55 @@ class _Run:
     events: DataFrame
     stream_aggregates: DataFrame
     late_events: DataFrame
+    # Frames persisted for the run (`keep`); `reconcile` unpersists them at its end.
+    kept: list[DataFrame] = field(default_factory=list)
+
+    def keep(self, df: DataFrame) -> DataFrame:
+        """`df` persisted until the run ends: written once, then reused instead of being
+        recomputed or read back from the table just written."""
+        self.kept.append(df.persist())
+        return df
+
+    def release(self) -> None:
+        for df in self.kept:
+            df.unpersist()
+        self.kept.clear()
 
     def replace(self, df: DataFrame, table: T.Table) -> None:
         _replace_date(df, self.warehouse, table, self.business_date)
 
-    def read(self, table: T.Table) -> DataFrame:
-        return _read_date(self.spark, self.warehouse, table, self.business_date)
 
-
-def _write_diff(run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame) -> int:
+def _write_diff(
+    run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame
+) -> tuple[DataFrame, int]:
     """Write the date's `reconciliation` rows from the batch side, the stream's answer and the
-    late rows (`late_arrivals`); returns how many late rows repeat an earlier event. The
-    day's late rows are few: cached, so counting the repeats does not read the log again."""
-    late = late.persist()
-    try:
-        run.replace(
-            diff_windows(batch, stream, late_totals(late), run.business_date), T.RECONCILIATION
-        )
-        return late.where(~F.col(FIRST_ARRIVAL)).count()
-    finally:
-        late.unpersist()
+    late rows (`late_arrivals`); returns them (kept: the summary is computed from them) and
+    how many late rows repeat an earlier event. The day's late rows are few: cached, so
+    counting the repeats does not read the log again."""
+    late = run.keep(late)
+    diff = run.keep(diff_windows(batch, stream, late_totals(late), run.business_date))
+    run.replace(diff, T.RECONCILIATION)
+    return diff, late.where(~F.col(FIRST_ARRIVAL)).count()
 
 
-def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> int:
-    """Fixed windows: re-aggregate the date into `batch_aggregates` (written first and read
-    back, so the diff does not redo the dedup), then the diff; returns the late repeats."""
+def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFrame, int]:
+    """Fixed windows: re-aggregate the date into `batch_aggregates` (persisted while it is
+    written, so the diff reuses the dedup instead of reading the table back), then the diff;
+    returns the reconciliation rows (persisted) and the late repeats."""
     day, bounds = run.business_date, run.bounds
     stream_rows = run.stream_aggregates.where(window_in_day(bounds))
     _check_window_size(stream_rows, window_ms, day, slide_ms)
     stream = latest_stream(stream_rows, bounds)
-    truth = batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms)
+    truth = run.keep(batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms))
     run.replace(truth, T.BATCH_AGGREGATES)
     late = late_arrivals(run.late_events, run.events, bounds)
-    return _write_diff(run, run.read(T.BATCH_AGGREGATES), stream, late)
+    return _write_diff(run, truth, stream, late)
 
 
-def _diff_sessions(run: _Run, gap_ms: int) -> int:
+def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
     """Session windows: the date's sessions into `batch_aggregates`, then the diff per batch
-    session (`batch.sessions`); returns the late repeats."""
+    session (`batch.sessions`); returns the reconciliation rows (persisted) and the late
+    repeats."""
     try:
         check_session_width(
             run.stream_aggregates.where(window_in_day(run.bounds)), gap_ms, run.business_date
@@ -701,12 +712,10 @@ def _diff_sessions(run: _Run, gap_ms: int) -> int:
         )
     except SessionError as exc:
         raise ReconcileError(str(exc)) from None
+    truth = session_aggregates(sessions, run.bounds)
+    truth = run.keep(truth.select(F.lit(run.business_date).alias("business_date"), *truth.columns))
     try:
-        truth = session_aggregates(sessions, run.bounds)
-        run.replace(
-            truth.select(F.lit(run.business_date).alias("business_date"), *truth.columns),
-            T.BATCH_AGGREGATES,
-        )
+        run.replace(truth, T.BATCH_AGGREGATES)
         read = (run.bounds[0], read_end)  # what starts from the date to the end of the read
         stream = stream_per_session(
             latest_stream(run.stream_aggregates, read), sessions, run.bounds
@@ -714,7 +723,7 @@ def _diff_sessions(run: _Run, gap_ms: int) -> int:
         late = late_per_session(
             late_arrivals(run.late_events, run.events, read), sessions, run.bounds
         )
-        return _write_diff(run, run.read(T.BATCH_AGGREGATES), stream, late)
+        return _write_diff(run, truth, stream, late)
     finally:
         sessions.unpersist()
 
@@ -767,11 +776,34 @@ def reconcile(
         T.read_table(spark, warehouse, "late_events", lv),
     )
 
+    try:
+        return _run(run, (ev, sv, lv), pv, windowing, now, settings)
+    finally:
+        run.release()
+
+
+def _run(
+    run: _Run,
+    versions: tuple[int, int, int],
+    pv: int | None,
+    windowing: tuple[int, int | None, int],
+    now: datetime,
+    settings: Mapping[str, Any] | None,
+) -> ReconcileResult:
+    """Re-aggregate, diff, summarize and record the run (`reconcile`, once the inputs are
+    pinned; `pv`: the pinned stream_progress version, None without that table); `run.kept`
+    frames are the caller's to release."""
+    business_date, warehouse, report_timezone = (
+        run.business_date,
+        run.warehouse,
+        run.report_timezone,
+    )
+    window_ms, slide_ms, session_gap_ms = windowing
     # 1.-2. Re-aggregation and diff.
     if session_gap_ms:
-        repeats = _diff_sessions(run, session_gap_ms)
+        recon, repeats = _diff_sessions(run, session_gap_ms)
     else:
-        repeats = _diff_fixed(run, window_ms, slide_ms)
+        recon, repeats = _diff_fixed(run, window_ms, slide_ms)
     if repeats:
         log.info(
             "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "
@@ -779,21 +811,23 @@ def reconcile(
             business_date.isoformat(),
             repeats,
         )
-    recon = _read_date(spark, warehouse, T.RECONCILIATION, business_date)
-    _replace_date(
-        summarize(recon, business_date), warehouse, T.RECONCILIATION_SUMMARY, business_date
-    )
-    summary_df = _read_date(spark, warehouse, T.RECONCILIATION_SUMMARY, business_date)
+    # The summary of the rows just written (kept: not read back from the table), itself kept
+    # for its row and the provenance.
+    summary_df = run.keep(summarize(recon, business_date))
+    _replace_date(summary_df, warehouse, T.RECONCILIATION_SUMMARY, business_date)
     row = summary_df.first()
     assert row is not None
 
     # 3. Provenance: what was read, with which settings.
-    provenance = _provenance(summary_df, (ev, sv, lv), windowing, report_timezone, now, settings)
-    progress = None if pv is None else T.read_table(spark, warehouse, T.STREAM_PROGRESS.name, pv)
+    provenance = _provenance(summary_df, versions, windowing, report_timezone, now, settings)
+    progress = (
+        None if pv is None else T.read_table(run.spark, warehouse, T.STREAM_PROGRESS.name, pv)
+    )
     provenance = _with_bounds(provenance, progress, run).select(
         "*", F.lit(pv).cast("long").alias("stream_progress_version")
     )
     _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
+    ev, sv, lv = versions
     return ReconcileResult(
         business_date,
         ev,

@@ -413,16 +413,34 @@ def _timed_replace_date(marks: dict[str, float]) -> Iterator[None]:
         R._replace_date = original
 
 
+@contextmanager
+def _jobs_of(spark: SparkSession, stage: str, jobs: dict[str, int]) -> Iterator[None]:
+    """Count the Spark jobs a stage starts (`jobs[stage]`): its own job group, from Spark's
+    status tracker (it keeps the last `spark.ui.retainedJobs`, 1,000, jobs)."""
+    sc = spark.sparkContext
+    group = f"bench-nightly-{stage}"
+    sc.setJobGroup(group, f"nightly {stage}")
+    try:
+        yield
+    finally:
+        sc._jsc.clearJobGroup()
+        jobs[stage] = len(sc.statusTracker().getJobIdsForGroup(group))
+
+
 def nightly_stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
-    """reconcile (split in re-aggregate and diff), validate, report; the DAG's stage calls."""
+    """reconcile (split in re-aggregate and diff), validate, report; the DAG's stage calls;
+    the Spark jobs each stage ran (`jobs`)."""
     from tally_app.nightly import stage_reaggregate, stage_report, stage_validate, wait_condition
 
     now = datetime.now(UTC)
     out: dict[str, Any] = {}
-    waited = wait_condition(settings, BUSINESS_DATE, spark)
+    jobs: dict[str, int] = {}
+    out["jobs"] = jobs
+    with _jobs_of(spark, "wait", jobs):
+        waited = wait_condition(settings, BUSINESS_DATE, spark)
     out["wait_ready"] = waited.ready
     marks: dict[str, float] = {}
-    with _timed_replace_date(marks):
+    with _timed_replace_date(marks), _jobs_of(spark, "reconcile", jobs):
         start = time.monotonic()
         result = stage_reaggregate(settings, BUSINESS_DATE, now, spark)
         end = time.monotonic()
@@ -431,12 +449,12 @@ def nightly_stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     out["reconcile_s"] = end - start
     out["balanced"] = bool(result["balanced"])
     out["windows"] = int(result["windows"])
-    with stopwatch() as t:
+    with stopwatch() as t, _jobs_of(spark, "validate", jobs):
         outcome = stage_validate(settings, BUSINESS_DATE, now, spark)
     out["validate_s"] = t["s"]
     out["validation_passed"] = bool(outcome.success)
     out["validation_failures"] = list(outcome.failures)
-    with stopwatch() as t:
+    with stopwatch() as t, _jobs_of(spark, "report", jobs):
         path = stage_report(settings, BUSINESS_DATE, now, spark)
     out["report_s"] = t["s"]
     out["report_exists"] = Path(path).is_file()

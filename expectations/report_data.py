@@ -244,6 +244,11 @@ def _pinned(
     return T.read_table(spark, warehouse, name, None if version is None else int(version))
 
 
+def _events_of(spark: SparkSession, warehouse: str, rec: _Reconciliation) -> DataFrame | None:
+    """The event log at the version the reconciliation pinned."""
+    return _pinned(spark, warehouse, rec.run, "events", "events_version")
+
+
 def _is_sessions(rec: _Reconciliation) -> bool:
     """The run reconciled session windows (it recorded a gap)."""
     return bool(rec.settings.get("session_gap_ms"))
@@ -370,18 +375,15 @@ def _worst_keys(recon: DataFrame) -> list[dict[str, Any]]:
 def _reconciliation_figures(
     recon: DataFrame, summary: dict[str, Any] | None, business_date: date
 ) -> tuple[dict[str, int], list[tuple[int, int, int, int, int]], list[dict[str, Any]]]:
-    """The headline, the amounts per window and the worst keys (one cached read)."""
-    recon = recon.persist()
-    try:
-        headline = _headline(recon, summary)
-        if headline["windows"] == 0:
-            raise ReportError(
-                f"date: {business_date.isoformat()} has no reconciliation rows "
-                "(run tally reconcile first)"
-            )
-        return headline, _per_window(recon), _worst_keys(recon)
-    finally:
-        recon.unpersist()
+    """The headline, the amounts per window and the worst keys (of `recon`, cached by the
+    caller: one read for these three and the CSV)."""
+    headline = _headline(recon, summary)
+    if headline["windows"] == 0:
+        raise ReportError(
+            f"date: {business_date.isoformat()} has no reconciliation rows "
+            "(run tally reconcile first)"
+        )
+    return headline, _per_window(recon), _worst_keys(recon)
 
 
 # -- late events and the lateness bound ----------------------------------------------------------
@@ -650,19 +652,53 @@ def collect_report_data(
     options: ReportOptions | None = None,
 ) -> tuple[ReportData, DataFrame]:
     """Read the date's tables and reduce them to what the report shows; also returns the
-    reconciliation rows of the date (for the CSV)."""
-    from expectations.validate import read_results
-
+    reconciliation rows of the date (for the CSV), persisted: the caller unpersists them."""
     options = options or ReportOptions()
     rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone)
-    headline, per_window, worst = _reconciliation_figures(
-        _of_date(spark, warehouse, "reconciliation", business_date, rec.version),
-        rec.summary,
-        business_date,
-    )
-    events_all = _pinned(spark, warehouse, rec.run, "events", "events_version")
-    recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version)
-    late = _late_in_day(spark, warehouse, rec, events_all, recon)
+    # Read once for the figures, the late rows of sessions and the CSV.
+    recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version).persist()
+    try:
+        return _report_data(spark, warehouse, business_date, now, options, rec, recon), recon
+    except BaseException:
+        recon.unpersist()
+        raise
+
+
+def _report_data(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    now: datetime,
+    options: ReportOptions,
+    rec: _Reconciliation,
+    recon: DataFrame,
+) -> ReportData:
+    """`collect_report_data` once the reconciliation is read (`recon`: its rows, cached)."""
+    late = _late_in_day(spark, warehouse, rec, _events_of(spark, warehouse, rec), recon)
+    if late is not None:  # the histogram and the estimated curve: one scan of the log
+        late = late.persist()
+    try:
+        return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late)
+    finally:
+        if late is not None:
+            late.unpersist()
+
+
+def _assemble(
+    spark: SparkSession,
+    warehouse: str,
+    when: tuple[date, datetime],
+    options: ReportOptions,
+    rec: _Reconciliation,
+    recon: DataFrame,
+    late: DataFrame | None,
+) -> ReportData:
+    """The report's figures from the read tables; `when` is (business date, now)."""
+    from expectations.validate import read_results
+
+    business_date, now = when
+    headline, per_window, worst = _reconciliation_figures(recon, rec.summary, business_date)
+    events_all = _events_of(spark, warehouse, rec)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     curve, curve_source = _curve(
@@ -698,7 +734,7 @@ def collect_report_data(
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
         signoff=_latest_signoff(spark, warehouse, business_date),
     )
-    return data, recon
+    return data
 
 
 def _latest_signoff(

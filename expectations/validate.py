@@ -111,6 +111,14 @@ def ensure_project(gx_root: str | os.PathLike[str]) -> Path:
     return root
 
 
+def preload() -> None:
+    """Import Great Expectations' modules the validation uses (seconds of Python), e.g. from a
+    thread while the re-aggregation keeps the JVM busy, so the validation does not wait."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations.checkpoint
+    import great_expectations.expectations  # noqa: F401
+
+
 def gx_context(gx_root: str | os.PathLike[str]) -> Any:
     """The file-backed GX context of `gx_root`, one per process."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

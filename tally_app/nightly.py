@@ -8,7 +8,9 @@ the layers never call each other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -280,13 +282,33 @@ class NightlyOutcome:
         return None
 
 
+def _preload_later_stages() -> threading.Thread:
+    """Import the libraries of validation and report (Great Expectations, matplotlib: ~3 s of
+    Python) in a thread while the re-aggregation runs: the driver's Python mostly waits for
+    the JVM then. An import that fails here fails again, with its error, where it is used.
+    The caller joins the thread before validating."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            from expectations import report_charts, validate
+
+            validate.preload()
+            report_charts.preload()
+
+    thread = threading.Thread(target=load, name="tally-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_nightly(
     settings: Settings, business_date: date, now: datetime, spark: Any, report_to: Path
 ) -> NightlyOutcome:
     """Re-aggregate + diff, validate, write the report, publish: the DAG's stage sequence in
     one process. Every stage runs even when an earlier one found a problem, so nothing of a
     failed date is lost; the caller decides the exit code from `failure`."""
+    preloading = _preload_later_stages()
     reconciliation = reaggregate(settings, business_date, now, spark)
+    preloading.join()  # no import of the same modules from two threads at once
     validation = stage_validate(settings, business_date, now, spark)
     report = stage_report(settings, business_date, now, spark, out_dir=report_to)
     stage_publish(settings, business_date, now, report_to=report_to)

@@ -764,6 +764,12 @@ def _nightly_sizes(sizes: list[dict[str, Any]]) -> list[str]:
         "diff s": lambda s: secs(s["diff_s"]),
         "validate s": lambda s: secs(s["validate_s"]),
         "report s": lambda s: secs(s["report_s"]),
+        # older runs did not count the jobs
+        "Spark jobs (reconcile / validate / report)": lambda s: (
+            " / ".join(str(s["jobs"][k]) for k in ("reconcile", "validate", "report"))
+            if "jobs" in s
+            else "–"
+        ),
         "DuckDB JSON s": lambda s: secs(s["duckdb_json"]["seconds"]),
         "DuckDB Parquet s": lambda s: secs(s["duckdb_parquet"]["seconds"]),
         "(re-agg + diff) ÷ DuckDB JSON": lambda s: f"{s['ratio_json']:.1f}×",
