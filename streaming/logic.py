@@ -84,13 +84,20 @@ def ts(ms: int) -> Column:
 # sort (the duplicate check, the events append by date) then fits a 1 GiB driver heap whatever
 # the batch size (measured: 2M lines a partition of 8M lines OOMs a 640 MiB heap).
 LINES_PER_SHUFFLE_PARTITION = 500_000
+# ...and at least about this many, up to Spark's shuffle partitions: a small batch's cost is
+# its tasks, not its rows (every task of the classification, the windows and each append is
+# scheduled, opens its writers and writes its own file), so a 20k-line batch is one task.
+LINES_PER_TASK_MIN = 100_000
 
 
-def event_partitions(input_lines: int, shuffle_partitions: int) -> int | None:
-    """How many partitions the batch's events are shuffled into by event_id: None (Spark's
-    `shuffle_partitions`, coalesced by AQE) unless the batch needs more to bound each task."""
+def event_partitions(input_lines: int, shuffle_partitions: int) -> int:
+    """How many partitions the batch's events are shuffled into by event_id: one per
+    `LINES_PER_TASK_MIN` lines up to Spark's `shuffle_partitions`, more only when the batch
+    needs them to bound each task (`LINES_PER_SHUFFLE_PARTITION`)."""
     needed = -(-input_lines // LINES_PER_SHUFFLE_PARTITION)
-    return needed if needed > shuffle_partitions else None
+    if needed > shuffle_partitions:
+        return needed
+    return max(1, min(shuffle_partitions, -(-input_lines // LINES_PER_TASK_MIN)))
 
 
 def classify_events(

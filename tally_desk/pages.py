@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -34,6 +35,32 @@ def _num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else _e(value)
 
 
+def _when(value: Any) -> str:
+    """An ISO time from the API as a reader reads it: `2026-11-26 04:49:28 UTC`."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is None:  # the API's times are UTC; a naive one is shown as it is
+        return str(value)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# Columns of the date page's tables that hold times (shown by `_when`).
+_TIME_COLUMNS = frozenset({"last_run", "decided_at", "alert_time"})
+
+
+def _cell(column: str, value: Any) -> str:
+    """A table cell: times by `_when`, numbers right-aligned by `_num`."""
+    if value is None:
+        return "<td></td>"
+    if column in _TIME_COLUMNS:
+        return f"<td>{_e(_when(value))}</td>"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f'<td class="n">{_num(value)}</td>'
+    return f"<td>{_e(value)}</td>"
+
+
 def page(title: str, body: str) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
@@ -45,7 +72,7 @@ def signoff_text(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return "pending"
     who = signoff.get("decided_by") or "nobody"
-    text = f"{signoff.get('decision')} by {who} at {signoff.get('decided_at')}"
+    text = f"{signoff.get('decision')} by {who} at {_when(signoff.get('decided_at'))}"
     return f"{text}: {signoff['reason']}" if signoff.get("reason") else text
 
 
@@ -107,7 +134,7 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
                     "late_event_rate",
                 )
             )
-            + f"<td>{_e(r['last_run'])}</td>"
+            + f"<td>{_e(_when(r['last_run'])) if r['last_run'] else ''}</td>"
             f'<td class="signoff">{_e(signoff)}</td></tr>'
         )
     table = f'<table id="ledger">{head}{"".join(rows)}</table>' if rows else "<p>No dates.</p>"
@@ -119,7 +146,7 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
 
 
 def _kv_table(values: Mapping[str, Any], ident: str) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in values.items())
+    rows = "".join(f"<tr><th>{_e(k)}</th>{_cell(k, v)}</tr>" for k, v in values.items())
     return f'<table id="{ident}">{rows}</table>'
 
 
@@ -127,9 +154,7 @@ def _rows_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], ident
     if not rows:
         return f'<p id="{ident}">None.</p>'
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_e(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows
-    )
+    body = "".join("<tr>" + "".join(_cell(c, r.get(c)) for c in columns) + "</tr>" for r in rows)
     return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
 
 

@@ -180,3 +180,34 @@ def test_which_dates_need_a_person() -> None:
         SignOff(D1, "maybe", "ana", at)
     with pytest.raises(ValueError, match="time zone"):
         SignOff(D1, "rejected", "ana", datetime(2026, 11, 5))  # noqa: DTZ001
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("2026-11-26T04:49:28.680000+00:00", "2026-11-26 04:49:28 UTC"),  # the API's UTC time
+        ("2026-11-26T05:49:28+01:00", "2026-11-26 04:49:28 UTC"),  # another offset: as UTC
+        ("2026-11-26T04:49:28", "2026-11-26T04:49:28"),  # no zone: shown as it is, not guessed
+        ("soon", "soon"),  # not a time at all
+    ],
+)
+def test_date_page_times_read_as_utc(value: str, shown: str) -> None:
+    from tally_desk.pages import _when
+
+    assert _when(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "cell"),
+    [
+        ("stream_amount", 522928930, '<td class="n">522,928,930</td>'),  # minor units, grouped
+        ("late_event_rate", 7.0e-05, '<td class="n">0.0070%</td>'),  # a rate, as the ledger
+        ("last_run", "2026-11-26T04:49:28+00:00", "<td>2026-11-26 04:49:28 UTC</td>"),
+        ("reason", "<b>x</b>", "<td>&lt;b&gt;x&lt;/b&gt;</td>"),  # text is escaped
+        ("reason", None, "<td></td>"),
+    ],
+)
+def test_date_page_cells(column: str, value: object, cell: str) -> None:
+    from tally_desk.pages import _cell
+
+    assert _cell(column, value) == cell

@@ -288,11 +288,11 @@ def test_a_batch_shuffled_into_more_partitions_gives_the_same_tables(
 ) -> None:
     """A batch too big for Spark's shuffle partitions is shuffled into more (one per
     `LINES_PER_SHUFFLE_PARTITION` lines, so that each task's sort stays small): here one per
-    line, 3 partitions against 2; every table must be the same as the plain run's."""
+    line, 3 partitions against the plain run's 1; every table must be the same as its."""
     import streaming.logic as logic
 
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
-    assert logic.event_partitions(3, 2) is None  # the plain run: Spark's partitions
+    assert logic.event_partitions(3, 2) == 1  # the plain run: a small batch is one task
     monkeypatch.setattr(logic, "LINES_PER_SHUFFLE_PARTITION", 1)
     assert logic.event_partitions(3, 2) == 3
     again = run_replay(spark, tmp_path_factory.mktemp("replay_partitions"))["out"]
@@ -305,16 +305,20 @@ def test_a_batch_shuffled_into_more_partitions_gives_the_same_tables(
 @pytest.mark.parametrize(
     ("lines", "shuffle_partitions", "expected"),
     [
-        (0, 4, None),  # an empty batch: Spark's partitions
-        (200_000, 4, None),  # the throughput benchmark's batches fit Spark's 4 partitions
-        (2_000_000, 4, None),  # exactly 4 partitions' worth: no more needed
-        (2_000_001, 4, 5),  # one line over: a fifth partition
+        (0, 4, 1),  # an empty batch: one task
+        (20_000, 4, 1),  # the fixed-cost benchmark's batches: tasks, not rows, cost there
+        (100_001, 4, 2),  # one line over a task's minimum: a second task
+        (200_000, 4, 2),  # the throughput benchmark's batches: one task per core
+        (400_000, 4, 4),  # four tasks' worth: Spark's partitions
+        (2_000_000, 4, 4),  # still Spark's partitions (each below the upper bound)
+        (2_000_001, 4, 5),  # one line over 4 partitions' upper bound: a fifth partition
         (17_600_000, 4, 36),  # the 2 GB file as one batch
-        (17_600_000, 64, None),  # a user who asked for more partitions keeps them
+        (17_600_000, 64, 64),  # a user who asked for more partitions keeps them
     ],
 )
-def test_event_partitions(lines: int, shuffle_partitions: int, expected: int | None) -> None:
-    from streaming.logic import LINES_PER_SHUFFLE_PARTITION, event_partitions
+def test_event_partitions(lines: int, shuffle_partitions: int, expected: int) -> None:
+    from streaming.logic import LINES_PER_SHUFFLE_PARTITION, LINES_PER_TASK_MIN, event_partitions
 
-    assert LINES_PER_SHUFFLE_PARTITION == 500_000  # the cases above are computed with it
+    # the cases above are computed with these
+    assert (LINES_PER_SHUFFLE_PARTITION, LINES_PER_TASK_MIN) == (500_000, 100_000)
     assert event_partitions(lines, shuffle_partitions) == expected
