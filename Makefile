@@ -54,7 +54,7 @@ floors: install ## import-linter: the floors (tally < layers < tally_app < dags,
 check: lint typecheck floors ## all static checks
 
 test: install check ## install everything, then lint, type-check, check the floors, run every test
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 test-fast: install ## pytest without the slow end-to-end tests
 	$(BIN)/pytest -q -m 'not slow'

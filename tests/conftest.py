@@ -1,4 +1,5 @@
-"""Shared fixtures: one Spark session for the whole run, tiny inline DataFrames."""
+"""Shared fixtures: one Spark session for the whole run, tiny inline DataFrames, the
+reconciliation desk's warehouse and Airflow."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,42 @@ def tally_cli(monkeypatch) -> Callable[..., int]:
         return main(argv)
 
     return run
+
+
+# -- the reconciliation desk's warehouse and Airflow (tests/desk_fixtures.py) -------------------
+# Session fixtures, so that test_desk_api and test_desk_browser share one warehouse and one
+# Airflow; desk_fixtures (which imports airflow_helpers) is imported only when first used.
+
+
+@pytest.fixture(scope="session")
+def desk_airflow_home(tmp_path_factory) -> Iterator[Any]:
+    import desk_fixtures
+
+    yield from desk_fixtures.airflow_home(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def desk_env(spark, tmp_path_factory, desk_airflow_home) -> dict[str, str]:
+    import desk_fixtures
+
+    return desk_fixtures.build_warehouse(spark, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def desk_airflow(desk_env, desk_airflow_home) -> Iterator[Any]:
+    import desk_fixtures
+
+    yield from desk_fixtures.start_airflow(desk_airflow_home, desk_env)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the desk's Airflow after the last test that uses it, not at the session's end (the
+    rest of the suite runs without an idle scheduler beside it)."""
+    if "desk_airflow" not in getattr(item, "fixturenames", ()):
+        return
+    items = item.session.items
+    later = items[items.index(item) + 1 :]
+    if not any("desk_airflow" in getattr(i, "fixturenames", ()) for i in later):
+        import desk_fixtures
+
+        desk_fixtures.stop_airflow()

@@ -1,11 +1,9 @@
-"""The reconciliation desk (tally_desk) served by a real `airflow api-server` (auth on), started
-by scripts/airflow.sh, over a warehouse written by a real stream and the real nightly stages.
-
-The warehouse: three generated days, streamed (drained); the first two reconciled, validated,
-reported and published (`tally_app.nightly.run_nightly`), the second after one of its stream
-rows was deleted (an unexplained gap); the third never reconciled (not yet run). One alert row
-is written for the second date. Users: `admin` (admin), `reviewer` (viewer: may read the
-nightly DAG's runs) and `outsider` (no role: may read nothing).
+"""The reconciliation desk (tally_desk) served by a real Airflow (auth on), started by
+scripts/airflow.sh, over a warehouse written by a real stream and the real nightly stages: the
+session's desk warehouse and Airflow, shared with test_desk_browser (tests/desk_fixtures.py
+describes both). This module reads D1 (reconciled), D2 (reconciled with an unexplained gap, one
+alert, two decisions by `ana`) and D4 (not yet run); D3 is the browser test's, so no assertion
+here depends on whether that test ran first.
 """
 
 from __future__ import annotations
@@ -13,136 +11,22 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 import airflow_helpers as H  # first: keeps this process's Airflow settings out of the child
 import pytest
-
-from tally_tools.ports import free_port
+from desk_fixtures import D1, D2, D3, D4
 
 pytestmark = pytest.mark.slow
 
-D1 = date(2026, 10, 5)
-D2, D3 = D1 + timedelta(days=1), D1 + timedelta(days=2)
-USERS = "admin:admin,reviewer:viewer,outsider:"
-
-
-def delete_one_stream_row(spark: Any, warehouse: str, day: date) -> None:
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from tally.tables import read_table, table_path
-
-    victim = (
-        read_table(spark, warehouse, "stream_aggregates")
-        .where(F.col("window_start") >= F.lit(f"{day.isoformat()} 12:00:00").cast("timestamp"))
-        .orderBy("window_start", "key")
-        .select("window_start", "key")
-        .first()
-    )
-    assert victim is not None
-    DeltaTable.forPath(spark, table_path(warehouse, "stream_aggregates")).delete(
-        (F.col("window_start") == F.lit(victim["window_start"])) & (F.col("key") == victim["key"])
-    )
-
 
 @pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str], Any]]:
-    """A fresh AIRFLOW_HOME whose `airflow db migrate` runs while the warehouse is written."""
-    root = Path(tmp_path_factory.mktemp("desk-airflow"))
-    env = H.clean_env(
-        {
-            "TALLY_AIRFLOW_HOME": str(root / "home"),
-            "AIRFLOW_PORT": str(free_port()),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS,
-            "TALLY_NIGHTLY_START": D1.isoformat(),
-        }
-    )
-    migrate = subprocess.Popen(
-        ["bash", str(H.REPO / "scripts" / "airflow.sh"), "db", "migrate"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        yield root, env, migrate
-    finally:
-        H.stop_airflow(migrate)
-
-
-@pytest.fixture(scope="module")
-def desk_env(spark, tmp_path_factory, airflow_home) -> dict[str, str]:
-    """The warehouse described above; the TALLY_* settings that read it."""
-    from tally.alert import Alert
-    from tally.settings import load_settings
-    from tally_app.alerts import record_alerts
-    from tally_app.nightly import run_nightly
-    from tally_app.signoffs import SignOff, record_signoff
-
-    root = Path(tmp_path_factory.mktemp("desk"))
-    env = H.stream_settings(
-        root / "warehouse",
-        root / "events",
-        TALLY_REPORT_DIR=str(root / "reports"),
-        TALLY_GX_ROOT=str(root / "gx-root"),
-    )
-    H.make_stream(spark, root, D1, days=3, events=900, env=env)
-    settings = load_settings(env=env)
-    for day in (D1, D2):
-        if day == D2:
-            delete_one_stream_row(spark, settings.warehouse, day)
-        now = datetime.combine(day + timedelta(days=1), time(0, 30), tzinfo=UTC)
-        run_nightly(settings, day, now, spark, Path(settings.report_location))
-    record_alerts(
-        spark,
-        settings.warehouse,
-        [Alert("data quality: <unexplained> gap", "1 window", "0", business_date=D2)],
-    )
-    for decision, minute in (("rejected", 0), ("accepted", 5)):
-        record_signoff(
-            spark,
-            settings.warehouse,
-            SignOff(
-                business_date=D2,
-                decision=decision,
-                decided_by="ana",
-                decided_at=datetime(2026, 10, 7, 9, minute, tzinfo=UTC),
-                reason=f"{decision}: ticket 123",
-                status="unexplained",
-                run_time=datetime.combine(D2 + timedelta(days=1), time(0, 30), tzinfo=UTC),
-                dag_id=H.NIGHTLY,
-                run_id="manual__x",
-            ),
-        )
-    return env
-
-
-@pytest.fixture(scope="module")
-def airflow(desk_env: dict[str, str], airflow_home) -> Iterator[H.RunningAirflow]:
-    root, env, migrate = airflow_home
-    out, _ = migrate.communicate(timeout=600)
-    assert migrate.returncode == 0, out.decode(errors="replace")[-3000:]
-    env = {**env, **desk_env}
-    done = subprocess.run(
-        ["bash", str(H.REPO / "scripts" / "airflow.sh"), "dags", "reserialize"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    running = H.start_airflow(root, int(env["AIRFLOW_PORT"]), env, ["api-server"])
-    try:
-        yield running
-    finally:
-        H.stop_airflow(running.process)
+def airflow(desk_airflow: H.RunningAirflow) -> H.RunningAirflow:
+    return desk_airflow
 
 
 @pytest.fixture(scope="module")
@@ -206,9 +90,9 @@ def test_ledger_lists_the_dates_newest_first(spark, airflow, tokens, desk_env) -
     status, body, _ = get(airflow, "api/ledger", tokens["reviewer"])
     assert status == 200, body
     rows = body["dates"]
-    assert [r["business_date"] for r in rows] == [D3.isoformat(), D2.isoformat(), D1.isoformat()]
+    assert [r["business_date"] for r in rows] == [d.isoformat() for d in (D4, D3, D2, D1)]
     by_date = {r["business_date"]: r for r in rows}
-    assert by_date[D3.isoformat()]["status"] == "not_run"
+    assert by_date[D4.isoformat()]["status"] == "not_run"
     assert by_date[D2.isoformat()]["status"] == "unexplained"
     assert by_date[D2.isoformat()]["unexplained_amount"] != 0
     summary = {
@@ -230,9 +114,12 @@ def test_ledger_lists_the_dates_newest_first(spark, airflow, tokens, desk_env) -
     assert signoff["reason"] == "accepted: ticket 123"
     assert signoff["decided_at"] == "2026-10-07T09:05:00+00:00"
 
-    # Filters and pages.
+    # Filters and pages. D3 is unexplained too once the browser test has run it: the filter
+    # keeps exactly the unfiltered ledger's unexplained rows, D2 among them.
+    unexplained = [r["business_date"] for r in rows if r["status"] == "unexplained"]
+    assert D2.isoformat() in unexplained and D1.isoformat() not in unexplained
     status, body, _ = get(airflow, "api/ledger?status=unexplained", tokens["reviewer"])
-    assert [r["business_date"] for r in body["dates"]] == [D2.isoformat()]
+    assert [r["business_date"] for r in body["dates"]] == unexplained
     query = f"api/ledger?date_from={D1}&date_to={D2}&page_size=1&page=2"
     status, body, _ = get(airflow, query, tokens["reviewer"])
     assert (body["total"], [r["business_date"] for r in body["dates"]]) == (2, [D1.isoformat()])
@@ -311,6 +198,8 @@ def test_bad_date_is_a_clear_400(airflow, tokens) -> None:
 
 
 def test_a_nightly_run_opens_its_date_page(airflow, tokens) -> None:
+    # The run's logical date is before the DAG's start (today): Airflow gives it no task
+    # instances, so the scheduler never reconciles D2 again under the other tests.
     api = f"{airflow.base}/api/v2/dags/{H.NIGHTLY}/dagRuns"
     start = datetime.combine(D2, time(0, 30), tzinfo=UTC)
     status, body = H.http(

@@ -1,19 +1,20 @@
 """The reconciliation desk as a reviewer uses it, in headless Chromium against `make airflow`
 (scripts/airflow.sh standalone: api-server, scheduler, dag-processor, triggerer; auth on).
 
-A warehouse from a real stream (three generated days; the first two are reviewed), the
-second day with an unexplained gap (one stream row deleted). The first date is reconciled by
-the nightly stages directly (`run_nightly`: the same stages, no Airflow run, to keep the test
-short on a busy machine); the nightly DAG is triggered for the second and runs in the
-scheduler until its sign-off waits in Required Actions. In the browser: log in, open
-Reconciliation, see both dates, open the unexplained date's page and its report (the charts
-load under the content security policy), accept the Required Action with a reason, and see the
-sign-off in the ledger and in the re-rendered report. Screenshots: artifacts/desk_*.png.
+The session's desk warehouse and Airflow, shared with test_desk_api (tests/desk_fixtures.py
+describes both): a real stream over four generated days. The first date was reconciled by the
+nightly stages directly (`run_nightly`: the same stages, no Airflow run, to keep the test short
+on a busy machine); this test's date is the third, with an unexplained gap (one stream row
+deleted): the nightly DAG is triggered for it and runs in the scheduler until its sign-off waits
+in Required Actions. In the browser: log in, open Reconciliation, see both dates, open the
+unexplained date's page and its report (the charts load under the content security policy),
+accept the Required Action with a reason, and see the sign-off in the ledger and in the
+re-rendered report. Screenshots: artifacts/desk_*.png. The API test's dates (D2 with `ana`'s
+decisions) are not this test's, so it does not depend on running first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,60 +22,17 @@ from typing import Any
 import airflow_helpers as H  # first: keeps this process's Airflow settings out of the child
 import pytest
 from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
-from test_desk_api import delete_one_stream_row
-
-from tally_tools.ports import free_port
+from desk_fixtures import D1, D3
 
 pytestmark = pytest.mark.slow
 
-D1 = date(2026, 10, 5)  # the same generated feed as test_desk_api's: its first date balances
-D2 = D1 + timedelta(days=1)
+REVIEWED = D3  # reconciled by this test's run, unexplained, never signed off before it
 REASON = "known upstream outage, ticket 123"
 
 
 @pytest.fixture(scope="module")
-def desk_env(spark, tmp_path_factory) -> dict[str, str]:
-    from tally.settings import load_settings
-    from tally_app.nightly import run_nightly
-
-    root = Path(tmp_path_factory.mktemp("desk-browser"))
-    env = H.stream_settings(
-        root / "warehouse",
-        root / "events",
-        TALLY_REPORT_DIR=str(root / "reports"),
-        TALLY_GX_ROOT=str(root / "gx-root"),
-    )
-    H.make_stream(spark, root, D1, days=3, events=900, env=env)
-    settings = load_settings(env=env)
-    now = datetime.combine(D2, time(0, 30), tzinfo=UTC)
-    run_nightly(settings, D1, now, spark, Path(settings.report_location))
-    delete_one_stream_row(spark, env["TALLY_WAREHOUSE"], D2)
-    return env
-
-
-@pytest.fixture(scope="module")
-def airflow(desk_env: dict[str, str], tmp_path_factory) -> Iterator[H.RunningAirflow]:
-    root = Path(tmp_path_factory.mktemp("desk-browser-airflow"))
-    port = free_port()
-    env = H.clean_env(
-        {
-            **desk_env,
-            "TALLY_AIRFLOW_HOME": str(root / "home"),
-            "AIRFLOW_PORT": str(port),
-            "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
-            "AIRFLOW_TRIGGER_LOG_PORT": str(free_port()),
-            # Catch-up starts today: the test triggers the runs it wants.
-            "TALLY_NIGHTLY_START": datetime.now(UTC).date().isoformat(),
-            "TALLY_RETRIES": "0",
-            "TALLY_SENSOR_POKE": "10s",
-            "TALLY_SENSOR_TIMEOUT": "5m",
-        }
-    )
-    running = H.start_airflow(root, port, env)
-    try:
-        yield running
-    finally:
-        H.stop_airflow(running.process)
+def airflow(desk_airflow: H.RunningAirflow) -> H.RunningAirflow:
+    return desk_airflow
 
 
 def trigger(airflow: H.RunningAirflow, token: str, day: date) -> str:
@@ -125,10 +83,10 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
     )
     status, body = H.http(dag_url, "PATCH", {"is_paused": False}, token)
     assert status == 200, body
-    second = trigger(airflow, token, D2)
+    run_id = trigger(airflow, token, REVIEWED)
 
     def waiting() -> bool:
-        state, tasks = states(airflow, token, second)
+        state, tasks = states(airflow, token, run_id)
         assert state != "failed", tasks
         return tasks.get("sign_off") == "awaiting_input"
 
@@ -159,10 +117,10 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             page.locator("a[href$='plugin/reconciliation']").first.click()
             page.wait_for_url("**/plugin/reconciliation")
             ledger = page.frame_locator("iframe[title=Reconciliation]")
-            row2 = ledger.locator(f'tr[data-date="{D2}"]')
-            row2.wait_for()
-            assert "unexplained" in row2.inner_text()
-            assert "pending" in row2.inner_text()
+            reviewed_row = ledger.locator(f'tr[data-date="{REVIEWED}"]')
+            reviewed_row.wait_for()
+            assert "unexplained" in reviewed_row.inner_text()
+            assert "pending" in reviewed_row.inner_text()
             row1 = ledger.locator(f'tr[data-date="{D1}"]')
             assert "unexplained" not in row1.inner_text()
             text = row1.inner_text()
@@ -170,7 +128,7 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             shot(page, "ledger")
 
             # The unexplained date's page and its report.
-            row2.get_by_role("link", name=D2.isoformat()).click()
+            reviewed_row.get_by_role("link", name=REVIEWED.isoformat()).click()
             ledger.locator("#provenance").wait_for()
             assert "unexplained" in ledger.locator("#status").inner_text()
             assert ledger.locator("a.required-action").count() == 1
@@ -186,27 +144,30 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
 
             # Required Actions: accept with a reason.
             page.goto(
-                f"{airflow.base}/dags/{H.NIGHTLY}/runs/{second}/tasks/sign_off/required_actions"
+                f"{airflow.base}/dags/{H.NIGHTLY}/runs/{run_id}/tasks/sign_off/required_actions"
             )
             page.get_by_text("Sign off").first.wait_for()
             page.locator("#element_reason").fill(REASON)
             shot(page, "required_action")
             page.get_by_role("button", name="Accept").click()
 
-            def second_done() -> Any:
-                state, _ = states(airflow, token, second)
+            def run_done() -> Any:
+                state, _ = states(airflow, token, run_id)
                 return state if state in ("success", "failed") else None
 
-            assert H.wait_for("the second run", second_done, 1200, airflow, every=5) == "success"
+            assert H.wait_for("the run", run_done, 1200, airflow, every=5) == "success"
 
             page.goto(f"{airflow.base}/plugin/reconciliation")
-            row2 = page.frame_locator("iframe[title=Reconciliation]").locator(
-                f'tr[data-date="{D2}"]'
+            reviewed_row = page.frame_locator("iframe[title=Reconciliation]").locator(
+                f'tr[data-date="{REVIEWED}"]'
             )
-            row2.wait_for()
-            assert "accepted by admin" in row2.inner_text() and REASON in row2.inner_text()
+            reviewed_row.wait_for()
+            assert (
+                "accepted by admin" in reviewed_row.inner_text()
+                and REASON in reviewed_row.inner_text()
+            )
             shot(page, "ledger_signed")
-            page.goto(f"{airflow.base}/tally/files/report-{D2}.html")
+            page.goto(f"{airflow.base}/tally/files/report-{REVIEWED}.html")
             text = page.locator("#signoff").inner_text()
             assert "accepted" in text and "admin" in text and REASON in text
             shot(page, "report_signed")
