@@ -356,6 +356,12 @@ class Settings:
         "on a cluster: the heap of each executor, e.g. 2g (empty = Spark's default, 1g; "
         "ignored in local mode)",
     )
+    quick_jit: bool = _setting(
+        True,
+        "batch commands (reconcile, report, the DAG's stages, not the stream): the driver JVM "
+        "(in local mode also the executor) compiles with C1 only (-XX:TieredStopAtLevel=1): "
+        "less JIT work for a process of a few minutes; false: HotSpot's full tiered JIT",
+    )
     spark_cores_max: int = _setting(
         0,
         "on a standalone cluster: the cores one application may hold (0 = all the cluster "
