@@ -234,9 +234,9 @@ def test_cluster_conf_asks_only_for_what_is_set() -> None:
 
 
 def test_quick_jit_is_a_driver_option_that_can_be_turned_off() -> None:
-    # batch commands compile with C1 only by default; the stream never asks for it
-    assert load_settings(env={}).quick_jit is True
-    assert load_settings(env={"TALLY_QUICK_JIT": "false"}).quick_jit is False
+    # opt-in for the batch commands (the stream never asks for it)
+    assert load_settings(env={}).quick_jit is False
+    assert load_settings(env={"TALLY_QUICK_JIT": "true"}).quick_jit is True
     assert driver_java_options(True).split() == ["-Duser.timezone=UTC", QUICK_JIT]
     assert driver_java_options(False) == "-Duser.timezone=UTC"
 
