@@ -256,7 +256,7 @@ def reconcile(args: argparse.Namespace, settings: Settings) -> int:
         business_date = parse_business_date(args.date)
     except ValueError as exc:
         return _bad_setting(exc)
-    spark = session_for(settings, "tally-reconcile")
+    spark = session_for(settings, "tally-reconcile", short_lived=True)
     now = datetime.now(UTC)
     try:
         if args.reproduce:
@@ -419,7 +419,7 @@ def report(args: argparse.Namespace, settings: Settings) -> int:
         return _bad_setting(exc)
     try:
         path = build_report(
-            session_for(settings, "tally-report"),
+            session_for(settings, "tally-report", short_lived=True),
             settings.warehouse,
             business_date,
             args.out or settings.report_location,

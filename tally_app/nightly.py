@@ -80,7 +80,7 @@ def ready_after(settings: Settings, business_date: date) -> datetime:
 def wait_condition(settings: Settings, business_date: date, spark: Any = None) -> WaitResult:
     """Ready once the stream's watermark passed `ready_after` (or the stream was drained):
     after that no on-time or allowed-late event can still change one of the day's windows."""
-    spark = spark or session_for(settings, "tally-wait")
+    spark = spark or session_for(settings, "tally-wait", short_lived=True)
     needed = ready_after(settings, business_date)
     position = stream_position(spark, settings.warehouse)
     if position is None:
@@ -147,7 +147,7 @@ def stage_reaggregate(
     settings: Settings, business_date: date, now: datetime, spark: Any = None
 ) -> dict[str, Any]:
     """Re-aggregate the date from the pinned event log and diff it against the stream."""
-    spark = spark or session_for(settings, "tally-nightly")
+    spark = spark or session_for(settings, "tally-nightly", short_lived=True)
     result = reaggregate(settings, business_date, now, spark)
     s = result.summary
     return {
@@ -168,7 +168,7 @@ def stage_validate(
 ) -> ValidationOutcome:
     """Great Expectations on the date's tables; returns the ValidationOutcome (the caller
     decides what a failure does)."""
-    spark = spark or session_for(settings, "tally-nightly")
+    spark = spark or session_for(settings, "tally-nightly", short_lived=True)
     return validate_date(
         spark,
         settings.warehouse,
@@ -213,7 +213,7 @@ def stage_report(
 ) -> Path:
     """The date's HTML report (and CSV) in `out_dir` (default the report location); the HTML
     path."""
-    spark = spark or session_for(settings, "tally-nightly")
+    spark = spark or session_for(settings, "tally-nightly", short_lived=True)
     options = ReportOptions(
         current_bound_ms=settings.fixed_lateness,
         completeness_target=settings.completeness_target,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
-from tally.spark import cluster_conf, object_store_conf
+from tally.spark import QUICK_JIT, cluster_conf, driver_java_options, object_store_conf
 from tally_app.cli import main
 
 
@@ -231,6 +231,14 @@ def test_cluster_conf_asks_only_for_what_is_set() -> None:
     assert cluster_conf("768m", 2) == {"spark.executor.memory": "768m", "spark.cores.max": "2"}
     settings = load_settings(env={"TALLY_SPARK_EXECUTOR_MEMORY": "2G"})
     assert (settings.spark_executor_memory, settings.spark_cores_max) == ("2G", 0)
+
+
+def test_quick_jit_is_a_driver_option_that_can_be_turned_off() -> None:
+    # opt-in for the batch commands (the stream never asks for it)
+    assert load_settings(env={}).quick_jit is False
+    assert load_settings(env={"TALLY_QUICK_JIT": "true"}).quick_jit is True
+    assert driver_java_options(True).split() == ["-Duser.timezone=UTC", QUICK_JIT]
+    assert driver_java_options(False) == "-Duser.timezone=UTC"
 
 
 def test_session_gap_makes_session_windows() -> None:
