@@ -197,11 +197,14 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "windows_events": (1_000_000, 4_000),
     "windows_files": (50, 2),
     "windows_repetitions": (2, 1),
-    # 11. adaptive lateness: 400 events/s. full: calm 1 min, burst 1 min, calm 5 min (auto's
-    # histogram forgets the burst over ~50 batches), 5 s files (one a micro-batch), ~100
-    # batches per engine; quick: 15/15/20 s in 10 s files, 11 batches per engine
+    # 11. adaptive lateness: 400 events/s, 5 s files (one a micro-batch: a 5 s trigger). full:
+    # calm 1 min, a 2-minute delivery degradation of one source partition in four, calm 4 min
+    # (its stragglers arrive for 40 s, then auto's 1-minute horizon forgets them), ~96 batches
+    # per engine (docs/benchmarks.md, section 11: why these lengths); quick: 15/15/20 s in
+    # 10 s files, 11 batches per engine: a burst shorter than its delays, only shows the code
+    # runs
     "lateness_rate": (400, 400),
-    "lateness_phase_s": ((60, 60, 300), (15, 15, 20)),
+    "lateness_phase_s": ((60, 120, 240), (15, 15, 20)),
     "lateness_file_s": (5, 10),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
