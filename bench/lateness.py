@@ -7,18 +7,21 @@ phases of event time: calm (every partition's delays exponential, mean 250 ms: m
 1 s), a burst (a slice of the partitions, 1 of 4, delayed 20-40 s, uniformly), calm again; then
 a calm tail that only lets every engine's watermark pass the measured windows.
 
-Phase lengths (full mode): what a real incident looks like at a 5 s trigger. The burst is a
-delivery degradation of one source in four lasting 2 minutes (24 micro-batches): a consumer,
+Phase lengths (full mode): what a real incident looks like at a 10 s trigger. The burst is
+a delivery degradation of one source in four lasting 2 minutes (12 micro-batches): a consumer,
 network or upstream slow-down of minutes, not one stalled batch. The calm before it (1 minute)
 lets every engine settle (auto has its 1,000 events of history per partition after ~10 s);
-the calm after it (4 minutes) is long enough for the burst's stragglers (40 s) and auto's
+the calm after it (3 minutes) is long enough for the burst's stragglers (40 s) and auto's
 1-minute horizon to pass, so it shows the bound tightening and what that saves. The lengths
 are not chosen for the controller: with the delays measured behind the stream's front, a
 burst longer than its delays costs auto nothing while it adapts (the partition's stale mark
 holds the watermark until its first delayed events arrive, and those widen the bound), so
 the burst phase's completeness does not depend on its length beyond that; a burst shorter
 than its delays (quick mode's 15 s) loses events whatever the controller does, as the
-partition's fresh events overtake stragglers nothing has announced yet.
+partition's fresh events overtake stragglers nothing has announced yet. (The 10 s trigger
+rather than 5 s: half the micro-batches, so the section runs in ~45 min on this loaded
+machine; the simulated arrival clock makes latency a property of the watermark, and auto's
+horizon is in event time, not batches.)
 
 Arrival is simulated: the events land in files of `file_s` seconds of arrival time, each
 file's mtime the end of its slice, one file a micro-batch, and the stream runs on the arrival
@@ -32,8 +35,8 @@ partition after each batch (`stream_progress.partition_lateness_ms`), drawn over
 Acceptance (issue 24): auto reaches the target in every phase, with a lower mean emit latency
 than the burst-tuned bound over all measured windows (per phase reported too; see `verdict`).
 
-Expected duration: full ~15-25 min on an idle machine (3 runs of ~97 micro-batches of ~2,000
-lines), quick ~3-5 min (3 runs of 11 micro-batches of ~4,000 lines).
+Expected duration: full ~10-15 min on an idle machine, ~45 min on a loaded one (3 runs of 42
+micro-batches of ~4,000 lines), quick ~3-5 min (3 runs of 11 micro-batches of ~4,000 lines).
 """
 
 from __future__ import annotations
