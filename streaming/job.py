@@ -603,7 +603,12 @@ class BatchProcessor:
         known = sorted({*before.high_water_ms, *classified.high_water_ms})
         delays = prior.delays
         if p.lateness_auto:
-            delays = advance_histograms(prior.delays, classified.delay_counts)
+            delays = advance_histograms(
+                prior.delays,
+                classified.delay_counts,
+                before.high_water_ms,
+                classified.high_water_ms,
+            )
             lateness = auto_lateness(
                 delays,
                 known,

@@ -1,13 +1,20 @@
 """Adaptive lateness (`lateness = "auto"`): each partition's bound follows its delays (pure
 Python over a few numbers per partition, table-tested; docs/semantics.md "Adaptive lateness").
 
-An event's delay is how far its event time is behind its partition's high-water mark as it
-stood before the batch: `max(0, hw_before_p − event_ms)` (events of a partition with no
-high-water mark yet are not measured). Each partition keeps a fixed-bucket histogram of its
-delays, decayed by a fixed factor each batch that measures some of its events; its bound is
-the smallest bucket edge whose cumulative share reaches the completeness target, clamped to
-`[lateness_min, lateness_max]`. The bounds then feed `advance_watermark` as per-partition
-bounds, so the watermark rule (and its never-moves-back) stays in one place.
+An event's delay is how far its event time is behind the stream's front as it stood before
+the batch: `max(0, F_before − event_ms)`, `F_before` the largest high-water mark of any
+partition (events of a partition with no high-water mark yet are not measured). Measured
+against the front rather than the partition's own mark, a partition that falls behind (a
+delivery degradation) shows its delay in the first batch that carries its delayed events,
+and the delay its stragglers would have behind its own mark if its delivery recovered at
+once; with one partition the two are the same.
+
+Each partition keeps the counts of its delays in fixed buckets over a sliding horizon of its
+own event time: `SLOTS` slots of `SLOT_MS` by its high-water mark; a slot leaves the horizon
+when the mark passes it by `SLOTS` slots. Its bound is the smallest bucket edge whose
+cumulative share reaches the completeness target, clamped to `[lateness_min, lateness_max]`.
+The bounds then feed `advance_watermark` as per-partition bounds, so the watermark rule (and
+its never-moves-back) stays in one place.
 """
 
 from __future__ import annotations
@@ -35,24 +42,36 @@ def _bucket_edges() -> tuple[int, ...]:
 # bucket len(BUCKET_EDGES_MS) holds those past the last edge.
 BUCKET_EDGES_MS = _bucket_edges()
 OVERFLOW_BUCKET = len(BUCKET_EDGES_MS)
-# One event weighs this much; the weights are integers so a replay computes them exactly.
-EVENT_WEIGHT = 1024
-# Each batch that measures a partition's events keeps 7/8 of its older weights (floored): the
-# histogram mostly reflects the partition's last ~8 such batches, so a burst widens the bound
-# at once and ~50 calm batches after it the burst's share of a 99.9 % target has gone.
-DECAY = (7, 8)
-# A partition with fewer measured events than this uses its fixed bound: the tail of a
-# 99.9 % quantile is not seen in fewer than 1000 events.
+# The horizon: a partition's delays count while its high-water mark is within SLOTS slots of
+# SLOT_MS of event time of the slot they were measured in (the mark's slot then): 50-60 s.
+# Event time, not batches: the same horizon at any trigger interval, and a replay computes
+# the same slots. Long enough to span a burst's stragglers and the gaps between them, short
+# enough that the bound tightens within a minute of event time after the last large delay.
+SLOT_MS = 10_000
+SLOTS = 6
+# A histogram key is `ring position * SLOT_STRIDE + bucket`, the ring position a slot's index
+# modulo SLOTS (buckets < SLOT_STRIDE): one integer map per partition, as checkpointed.
+SLOT_STRIDE = 128
+# A partition with fewer measured events than this has too little history to see a 99.9 %
+# tail: its bound is the largest delay it has shown, not below its start bound.
 MIN_HISTORY_EVENTS = 1000
 
 
 @dataclass(frozen=True)
 class DelayHistogram:
-    """One partition's delay estimate: bucket -> decayed weight (zero buckets absent), and how
-    many events were measured in all (not decayed: the history threshold)."""
+    """One partition's delay counts over its horizon: `position * SLOT_STRIDE + bucket` ->
+    events (zero counts absent), and how many events were measured in all (the history
+    threshold; never forgotten)."""
 
     weights: Mapping[int, int] = field(default_factory=dict)
     measured: int = 0
+
+    def buckets(self) -> dict[int, int]:
+        """bucket -> events over the horizon (every slot summed)."""
+        out: dict[int, int] = {}
+        for key, n in self.weights.items():
+            out[key % SLOT_STRIDE] = out.get(key % SLOT_STRIDE, 0) + n
+        return out
 
 
 def delay_bucket(delay_ms: int) -> int:
@@ -61,30 +80,39 @@ def delay_bucket(delay_ms: int) -> int:
 
 
 def fold_delays(
-    prev: DelayHistogram | None, batch_counts: Mapping[int, int], decay: tuple[int, int] = DECAY
+    prev: DelayHistogram | None,
+    batch_counts: Mapping[int, int],
+    high_water_before_ms: int,
+    high_water_after_ms: int,
 ) -> DelayHistogram:
-    """The histogram after a batch that measured `batch_counts` (bucket -> events). A batch
-    measuring nothing leaves it unchanged: a quiet partition keeps its picture."""
+    """The histogram after a batch that measured `batch_counts` (bucket -> events) while the
+    partition's mark moved from `high_water_before_ms` to `high_water_after_ms`: the slots the
+    mark entered are emptied (their ring positions held slots that left the horizon), then the
+    batch's counts go to the mark's slot. A batch measuring nothing leaves it unchanged: a
+    quiet partition keeps its picture."""
     before = prev or DelayHistogram()
     added = sum(batch_counts.values())
     if added == 0:
         return before
-    num, den = decay
-    weights = {b: w * num // den for b, w in before.weights.items()}
+    old_slot, new_slot = high_water_before_ms // SLOT_MS, high_water_after_ms // SLOT_MS
+    entered = {s % SLOTS for s in range(old_slot + 1, min(new_slot, old_slot + SLOTS) + 1)}
+    weights = {k: n for k, n in before.weights.items() if k // SLOT_STRIDE not in entered}
+    base = (new_slot % SLOTS) * SLOT_STRIDE
     for bucket, count in batch_counts.items():
-        weights[bucket] = weights.get(bucket, 0) + count * EVENT_WEIGHT
-    kept = {b: w for b, w in sorted(weights.items()) if w > 0}
+        weights[base + bucket] = weights.get(base + bucket, 0) + count
+    kept = {k: n for k, n in sorted(weights.items()) if n > 0}
     return DelayHistogram(kept, before.measured + added)
 
 
 def quantile_edge(histogram: DelayHistogram, target: float) -> int | None:
-    """The smallest bucket edge whose cumulative weight reaches `target` percent of the total
+    """The smallest bucket edge whose cumulative count reaches `target` percent of the total
     (`meets_target`, the one comparison of the target); None when only the overflow bucket
     reaches it (past the last edge)."""
-    total = sum(histogram.weights.values())
+    buckets = histogram.buckets()
+    total = sum(buckets.values())
     cumulative = 0
     for bucket in range(OVERFLOW_BUCKET):
-        cumulative += histogram.weights.get(bucket, 0)
+        cumulative += buckets.get(bucket, 0)
         if meets_target(cumulative, total, target):
             return BUCKET_EDGES_MS[bucket]
     return None
@@ -96,35 +124,48 @@ def auto_lateness(
     target: float,
     lateness_min_ms: int,
     lateness_max_ms: int,
-    fallback_ms: Mapping[int, int],
+    start_ms: Mapping[int, int],
     min_history: int = MIN_HISTORY_EVENTS,
 ) -> dict[int, int]:
-    """The bound in force for each of `partitions`: the target quantile of its delays clamped
-    to [min, max]; with fewer than `min_history` measured events its fixed bound
-    (`fallback_ms`, i.e. lateness_by_partition) or else `lateness_max` (no history: the safe
-    side)."""
+    """The bound in force for each of `partitions`: the target quantile of its delays over
+    its horizon, clamped to [min, max]. With fewer than `min_history` measured events, the
+    largest delay it has shown (clamped alike), not below its start bound: its fixed bound
+    (`start_ms`, i.e. lateness_by_partition, not clamped: you set it) or else `lateness_min`."""
     bounds = {}
     for partition in sorted(partitions):
+        start = start_ms.get(partition, lateness_min_ms)
         histogram = histograms.get(partition)
-        if histogram is None or histogram.measured < min_history:
-            bounds[partition] = fallback_ms.get(partition, lateness_max_ms)
+        if histogram is None or not histogram.weights:
+            bounds[partition] = start
             continue
-        edge = quantile_edge(histogram, target)
-        chosen = lateness_max_ms if edge is None else edge
-        bounds[partition] = min(max(chosen, lateness_min_ms), lateness_max_ms)
+        few = histogram.measured < min_history
+        edge = quantile_edge(histogram, 100.0 if few else target)
+        chosen = min(
+            max(lateness_max_ms if edge is None else edge, lateness_min_ms), lateness_max_ms
+        )
+        bounds[partition] = max(chosen, start) if few else chosen
     return bounds
+
+
+def front_ms(high_water_ms: Mapping[int, int]) -> int | None:
+    """The stream's front: the largest high-water mark of any partition (None: no mark yet)."""
+    return max(high_water_ms.values(), default=None)
 
 
 def advance_histograms(
     prev: Mapping[int, DelayHistogram],
     batch_counts: Mapping[int, Mapping[int, int]],
-    decay: tuple[int, int] = DECAY,
+    high_water_before_ms: Mapping[int, int],
+    batch_high_water_ms: Mapping[int, int],
 ) -> dict[int, DelayHistogram]:
     """Every partition's histogram after a batch (`batch_counts`: partition -> bucket ->
-    events measured in it)."""
+    events measured in it; a measured partition has a mark before the batch, and its mark
+    after is the larger of that and the batch's, `batch_high_water_ms`)."""
     after = dict(prev)
     for partition, counts in batch_counts.items():
-        after[partition] = fold_delays(prev.get(partition), counts, decay)
+        hw_before = high_water_before_ms[partition]
+        hw_after = max(hw_before, batch_high_water_ms.get(partition, hw_before))
+        after[partition] = fold_delays(prev.get(partition), counts, hw_before, hw_after)
     return dict(sorted(after.items()))
 
 
@@ -132,14 +173,14 @@ def batch_delay_counts(
     events: list[tuple[int, int]], high_water_before_ms: Mapping[int, int]
 ) -> dict[int, dict[int, int]]:
     """partition -> bucket -> count of a batch's `(partition, event_ms)` events, each measured
-    against its partition's high-water mark before the batch (unmeasured without one). The
+    against the front before the batch (unmeasured if its partition has no mark yet). The
     per-row rule the stream computes as one aggregate (streaming/logic.py)."""
+    front = front_ms(high_water_before_ms)
     counts: dict[int, dict[int, int]] = {}
     for partition, event_ms in events:
-        hw = high_water_before_ms.get(partition)
-        if hw is None:
+        if front is None or partition not in high_water_before_ms:
             continue
-        bucket = delay_bucket(hw - event_ms)
+        bucket = delay_bucket(front - event_ms)
         per = counts.setdefault(partition, {})
         per[bucket] = per.get(bucket, 0) + 1
     return counts

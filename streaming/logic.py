@@ -21,7 +21,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from streaming.lateness import BUCKET_EDGES_MS
+from streaming.lateness import BUCKET_EDGES_MS, front_ms
 from tally.jvm_functions import batch_long, batch_timestamp
 from tally.tables import literal_map
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
@@ -218,14 +218,20 @@ _EDGES_SQL = "array(" + ", ".join(f"{e}L" for e in BUCKET_EDGES_MS) + ")"
 
 def delay_counts(events: DataFrame, high_water_before_ms: Mapping[int, int]) -> DataFrame:
     """Lateness auto: per (`partition`, `bucket`) the `n` valid events whose delay behind
-    their partition's high-water mark before the batch falls in that histogram bucket
-    (streaming/lateness.py). The bucket is the number of edges below the delay (bisect);
-    events of a partition with no mark before the batch are not measured."""
-    hw = F.element_at(literal_map(dict(high_water_before_ms), "int", "bigint"), F.col("partition"))
-    delay = F.greatest(hw - F.unix_millis("event_time"), F.lit(0).cast("long"))
+    the stream's front before the batch (the largest partition mark) falls in that histogram
+    bucket (streaming/lateness.py). The bucket is the number of edges below the delay
+    (bisect); events of a partition with no mark before the batch are not measured."""
+    front = front_ms(high_water_before_ms)
+    if front is None:  # nothing to be behind yet
+        return events.where(F.lit(False)).select(
+            "partition", F.lit(0).alias("bucket"), F.lit(0).cast("long").alias("n")
+        )
+    delay = F.greatest(
+        F.lit(front).cast("long") - F.unix_millis("event_time"), F.lit(0).cast("long")
+    )
     bucket = F.size(F.filter(F.expr(_EDGES_SQL), lambda edge: edge < delay))
     return (
-        events.where(hw.isNotNull())
+        events.where(F.col("partition").isin(sorted(high_water_before_ms)))
         .select("partition", bucket.alias("bucket"))
         .groupBy("partition", "bucket")
         .agg(F.count(F.lit(1)).alias("n"))

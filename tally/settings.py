@@ -251,12 +251,12 @@ class Settings:
         kind="lateness",
     )
     lateness_min: int = _duration_field(
-        "1s", "lateness auto: the smallest bound it may choose for a partition"
+        "1s",
+        "lateness auto: the smallest bound it may choose for a partition, and the start bound "
+        "of a partition with no history and no `lateness_by_partition` bound",
     )
     lateness_max: int = _duration_field(
-        "10m",
-        "lateness auto: the largest bound it may choose, and the bound of a partition with "
-        "too little history and no `lateness_by_partition` bound",
+        "10m", "lateness auto: the largest bound it may choose for a partition"
     )
     early_firing_interval: int = _duration_field(
         "0s",

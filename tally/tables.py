@@ -138,7 +138,8 @@ STREAM_PROGRESS = Table(
     "they are expected (the watermark waits for them); partition_lateness_ms: the lateness "
     "bound in force per known partition after the batch (fixed, or chosen by lateness auto); "
     "partition_delay_weights and partition_delays_measured: lateness auto's delay histogram "
-    "per partition (bucket -> decayed weight) and events measured (its checkpointed state).",
+    "per partition ((event-time slot mod 6) * 128 + bucket -> events over its one-minute "
+    "horizon) and events measured (its checkpointed state).",
     properties=_stats_on("app_id", "batch_id", "processing_time"),
     order_by=("processing_time", "app_id", "batch_id"),
 )

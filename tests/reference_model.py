@@ -36,13 +36,17 @@ sets from the rows (highest revision per identity, retracted ones dropped).
 
 Adaptive lateness (`Params.lateness_auto`; docs/semantics.md, "Adaptive lateness"): each
 valid event of a partition that had a high-water mark before the batch is measured, its delay
-`max(0, hw_before − t)` put in the bucket of the first edge at or above it (edges 0, then
-round(10 · 2^(k/4)) ms for k = 0, 1, ... up to the first at or past a day; past the last: an
-overflow bucket). A partition whose batch measured events first keeps 7/8 (floored) of each
-older weight, then adds 1024 per event. Its bound: with fewer than `min_history` events ever
-measured, its `lateness_by_partition` bound or else `max_ms`; otherwise the first edge whose
-cumulative weight is at least `target_pct` % of the total (the overflow bucket: `max_ms`),
-clamped to [min_ms, max_ms]. The bound feeds the watermark rule like a per-partition bound.
+`max(0, F − t)`, F the largest high-water mark of any partition before the batch, put in the
+bucket of the first edge at or above it (edges 0, then round(10 · 2^(k/4)) ms for k = 0, 1,
+... up to the first at or past a day; past the last: an overflow bucket). A partition's counts
+are kept per slot of 10 s of its own event time: the slot of its high-water mark after the
+batch that measured them; a slot counts while the partition's mark is in it or in one of the
+5 slots after it. Its bound: with no counts, its `lateness_by_partition` bound or else
+`min_ms`; with fewer than `min_history` events ever measured, the edge of its largest counted
+delay (clamped to [min_ms, max_ms]) but at least that start bound; otherwise the first edge
+whose cumulative count is at least `target_pct` % of the total (the overflow bucket:
+`max_ms`), clamped to [min_ms, max_ms]. The bound feeds the watermark rule like a
+per-partition bound.
 
 Interpretations where the spec leaves room (kept narrow; the tests avoid these corners):
 * "blank" means only ASCII whitespace; a JSON `null` value counts as a missing field;
@@ -122,7 +126,8 @@ def _auto_edges() -> tuple[int, ...]:
 
 
 AUTO_EDGES = _auto_edges()
-AUTO_WEIGHT = 1024
+AUTO_SLOT_MS = 10_000
+AUTO_SLOTS = 6
 
 
 @dataclass(frozen=True)
@@ -460,8 +465,9 @@ class ReferenceModel:
     last_seen: dict[int, int] = field(default_factory=dict)
     source_watermark: dict[int, int] = field(default_factory=dict)
     unheard_since: dict[int, int] = field(default_factory=dict)
-    # lateness auto: partition -> bucket -> decayed weight, and events measured ever
-    delay_weights: dict[int, dict[int, int]] = field(default_factory=dict)
+    # lateness auto: partition -> slot (of its event time) -> bucket -> events, and events
+    # measured ever
+    delay_slots: dict[int, dict[int, dict[int, int]]] = field(default_factory=dict)
     delays_measured: dict[int, int] = field(default_factory=dict)
     # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
     seen_ids: dict[str, int] = field(default_factory=dict)
@@ -545,12 +551,14 @@ class ReferenceModel:
             batch_max[parsed.partition] = max(
                 batch_max.get(parsed.partition, parsed.event_time_ms), parsed.event_time_ms
             )
-        if p.lateness_auto is not None:  # measured against the marks before the batch
-            self._measure_delays([v for v, _, _ in valid])
+        measured: dict[int, dict[int, int]] = {}
+        if p.lateness_auto is not None:  # measured against the front before the batch
+            measured = self._measure_delays([v for v, _, _ in valid])
         for part, top in batch_max.items():
             clipped = min(top, skew_limit)
             self.high_water[part] = max(self.high_water.get(part, clipped), clipped)
             self.last_seen[part] = now
+        self._fold_delays(measured)
         regressions: dict[int, int] = {}
         regression_gap: dict[int, int] = {}
         for part, mark in controls:  # a source watermark never moves back; clipped like hw
@@ -676,39 +684,56 @@ class ReferenceModel:
         self.batch_id += 1
         return row
 
-    def _measure_delays(self, valid: list[Parsed]) -> None:
-        """Fold the batch's delays into each measured partition's weights."""
+    def _measure_delays(self, valid: list[Parsed]) -> dict[int, dict[int, int]]:
+        """The batch's delay counts (partition -> bucket -> events), behind the front before it."""
         counts: dict[int, dict[int, int]] = {}
+        if not self.high_water:
+            return counts
+        front = max(self.high_water.values())
         for event in valid:
             if event.partition not in self.high_water:
                 continue  # no mark before the batch: no delay
-            delay = max(0, self.high_water[event.partition] - event.event_time_ms)
+            delay = max(0, front - event.event_time_ms)
             bucket = next((i for i, e in enumerate(AUTO_EDGES) if e >= delay), len(AUTO_EDGES))
             per = counts.setdefault(event.partition, {})
             per[bucket] = per.get(bucket, 0) + 1
+        return counts
+
+    def _fold_delays(self, counts: dict[int, dict[int, int]]) -> None:
+        """Add the counts to the slot of each partition's mark after the batch; drop the slots
+        that left its horizon."""
         for part, per in counts.items():
-            weights = {b: w * 7 // 8 for b, w in self.delay_weights.get(part, {}).items()}
+            slot = self.high_water[part] // AUTO_SLOT_MS
+            slots = self.delay_slots.setdefault(part, {})
+            for old in [s for s in slots if s <= slot - AUTO_SLOTS]:
+                del slots[old]
+            into = slots.setdefault(slot, {})
             for bucket, n in per.items():
-                weights[bucket] = weights.get(bucket, 0) + n * AUTO_WEIGHT
-            self.delay_weights[part] = {b: w for b, w in weights.items() if w}
+                into[bucket] = into.get(bucket, 0) + n
             self.delays_measured[part] = self.delays_measured.get(part, 0) + sum(per.values())
 
     def _auto_bound(self, part: int) -> int:
         auto = self.params.lateness_auto
         assert auto is not None
-        if self.delays_measured.get(part, 0) < auto.min_history:
-            return self.params.lateness_by_partition.get(part, auto.max_ms)
-        weights = self.delay_weights[part]
-        total = sum(weights.values())
-        target = Fraction(repr(float(auto.target_pct)))
+        start = self.params.lateness_by_partition.get(part, auto.min_ms)
+        counts: dict[int, int] = {}
+        for per in self.delay_slots.get(part, {}).values():
+            for bucket, n in per.items():
+                counts[bucket] = counts.get(bucket, 0) + n
+        if not counts:
+            return start
+        few = self.delays_measured.get(part, 0) < auto.min_history
+        total = sum(counts.values())
+        target = Fraction(100) if few else Fraction(repr(float(auto.target_pct)))
         cumulative = 0
         chosen = auto.max_ms
         for bucket, edge in enumerate(AUTO_EDGES):
-            cumulative += weights.get(bucket, 0)
+            cumulative += counts.get(bucket, 0)
             if Fraction(100 * cumulative, total) >= target:
                 chosen = edge
                 break
-        return min(max(chosen, auto.min_ms), auto.max_ms)
+        clamped = min(max(chosen, auto.min_ms), auto.max_ms)
+        return max(clamped, start) if few else clamped
 
     def _merge_sessions(
         self, spans: list[tuple[str, int, int, int]]

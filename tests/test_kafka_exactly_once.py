@@ -15,10 +15,10 @@ the reference: the tables must be equal, every record in exactly one batch.
 
 The whole scenario runs twice: with a fixed lateness bound (30 s), and under `--lateness auto`
 on one source partition, so that its delay histogram passes the 1,000 events of history auto
-needs within the run (3 batches); before that its bound is the fallback, `lateness_max`. The
-generator's held-back bursts, heavy tail and clocks ahead leave many of its events minutes
-behind their partition's mark, so the target is 50 % and the clamp 1 s..10 min: auto's bound
-then moves from minutes to 1 s over the run, and decides what is late.
+needs within the run (3 batches); before that its bound starts at `lateness_min` and then is
+the largest delay it has shown. The generator's held-back bursts, heavy tail and clocks ahead
+leave many of its events minutes behind the stream's front, so the target is 50 % and the
+clamp 1 s..10 min: auto's bound moves over the run, and decides what is late.
 The bounds in force and the histograms, part of the state a restart reads back, must come out
 the same as in the uninterrupted run.
 """
@@ -61,6 +61,7 @@ VARIANTS = {
         1,
     ),
 }
+AUTO_MIN_MS = 1_000
 AUTO_MAX_MS = 600_000
 
 
@@ -266,15 +267,15 @@ def test_same_tables_as_an_uninterrupted_run(tables: dict[str, Any]) -> None:
 
 
 def test_lateness_auto_chose_the_bounds(scenario: Scenario, tables: dict[str, Any]) -> None:
-    """Not vacuous: under auto the bounds moved off the fallback (lateness_max) once the
-    partition had its history, and the histograms are recorded; with a fixed bound every
-    batch records it and no histogram."""
+    """Not vacuous: under auto the bound starts at lateness_min (no history yet) and moves
+    off it, and the histograms are recorded; with a fixed bound every batch records it and
+    no histogram."""
     progress = tables["killed"]["stream_progress"]
     bounds = {v for r in progress for v in (r["partition_lateness_ms"] or {}).values()}
     histograms = [r for r in progress if r["partition_delay_weights"]]
     if scenario.variant == "auto":
-        assert AUTO_MAX_MS in bounds and bounds - {AUTO_MAX_MS}, bounds
-        assert all(1_000 <= b <= AUTO_MAX_MS for b in bounds), bounds
+        assert AUTO_MIN_MS in bounds and bounds - {AUTO_MIN_MS}, bounds
+        assert all(AUTO_MIN_MS <= b <= AUTO_MAX_MS for b in bounds), bounds
         assert histograms
     else:
         assert bounds == {30_000} and not histograms

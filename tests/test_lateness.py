@@ -9,8 +9,10 @@ import pytest
 
 from streaming.lateness import (
     BUCKET_EDGES_MS,
-    EVENT_WEIGHT,
     OVERFLOW_BUCKET,
+    SLOT_MS,
+    SLOT_STRIDE,
+    SLOTS,
     DelayHistogram,
     advance_histograms,
     auto_lateness,
@@ -20,7 +22,7 @@ from streaming.lateness import (
     quantile_edge,
 )
 
-W = EVENT_WEIGHT
+R = SLOT_STRIDE  # a key is ring position * R + bucket
 
 
 def test_bucket_edges_are_fixed_and_increasing() -> None:
@@ -50,24 +52,43 @@ class FoldCase(NamedTuple):
     why: str
     prev: DelayHistogram | None
     batch: dict[int, int]
+    marks: tuple[int, int]  # the partition's high-water mark before and after the batch (ms)
     weights: dict[int, int]
     measured: int
 
 
 FOLD_CASES = [
-    FoldCase("first batch: one weight per event", None, {0: 3, 5: 1}, {0: 3 * W, 5: W}, 4),
+    FoldCase("first batch: counts in the mark's slot", None, {0: 3, 5: 1}, (0, 1), {0: 3, 5: 1}, 4),
     FoldCase(
-        "older weights keep 7/8 (floored) before the batch is added",
-        DelayHistogram({0: 8 * W, 5: 1}, 9),
+        "same slot: the counts add up",
+        DelayHistogram({2 * R: 8, 2 * R + 5: 1}, 9),
         {0: 1},
-        {0: 7 * W + W},  # 1 * 7 // 8 == 0: the bucket is dropped
+        (20_000, 29_999),
+        {2 * R: 9, 2 * R + 5: 1},
         10,
     ),
     FoldCase(
-        "a batch measuring nothing decays nothing (a quiet partition keeps its picture)",
-        DelayHistogram({3: 5 * W}, 5),
+        "the mark enters slot 8: ring position 2 held slot 2, now past the horizon, emptied",
+        DelayHistogram({2 * R + 44: 5, 3 * R: 4, 5 * R: 2}, 11),
+        {0: 1},
+        (75_000, 85_000),
+        {2 * R: 1, 3 * R: 4, 5 * R: 2},
+        12,
+    ),
+    FoldCase(
+        "a jump of the whole horizon or more empties every slot",
+        DelayHistogram({0: 5, R: 4, 5 * R + 1: 2}, 11),
+        {3: 1},
+        (5_000, 5_000 + SLOTS * SLOT_MS),
+        {0 * R + 3: 1},
+        12,
+    ),
+    FoldCase(
+        "a batch measuring nothing leaves it (a quiet partition keeps its picture)",
+        DelayHistogram({3: 5}, 5),
         {},
-        {3: 5 * W},
+        (0, 100_000),
+        {3: 5},
         5,
     ),
 ]
@@ -75,7 +96,7 @@ FOLD_CASES = [
 
 @pytest.mark.parametrize("case", FOLD_CASES, ids=[c.why for c in FOLD_CASES])
 def test_fold_delays(case: FoldCase) -> None:
-    after = fold_delays(case.prev, case.batch)
+    after = fold_delays(case.prev, case.batch, *case.marks)
     assert (dict(after.weights), after.measured) == (case.weights, case.measured)
 
 
@@ -93,6 +114,7 @@ QUANTILE_CASES = [
     QuantileCase("a lower target ignores a bigger tail", {0: 95, 3: 5}, 95.0, 0),
     QuantileCase("target 100: the largest delay's edge", {0: 999, 45: 1}, 100.0, 20_480),
     QuantileCase("the tail past the last edge: None", {0: 9, OVERFLOW_BUCKET: 1}, 99.0, None),
+    QuantileCase("slots sum up: 999 + 1 in two slots", {0: 500, R: 499, 3 * R + 3: 1}, 99.9, 0),
 ]
 
 
@@ -125,12 +147,19 @@ BOUND_CASES = [
         {0: MAX},
     ),
     BoundCase(
-        "too little history: the partition's fixed bound",
+        "too little history: the largest delay, not below the partition's fixed bound",
         {0: DelayHistogram({0: 10}, ENOUGH - 1)},
         {0: 2_000},
         {0: 2_000},
     ),
-    BoundCase("no history and no fixed bound: lateness_max", {}, {}, {0: MAX}),
+    BoundCase(
+        "too little history: the largest delay (100 %), not the target's quantile",
+        {0: DelayHistogram({0: 998, 45: 1}, ENOUGH - 1)},
+        {},
+        {0: 20_480},
+    ),
+    BoundCase("no history and no fixed bound: lateness_min", {}, {}, {0: MIN}),
+    BoundCase("no history: the partition's fixed bound", {}, {0: 90_000}, {0: 90_000}),
 ]
 
 
@@ -140,15 +169,17 @@ def test_auto_lateness(case: BoundCase) -> None:
     assert bounds == case.bound
 
 
-def test_batch_delay_counts_measure_against_the_high_water_mark_before() -> None:
-    events = [(0, 100_000), (0, 99_990), (0, 120_000), (1, 5_000), (2, 1)]
-    # partition 0 stood at 100 s: delays 0, 10 ms, 0 (ahead); 1 at 25 s: 20 s; 2 unknown
+def test_batch_delay_counts_measure_against_the_front_before() -> None:
+    events = [(0, 100_000), (0, 99_990), (0, 120_000), (1, 80_000), (2, 1)]
+    # the front stood at 100 s (partition 0): delays 0, 10 ms, 0 (ahead); partition 1 (its own
+    # mark 25 s) 20 s behind the front; 2 has no mark: unmeasured
     counts = batch_delay_counts(events, {0: 100_000, 1: 25_000})
     assert counts == {0: {0: 2, 1: 1}, 1: {45: 1}}
+    assert batch_delay_counts(events, {}) == {}
 
 
 def test_advance_histograms_only_touches_measured_partitions() -> None:
-    quiet = DelayHistogram({0: 4 * W}, 4)
-    after = advance_histograms({0: quiet, 1: quiet}, {1: {0: 1}})
+    quiet = DelayHistogram({0: 4}, 4)
+    after = advance_histograms({0: quiet, 1: quiet}, {1: {0: 1}}, {0: 0, 1: 500}, {1: 900})
     assert after[0] is quiet
-    assert dict(after[1].weights) == {0: 4 * W * 7 // 8 + W}
+    assert dict(after[1].weights) == {0: 5}

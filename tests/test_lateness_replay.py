@@ -47,10 +47,10 @@ def pure_replay(
     for number, events in enumerate(batches):
         shifted = [(p, T0 + ms) for p, ms in events]
         counts = batch_delay_counts(shifted, state.high_water_ms)
-        histograms = advance_histograms(histograms, counts)
         batch_hw: dict[int, int] = {}
         for p, ms in shifted:
             batch_hw[p] = max(ms, batch_hw.get(p, ms))
+        histograms = advance_histograms(histograms, counts, state.high_water_ms, batch_hw)
         known = sorted({*state.high_water_ms, *batch_hw})
         bounds = auto_lateness(
             histograms, known, auto.target_pct, auto.min_ms, auto.max_ms, fallback,
@@ -102,31 +102,91 @@ def test_a_delay_burst_widens_the_bound_and_calm_tightens_it() -> None:
     auto = BURST_AUTO
     batches = [calm(1), calm(11), BURST, calm(26), calm(36), calm(46)]
     expected = [
-        # b0: nothing measured (no mark before): lateness_max; wm = 10 - 60 s
-        ({0: 60 * S}, -50 * S),
-        # b1: 10 delays of 0 -> weights {0: 10240}, 100 % at edge 0, clamped up to 100 ms
+        # b0: nothing measured (no mark before): the start bound, lateness_min; wm = 10 s - 100
+        ({0: 100}, 10 * S - 100),
+        # b1: 10 delays of 0 behind the front (10 s) in slot 2 (mark 20 s): 100 % at edge 0,
+        # clamped up to 100 ms
         ({0: 100}, 20 * S - 100),
-        # b2: {0: 10240 * 7 // 8 + 5 * 1024 = 14080, 15 s -> edge 17 222: 5120}; 14080 / 19200
-        # = 73 % < 90 %: the bound widens to 17 222 ms; 25 s - 17.222 s is below 19.9 s: held
+        # b2: front 20 s; 5 delays of 0, 5 of 15 s (edge 17 222); slot 2 (mark 25 s) holds
+        # {0: 15, 17 222: 5}: 75 % < 90 %: the bound widens in this batch; 25 s - 17.222 s is
+        # below 19.9 s: held (the 5 s events were behind the watermark: late)
         ({0: 17_222}, 20 * S - 100),
-        # b3: {0: 12320 + 10240 = 22560, 17 222: 4480}: 83 %, still wide; 35 - 17.222 = 17.778 s
+        # b3: slot 3 (mark 35 s) gets {0: 10}: 25 of 30 = 83 %, still wide; 35 - 17.222 = 17.778 s
         ({0: 17_222}, 20 * S - 100),
-        # b4: {0: 19740 + 10240 = 29980, 17 222: 3920}: 88 %; 45 - 17.222 = 27.778 s
+        # b4: slot 4 {0: 10}: 35 of 40 = 87.5 %; 45 - 17.222 = 27.778 s
         ({0: 17_222}, 45 * S - 17_222),
-        # b5: {0: 26232 + 10240 = 36472, 17 222: 3430}: 91.4 % >= 90 %: tight again
+        # b5: slot 5 {0: 10}: 45 of 50 = 90 % >= 90 %: tight again
         ({0: 100}, 55 * S - 100),
     ]
     assert model_replay(batches, auto, {}) == expected
     assert pure_replay(batches, auto, {}) == expected
 
 
-def test_too_little_history_uses_the_partition_bound() -> None:
+def test_the_horizon_forgets_a_burst_six_slots_later() -> None:
+    # target 100 %: only the horizon (6 slots of 10 s of the partition's event time) can
+    # tighten the bound again
+    auto = M.AutoLateness(target_pct=100.0, min_ms=100, max_ms=60 * S, min_history=10)
+    batches = [calm(1), calm(11), BURST] + [calm(s) for s in range(26, 86, 10)]
+    wide = 17_222
+    expected = [
+        ({0: 100}, 10 * S - 100),
+        ({0: 100}, 20 * S - 100),
+        ({0: wide}, 20 * S - 100),  # the burst's 15 s delays counted in slot 2 (mark 25 s)
+        ({0: wide}, 20 * S - 100),  # mark 35 s: 35 - 17.222 = 17.778 s, held
+        ({0: wide}, 45 * S - wide),
+        ({0: wide}, 55 * S - wide),
+        ({0: wide}, 65 * S - wide),
+        ({0: wide}, 75 * S - wide),  # mark in slot 7: slot 2 is still within the horizon
+        ({0: 100}, 85 * S - 100),  # mark in slot 8: slot 2 has left it
+    ]
+    assert model_replay(batches, auto, {}) == expected
+    assert pure_replay(batches, auto, {}) == expected
+
+
+def test_a_partition_behind_the_front_is_measured_by_how_far_behind() -> None:
+    # partition 1 stops at 10 s while partition 0 runs on, then delivers late: measured behind
+    # the front (not its own mark, which its late events are ahead of), its bound widens in
+    # the first batch that carries them, so the watermark holds and its stragglers are on time
+    auto = M.AutoLateness(target_pct=90.0, min_ms=100, max_ms=60 * S, min_history=1)
+    b0 = [(0, 1 * S), (1, 1 * S)]  # no marks before: nothing measured, lateness_min
+    b1 = [(0, 10 * S), (1, 10 * S)]  # 0 behind the front (1 s)
+    b2 = [(0, 20 * S)]  # partition 1 silent: its mark (10 s) holds the watermark
+    # front 20 s: 12 s and 14 s are 8 s (edge 8 611) and 6 s behind; 3 counted, 90 % needs
+    # all 3: 8 611 ms; 14 s - 8.611 s is below 9.9 s: held
+    b3 = [(0, 30 * S), (1, 12 * S), (1, 14 * S)]
+    # front 30 s: 11 s is 19 s behind (edge 20 480), 20 s is 10 s behind; 5 counted in slots
+    # 1 and 2: 20 480 ms; the 11 s event is on time (watermark 9.9 s). Measured against its
+    # own mark (10 s, then 14 s) batch 3 would have measured nothing, the watermark would
+    # have moved to 13.9 s, and the 11 s event would have been late.
+    b4 = [(0, 40 * S), (1, 11 * S), (1, 20 * S)]
+    expected = [
+        ({0: 100, 1: 100}, 1 * S - 100),
+        ({0: 100, 1: 100}, 10 * S - 100),
+        ({0: 100, 1: 100}, 10 * S - 100),
+        ({0: 100, 1: 8_611}, 10 * S - 100),
+        ({0: 100, 1: 20_480}, 10 * S - 100),
+    ]
+    assert model_replay([b0, b1, b2, b3, b4], auto, {}) == expected
+    assert pure_replay([b0, b1, b2, b3, b4], auto, {}) == expected
+
+
+def test_too_little_history_starts_from_the_partition_bound() -> None:
     auto = M.AutoLateness(target_pct=99.9, min_ms=100, max_ms=60 * S, min_history=15)
     batches = [calm(1), calm(11), calm(21)]
-    # 10 measured after b1 (< 15): partition 0's fixed 2 s; 20 after b2: the quantile, 0 -> 100 ms
+    # b0: nothing measured: partition 0's fixed 2 s; b1: 10 measured (< 15): the largest delay
+    # (0 -> 100 ms) but not below 2 s; b2: 20 measured: the quantile, 0 -> 100 ms
     expected = [({0: 2 * S}, 8 * S), ({0: 2 * S}, 18 * S), ({0: 100}, 30 * S - 100)]
     assert model_replay(batches, auto, {0: 2 * S}) == expected
     assert pure_replay(batches, auto, {0: 2 * S}) == expected
+
+
+def test_too_little_history_takes_the_largest_delay_over_lateness_min() -> None:
+    auto = M.AutoLateness(target_pct=99.9, min_ms=100, max_ms=60 * S, min_history=100)
+    batches = [calm(1), [*calm(11), (0, 4 * S)], calm(21)]
+    # b1: one event 6 s behind the front (10 s): edge 6 089 ms is the bound (few events: the
+    # largest delay, not the 99.9 % quantile); it stays while the delay is within the horizon
+    assert [b for b, _ in model_replay(batches, auto, {})] == [{0: 100}, {0: 6_089}, {0: 6_089}]
+    assert model_replay(batches, auto, {}) == pure_replay(batches, auto, {})
 
 
 # Random streams: three partitions whose events run 0-40 s behind a clock moving 10 s a batch.
@@ -196,7 +256,7 @@ def test_the_stream_widens_and_tightens_the_bound_like_the_model(spark, tmp_path
     assert H.sort_rows(out.aggregates) == H.sort_rows(model.aggregates)
     # the bound in force per batch (the drain records none): calm, burst, calm again
     assert [dict(p.lateness).get(0) for p in out.progress] == [
-        60 * S,
+        100,
         100,
         17_222,
         17_222,
@@ -212,5 +272,6 @@ def test_the_stream_widens_and_tightens_the_bound_like_the_model(spark, tmp_path
         .first()
     )
     assert row is not None and row["partition_delays_measured"] == {0: 20}
-    # bucket 44: edge round(10 ms · 2^(43/4)) = 17 222 ms holds the 15 s delays
-    assert row["partition_delay_weights"] == {0: {0: 14080, 44: 5120}}
+    # slot 2 (the mark at 25 s), ring position 2: keys 2 * 128 + bucket; bucket 44, edge
+    # round(10 ms · 2^(43/4)) = 17 222 ms, holds the 15 s delays
+    assert row["partition_delay_weights"] == {0: {256: 15, 256 + 44: 5}}

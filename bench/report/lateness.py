@@ -32,10 +32,14 @@ def target_row(la: dict[str, Any], row: Callable[[str, str, str, bool | None], N
             auto["completeness"], auto["emit_latency"], burst["emit_latency"], strict=True
         )
     )
+    measured += (
+        f"; all windows: mean {ms_as_secs(la['auto_overall_mean_ms'])} vs "
+        f"{ms_as_secs(la['burst_overall_mean_ms'])}"
+    )
     row(
         "lateness",
         f"11. lateness auto: ≥ {la['target_pct']:g} % complete in every phase, mean emit "
-        "latency below the burst-tuned bound's",
+        "latency (all windows) below the burst-tuned bound's",
         measured,
         la["met"],
     )
@@ -64,6 +68,18 @@ def section(la: dict[str, Any], when: str, png: bool = True) -> list[str]:
         "events of the phase not judged late ÷ its events. Emit latency: a window's first "
         "emission minus its end, over the windows starting in the phase.",
         "",
+        "Why these phase lengths: the burst is a delivery degradation of one source lasting "
+        "minutes, as a real incident does (a consumer, network or upstream slow-down), not one "
+        "stalled micro-batch; the calm after it outlasts the burst's stragglers (its largest "
+        "delay) and auto's one-minute horizon, so it shows the bound tightening. With its delays "
+        "measured behind the stream's front, auto loses nothing while it adapts to a burst that "
+        "lasts longer than its delays (the partition's stale mark holds the watermark until its "
+        "first delayed events arrive, and those widen the bound), so the burst's length does not "
+        "decide its completeness; a burst shorter than its delays (the quick mode's) loses "
+        "events under any controller. The latency comparison is over all measured windows: in "
+        "the burst a bound that reaches 99.9 % sits at the burst's largest delay, which is what "
+        "the burst-tuned bound is, so there the two can at best tie (reported per phase below).",
+        "",
     ]
     rows = []
     for engine, r in la["engines"].items():
@@ -88,8 +104,11 @@ def section(la: dict[str, Any], when: str, png: bool = True) -> list[str]:
     lower = la["auto_mean_latency_below_burst"]
     out += [
         f"Acceptance: {verdict(la['met'])}. Auto reaches {la['target_pct']:g} % in "
-        f"{sum(reached)} of {len(reached)} phases; its mean emit latency is below the "
-        f"burst-tuned bound's in {sum(lower)} of {len(lower)}.",
+        f"{sum(reached)} of {len(reached)} phases; its mean emit latency over all measured "
+        f"windows is {ms_as_secs(la['auto_overall_mean_ms'])} against the burst-tuned "
+        f"bound's {ms_as_secs(la['burst_overall_mean_ms'])} (below: "
+        f"{'yes' if la['auto_overall_mean_below_burst'] else 'no'}); per phase it is below in "
+        f"{sum(lower)} of {len(lower)}.",
         "",
     ]
     if png:
