@@ -324,3 +324,23 @@ def token_for(airflow: RunningAirflow, user: str = "admin") -> str:
     )
     assert status in (200, 201), body
     return str(body["access_token"])
+
+
+def delete_one_stream_row(spark: Any, warehouse: str, day: date) -> None:
+    """Delete the first stream window from noon of `day` on: an unexplained gap on that date."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from tally.tables import read_table, table_path
+
+    victim = (
+        read_table(spark, warehouse, "stream_aggregates")
+        .where(F.col("window_start") >= F.lit(f"{day.isoformat()} 12:00:00").cast("timestamp"))
+        .orderBy("window_start", "key")
+        .select("window_start", "key")
+        .first()
+    )
+    assert victim is not None
+    DeltaTable.forPath(spark, table_path(warehouse, "stream_aggregates")).delete(
+        (F.col("window_start") == F.lit(victim["window_start"])) & (F.col("key") == victim["key"])
+    )

@@ -41,26 +41,6 @@ SIGNOFF_RUN_TIME = datetime.combine(D2 + timedelta(days=1), time(0, 30), tzinfo=
 _RUNNING: list[H.RunningAirflow] = []
 
 
-def delete_one_stream_row(spark: Any, warehouse: str, day: date) -> None:
-    """Delete the first stream window from noon of `day` on: an unexplained gap on that date."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from tally.tables import read_table, table_path
-
-    victim = (
-        read_table(spark, warehouse, "stream_aggregates")
-        .where(F.col("window_start") >= F.lit(f"{day.isoformat()} 12:00:00").cast("timestamp"))
-        .orderBy("window_start", "key")
-        .select("window_start", "key")
-        .first()
-    )
-    assert victim is not None
-    DeltaTable.forPath(spark, table_path(warehouse, "stream_aggregates")).delete(
-        (F.col("window_start") == F.lit(victim["window_start"])) & (F.col("key") == victim["key"])
-    )
-
-
 def airflow_home(
     tmp_path_factory: Any,
 ) -> Iterator[tuple[Path, dict[str, str], subprocess.Popen[bytes]]]:
@@ -113,7 +93,7 @@ def build_warehouse(spark: Any, tmp_path_factory: Any) -> dict[str, str]:
     settings = load_settings(env=env)
     for day in (D1, D2):
         if day == D2:
-            delete_one_stream_row(spark, settings.warehouse, day)
+            H.delete_one_stream_row(spark, settings.warehouse, day)
         now = datetime.combine(day + timedelta(days=1), time(0, 30), tzinfo=UTC)
         run_nightly(settings, day, now, spark, Path(settings.report_location))
     record_alerts(
@@ -137,7 +117,7 @@ def build_warehouse(spark: Any, tmp_path_factory: Any) -> dict[str, str]:
                 run_id="manual__x",
             ),
         )
-    delete_one_stream_row(spark, settings.warehouse, D3)
+    H.delete_one_stream_row(spark, settings.warehouse, D3)
     return env
 
 

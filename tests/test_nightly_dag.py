@@ -301,24 +301,12 @@ def answer_sign_off(choice: str | None, reason: str = "") -> threading.Thread:
 
 
 def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeypatch) -> None:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from tally.tables import read_table, table_path
+    from tally.tables import read_table
 
     day = DATES[2]
-    start = f"{day.isoformat()} 12:00:00"
-    stream = read_table(spark, warehouse, "stream_aggregates")
-    victim = (
-        stream.where(F.col("window_start") >= F.lit(start).cast("timestamp"))
-        .orderBy("window_start", "key")
-        .select("window_start", "key")
-        .first()
-    )
-    assert victim is not None
-    DeltaTable.forPath(spark, table_path(warehouse, "stream_aggregates")).delete(
-        (F.col("window_start") == F.lit(victim["window_start"])) & (F.col("key") == victim["key"])
-    )
+    H.delete_one_stream_row(spark, warehouse, day)
 
     def alerts(task_id: str) -> list[Any]:
         return (
