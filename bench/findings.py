@@ -173,7 +173,14 @@ def _state(st: dict[str, Any]) -> list[str]:
     ]
     text = (
         f"State over {len(st['batches'])} micro-batches (10× the throughput run's, "
-        f"{st['days']:g} days of event time), last tenth / first tenth: "
+        f"{st['days']:g} days of event time), last tenth / first tenth (driver peak RSS / "
+        "the middle tenth: the first tenths are the JVM growing its heap"
+        + (
+            f"; / first tenth ×{f['peak_rss_mb']['ratio_to_first']:.2f}"
+            if f.get("peak_rss_mb", {}).get("ratio_to_first") is not None
+            else ""
+        )
+        + "): "
         + ", ".join(parts)
         + ": "
         + ("flat within the tolerances" if st["met"] else "NOT flat: " + ", ".join(grown))

@@ -17,9 +17,15 @@ Per micro-batch:
   JVM) and charges it to the batch in flight (the one after the newest complete state).
 
 Flat means last tenth / first tenth of the batches within a tolerance: medians for open
-windows, state bytes and batch time (1.5x: the input's rate varies, the machine is shared),
-the peak for RSS (1.25x). Target 2: the median whole micro-batch (traced, its progress commit
-included) at ~20k lines a batch <= 1.0 s; the phase table says where the time goes.
+windows, state bytes and batch time (1.5x: the input's rate varies, the machine is shared).
+For the driver's peak RSS the baseline is the middle tenth instead (1.10x): a fresh JVM grows
+its heap to its working size over the first tens of batches whatever the state does (in the
+full run 935 MB in the first batch, ~1,870 MB from the middle on), so the first tenth measured
+the JVM's warm-up; state growing with the stream's length shows as growth over the second half
+(hence the tighter tolerance). The ratio to the first tenth is reported beside it.
+
+Target 2: the median whole micro-batch (traced, its progress commit included) at ~20k lines a
+batch <= 1.0 s; the phase table says where the time goes.
 
 Expected duration, full mode on 2 cores: generating 2M events over 10 days in 1,000 files
 ~15 s; the run ~4-5 min (100 batches of 1-2 s plus Spark's work between batches, JVM start).
@@ -43,7 +49,8 @@ from bench.speed import generate_backlog
 
 FIXED_COST_TARGET_MS = 1000
 TENTH = 0.1
-TOLERANCE = {"open_windows": 1.5, "state_bytes": 1.5, "batch_ms": 1.5, "peak_rss_mb": 1.25}
+TOLERANCE = {"open_windows": 1.5, "state_bytes": 1.5, "batch_ms": 1.5, "peak_rss_mb": 1.10}
+FIRST, MIDDLE = "first", "middle"  # which tenth a series is compared against (its baseline)
 
 
 class StatePoller:
@@ -111,8 +118,12 @@ def per_batch(
     return out
 
 
-def _tenths(batches: list[dict[str, Any]], key: str, peak: bool = False) -> dict[str, Any]:
-    """First vs last tenth of the batches (by order): medians, or peaks with `peak`."""
+def _tenths(
+    batches: list[dict[str, Any]], key: str, peak: bool = False, baseline: str = FIRST
+) -> dict[str, Any]:
+    """Last tenth of the batches (by order) against the first or the middle tenth
+    (`baseline`): medians, or peaks with `peak`. A middle baseline also reports the ratio to
+    the first tenth (`ratio_to_first`)."""
     n = max(1, int(len(batches) * TENTH))
     pick = max if peak else statistics.median
 
@@ -120,7 +131,12 @@ def _tenths(batches: list[dict[str, Any]], key: str, peak: bool = False) -> dict
         values = [float(b[key]) for b in part if b[key] is not None]
         return pick(values) if values else None
 
-    result = flatness(edge(batches[:n]), edge(batches[-n:]), TOLERANCE[key])
+    middle = max(0, (len(batches) - n) // 2)
+    base = batches[middle : middle + n] if baseline == MIDDLE else batches[:n]
+    result = flatness(edge(base), edge(batches[-n:]), TOLERANCE[key])
+    result["baseline"] = baseline
+    if baseline == MIDDLE:
+        result["ratio_to_first"] = flatness(edge(batches[:n]), result["last"], 1.0)["ratio"]
     result["max"] = max((b[key] for b in batches if b[key] is not None), default=None)
     result["sampled"] = sum(1 for b in batches if b[key] is not None)
     return result
@@ -171,7 +187,7 @@ def state_section(
     trace = run["trace_batches"]
     batches = per_batch(progress, trace, poller)
     series = {key: _tenths(batches, key) for key in ("open_windows", "state_bytes", "batch_ms")}
-    series["peak_rss_mb"] = _tenths(batches, "peak_rss_mb", peak=True)
+    series["peak_rss_mb"] = _tenths(batches, "peak_rss_mb", peak=True, baseline=MIDDLE)
     input_lines = sum(b["input_lines"] for b in batches)
     shutil.rmtree(run_dir, ignore_errors=True)
     shutil.rmtree(data, ignore_errors=True)

@@ -143,6 +143,26 @@ def test_flat_means_last_tenth_within_tolerance_of_first() -> None:
     assert not unsampled["flat"] and unsampled["sampled"] == 0
 
 
+def test_peak_rss_is_judged_on_the_second_half() -> None:
+    from bench.state import MIDDLE, _tenths
+
+    def rss(values: list[float]) -> list[dict[str, Any]]:
+        return [{"peak_rss_mb": v} for v in values]
+
+    # a JVM growing its heap to its working size early, then steady: flat, though the
+    # first tenth is far lower (the ratio to it is reported beside)
+    warm_up = [900.0 + 100 * i for i in range(10)] + [1_850.0] * 40 + [1_900.0] * 50
+    judged = _tenths(rss(warm_up), "peak_rss_mb", peak=True, baseline=MIDDLE)
+    assert judged["flat"] and judged["first"] == 1_900.0 and judged["baseline"] == MIDDLE
+    assert judged["ratio_to_first"] == pytest.approx(1_900 / 1_800)
+    # memory growing with the stream's length: the second half alone grows past the tolerance
+    growing = [1_000.0 + 5 * i for i in range(100)]
+    assert not _tenths(rss(growing), "peak_rss_mb", peak=True, baseline=MIDDLE)["flat"]
+    # the middle tenth of 100 batches is batches 45-54
+    step = [1_000.0] * 45 + [2_000.0] * 10 + [1_000.0] * 45
+    assert _tenths(rss(step), "peak_rss_mb", peak=True, baseline=MIDDLE)["first"] == 2_000.0
+
+
 # -- the big file ---------------------------------------------------------------------------------
 
 

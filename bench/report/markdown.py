@@ -94,7 +94,8 @@ def _state_bigfile_nightly_rows(r: dict[str, Any], row: Row) -> None:
         f = st["flat"]
         row(
             "state",
-            "4. state flat over 10× the batches (last ÷ first tenth within tolerance)",
+            "4. state flat over 10× the batches (last ÷ first tenth within tolerance; RSS ÷ "
+            "middle tenth)",
             ", ".join(
                 f"{S.STATE_LABELS[k]} ×{number(v['ratio'], 2)}"
                 for k, v in f.items()
