@@ -29,6 +29,10 @@ FLINK_VERSION = "2.3.0"  # scripts/flink.sh installs this PyFlink
 MODES = ("agg", "durable")  # timed; `count` runs untimed
 PARALLELISM = 2
 CHECKPOINT_MS = 5_000  # durable: about the plain Kafka query's micro-batch interval
+# Flink's JVM (the PyFlink gateway running the local cluster) gets the heap Spark's engines
+# run with (Spark's default driver memory), not the JVM's default of a quarter of the RAM.
+# `JDK_JAVA_OPTIONS` reaches the `java` the gateway starts and keeps Flink's own options.
+JVM_OPTIONS = "-Xmx1g"
 TOTALS_SCHEMA = (
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT"
@@ -94,7 +98,11 @@ def run_flink(
     ]
     logs = run_dir / "logs"
     proc = run_process(
-        name, argv, logs, timeout_s=timeout_s, env={"FLINK_LOG_DIR": str(logs.resolve())}
+        name,
+        argv,
+        logs,
+        timeout_s=timeout_s,
+        env={"FLINK_LOG_DIR": str(logs.resolve()), "JDK_JAVA_OPTIONS": JVM_OPTIONS},
     )
     report = json.loads(result.read_text(encoding="utf-8"))
     return {
