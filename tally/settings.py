@@ -363,6 +363,13 @@ class Settings:
         "less JVM CPU for a 200k-event nightly, but no shorter on a loaded 2-core machine "
         "(docs/development.md); false: HotSpot's full tiered JIT",
     )
+    driver_cds: bool = _setting(
+        True,
+        "class data sharing for the driver JVM: each command's first run writes an archive of "
+        "the classes its driver loaded (.cache/cds, ~200 MB, keyed by the JDK and the jars), "
+        "later runs map it: less class loading at start-up (docs/development.md); false: "
+        "neither written nor used",
+    )
     spark_cores_max: int = _setting(
         0,
         "on a standalone cluster: the cores one application may hold (0 = all the cluster "

@@ -7,10 +7,12 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tally import driver_cds
 from tally.jvm_functions import JvmFunctionsMissing, register_jvm_functions
 
 if TYPE_CHECKING:
@@ -82,9 +84,36 @@ def delta_jars() -> list[str]:
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
-def driver_java_options(quick_jit: bool) -> str:
-    """The driver JVM's options: UTC, and C1 only when `quick_jit`."""
-    return "-Duser.timezone=UTC" + (f" {QUICK_JIT}" if quick_jit else "")
+def driver_java_options(quick_jit: bool, cds_options: str = "") -> str:
+    """The driver JVM's options: UTC, C1 only when `quick_jit`, and class data sharing's
+    (`tally.driver_cds`)."""
+    return " ".join(
+        ["-Duser.timezone=UTC", *([QUICK_JIT] if quick_jit else []), *cds_options.split()]
+    )
+
+
+def cds_dir() -> Path:
+    return PROJECT_ROOT / ".cache" / "cds"
+
+
+def driver_class_path() -> list[Path]:
+    """The jars a local driver JVM loads classes from: Spark's own and `spark.jars`'."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    spark_jars = Path(_find_spark_home()) / "jars"
+    return sorted(spark_jars.glob("*.jar")) + [Path(p) for p in delta_jars()]
+
+
+def driver_cds_plan(profile: str) -> driver_cds.CdsPlan | None:
+    """Class data sharing for the driver JVM of command `profile` (a training run: its files
+    prepared), or None when this process already runs a JVM (its options were fixed when it
+    started) or the archive's directory cannot be used (a run never fails for it)."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return None
+    files = driver_cds.jdk_files(driver_cds.java_home()) + driver_class_path()
+    return driver_cds.plan_for_run(cds_dir(), profile, files, time.time(), os.getpid())
 
 
 def build_session(
@@ -94,15 +123,18 @@ def build_session(
     ui: bool = True,
     extra_conf: dict[str, str] | None = None,
     quick_jit: bool = False,
+    cds_profile: str = "",
 ) -> SparkSession:
     """A Delta-enabled session on any master URL, UTC, with Python workers on this interpreter.
     `quick_jit`: the driver JVM (in local mode also the executor) compiles with C1 only, for a
-    process that runs a few minutes (`QUICK_JIT`)."""
+    process that runs a few minutes (`QUICK_JIT`). `cds_profile`: the driver JVM maps the class
+    data archive of that command, or writes it at exit (`tally.driver_cds`); empty: none."""
     # Workers must run this virtualenv's interpreter, or they import a pyarrow-less python3.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    cds_plan = driver_cds_plan(cds_profile) if cds_profile else None
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -111,7 +143,10 @@ def build_session(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", driver_java_options(quick_jit))
+        .config(
+            "spark.driver.extraJavaOptions",
+            driver_java_options(quick_jit, cds_plan.options if cds_plan else ""),
+        )
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -147,6 +182,8 @@ def build_session(
         builder = builder.config(key, value)
     with _stderr_to(_jvm_log["path"]):
         spark = builder.getOrCreate()
+    if cds_plan is not None:
+        driver_cds.adopt_at_exit(cds_plan, getattr(spark.sparkContext._gateway, "proc", None))
     spark.sparkContext.setLogLevel("WARN")
     # Every session can call tally's JVM functions; without the jar the first parse says so.
     with contextlib.suppress(JvmFunctionsMissing):
@@ -199,6 +236,7 @@ def session_for(settings: Settings, app_name: str, *, short_lived: bool = False)
             **cluster_conf(settings.spark_executor_memory, settings.spark_cores_max),
         },
         quick_jit=short_lived and settings.quick_jit,
+        cds_profile=app_name if settings.driver_cds else "",
     )
 
 
