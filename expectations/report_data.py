@@ -321,18 +321,17 @@ def _headline(recon: DataFrame, summary: dict[str, Any] | None) -> dict[str, int
         "unexplained_count": "residual_count",
         "unexplained_amount": "residual_amount",
     }
+    keys = (*names, "unexplained_windows", "windows")
+    recorded = {k: int(summary[k]) for k in keys if summary and summary.get(k) is not None}
+    if len(recorded) == len(keys):  # the summary has them all: no pass over the rows
+        return recorded
     row = recon.agg(
         *[F.coalesce(F.sum(col), F.lit(0)).cast("long").alias(k) for k, col in names.items()],
         F.count_if(F.col("status") == UNEXPLAINED).cast("long").alias("unexplained_windows"),
         F.count(F.lit(1)).cast("long").alias("windows"),
     ).first()
     assert row is not None
-    totals = {k: int(v) for k, v in row.asDict().items()}
-    if summary:
-        for key in (*names, "unexplained_windows", "windows"):
-            if summary.get(key) is not None:
-                totals[key] = int(summary[key])
-    return totals
+    return {**{k: int(v) for k, v in row.asDict().items()}, **recorded}
 
 
 def _per_window(recon: DataFrame) -> list[tuple[int, int, int, int, int]]:

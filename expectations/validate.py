@@ -47,8 +47,6 @@ DATASOURCE = "tally"
 BATCH_DEFINITION = "whole_dataframe"
 DOCS_SITE = "local_site"
 
-_ENSURED: set[str] = set()  # validation_results tables this process created or found
-
 
 class ValidationError(RuntimeError):
     """Validation cannot start (bad argument): a one-line message."""
@@ -341,10 +339,8 @@ def write_results(
     suites = [suites] if isinstance(suites, str) else list(suites)
     if not suites:
         return
-    path = T.table_path(warehouse, T.VALIDATION_RESULTS.name)
-    if path not in _ENSURED:
+    if not T.creates_on_write(T.VALIDATION_RESULTS):
         T.ensure_table(spark, warehouse, T.VALIDATION_RESULTS)
-        _ENSURED.add(path)
     fields = T.VALIDATION_RESULTS.schema().fields
     if rows:
         structs = [
@@ -355,14 +351,12 @@ def write_results(
     else:
         frame = T.empty_frame(spark, T.VALIDATION_RESULTS)
     names = ", ".join("'" + name.replace("'", "''") + "'" for name in suites)
-    (
-        frame.write.format("delta")
-        .mode("overwrite")
-        .option(
-            "replaceWhere",
-            f"business_date = DATE'{business_date.isoformat()}' AND suite IN ({names})",
-        )
-        .save(path)
+    # A missing table is created by this write, partitioned as declared (`T.creates_on_write`).
+    T.write_table(
+        frame,
+        warehouse,
+        T.VALIDATION_RESULTS,
+        replace_where=f"business_date = DATE'{business_date.isoformat()}' AND suite IN ({names})",
     )
 
 
