@@ -36,6 +36,7 @@ from tally.settings import (
     meets_target,
     parse_duration,
 )
+from tally.spark import without_adaptive_execution
 from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
 from tally.windows import describe_windowing as windowing_text
 
@@ -321,18 +322,17 @@ def _headline(recon: DataFrame, summary: dict[str, Any] | None) -> dict[str, int
         "unexplained_count": "residual_count",
         "unexplained_amount": "residual_amount",
     }
+    keys = (*names, "unexplained_windows", "windows")
+    recorded = {k: int(summary[k]) for k in keys if summary and summary.get(k) is not None}
+    if len(recorded) == len(keys):  # the summary has them all: no pass over the rows
+        return recorded
     row = recon.agg(
         *[F.coalesce(F.sum(col), F.lit(0)).cast("long").alias(k) for k, col in names.items()],
         F.count_if(F.col("status") == UNEXPLAINED).cast("long").alias("unexplained_windows"),
         F.count(F.lit(1)).cast("long").alias("windows"),
     ).first()
     assert row is not None
-    totals = {k: int(v) for k, v in row.asDict().items()}
-    if summary:
-        for key in (*names, "unexplained_windows", "windows"):
-            if summary.get(key) is not None:
-                totals[key] = int(summary[key])
-    return totals
+    return {**{k: int(v) for k, v in row.asDict().items()}, **recorded}
 
 
 def _per_window(recon: DataFrame) -> list[tuple[int, int, int, int, int]]:
@@ -654,7 +654,8 @@ def collect_report_data(
     """Read the date's tables and reduce them to what the report shows; also returns the
     reconciliation rows of the date (for the CSV), persisted: the caller unpersists them."""
     options = options or ReportOptions()
-    rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone)
+    with without_adaptive_execution(spark):  # small tables: AQE would only add jobs
+        rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone)
     # Read once for the figures, the late rows of sessions and the CSV.
     recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version).persist()
     try:
@@ -697,7 +698,9 @@ def _assemble(
     from expectations.validate import read_results
 
     business_date, now = when
-    headline, per_window, worst = _reconciliation_figures(recon, rec.summary, business_date)
+    with without_adaptive_execution(spark):  # the date's rows, cached, and validation_results
+        headline, per_window, worst = _reconciliation_figures(recon, rec.summary, business_date)
+        validation = read_results(spark, warehouse, business_date)
     events_all = _events_of(spark, warehouse, rec)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
@@ -708,7 +711,6 @@ def _assemble(
     if recommended_bound_ms is None and curve:
         recommended_bound_ms = _recommend(curve, target)
     window_ms = (rec.run or {}).get("window_ms") or rec.settings.get("window_ms")
-    validation = read_results(spark, warehouse, business_date)
     data = ReportData(
         business_date=business_date,
         now=now,

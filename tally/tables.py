@@ -355,6 +355,13 @@ def write_table(
     writer.save(table_path(warehouse, table.name))
 
 
+def creates_on_write(table: Table) -> bool:
+    """Whether the table's first `write_table` creates it exactly as `ensure_table` would: the
+    declared columns (conformed; Delta stores every column nullable) and partitioning, and no
+    table properties (a write cannot set those)."""
+    return not table.properties
+
+
 def ensure_tables(spark: SparkSession, warehouse: str, tables: tuple[Table, ...]) -> None:
     for table in tables:
         ensure_table(spark, warehouse, table)

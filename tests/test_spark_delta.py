@@ -91,3 +91,43 @@ def test_events_files_carry_statistics_only_where_readers_skip_files(spark, ware
     assert adds and all(s["numRecords"] >= 1 for s in adds)
     assert all(set(s["minValues"]) == {"app_id", "batch_id", "event_time"} for s in adds)
     assert all(s["minValues"]["batch_id"] == 7 for s in adds)
+
+
+def test_a_first_write_creates_the_table_as_ensure_table_would(spark, warehouse) -> None:
+    """The nightly's output tables are created by their first write (no empty commit first):
+    the same columns, types and nullability, and the same partitioning."""
+    from delta.tables import DeltaTable
+
+    lazy = [t for t in (*T.RECONCILE_TABLES, T.VALIDATION_RESULTS) if T.creates_on_write(t)]
+    assert T.RECONCILIATION in lazy and T.VALIDATION_RESULTS in lazy
+    for table in lazy:
+        T.write_table(
+            T.empty_frame(spark, table),
+            f"{warehouse}/written",
+            table,
+            replace_where="business_date = DATE'2026-11-20'",
+        )
+        T.ensure_table(spark, f"{warehouse}/ensured", table)
+        written, ensured = (
+            DeltaTable.forPath(spark, T.table_path(f"{warehouse}/{how}", table.name))
+            for how in ("written", "ensured")
+        )
+        assert written.toDF().schema == ensured.toDF().schema == table.schema(), table.name
+        details = [d.detail().select("partitionColumns").first()[0] for d in (written, ensured)]
+        assert details == [list(table.partition_by)] * 2, table.name
+
+
+def test_session_conf_holds_for_the_block_only(spark) -> None:
+    from tally.spark import session_conf, without_adaptive_execution
+
+    key = "spark.sql.limit.initialNumPartitions"
+    before = spark.conf.get(key)
+    try:
+        with session_conf(spark, {key: "7"}), without_adaptive_execution(spark):
+            assert spark.conf.get(key) == "7"
+            assert spark.conf.get("spark.sql.adaptive.enabled") == "false"
+            raise RuntimeError("a failing block")
+    except RuntimeError:
+        pass
+    assert spark.conf.get(key) == before
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
