@@ -2,8 +2,7 @@
 source. It reads, classifies, advances the watermark, closes windows and writes.
 
 A micro-batch makes few commits: `events`, the side outputs and `stream_aggregates` when they
-have rows (written side by side, in parallel; `events` and the quarantine start as soon as the
-events are classified, while the windows close), then its `stream_progress` row, which makes
+have rows (written side by side, in parallel), then its `stream_progress` row, which makes
 the batch visible. Window and dedup state are not tables: the running stream keeps them in
 memory for the next batch and saves them as files in the checkpoint (streaming.state).
 
@@ -417,32 +416,25 @@ class BatchProcessor:
         classified = self._classify(ctx, batch, prior)
         step = self._advance(ctx, prior, classified)
         phases.done("classify")
-        self.guard()
-        early = self._start_event_appends(ctx, batch, classified)
         self._label(batch_id, "windows")
         fold = Observation(f"tally_fold_{batch_id}")
-        try:
-            out = close_windows(
-                classified.events,
-                prior.window_state,
-                prior.dedup_state,
-                step.before.watermark_ms,
-                step.after_ms,
-                now_ms,
-                self.params.window,
-                drain=drain,
-                materialize=lambda df: df.observe(
-                    fold, *fold_counts(self.params.window)
-                ).localCheckpoint(eager=True),
-            )
-        except BaseException:
-            for append in early:  # the batch fails: let its appends finish first
-                append.exception()
-            raise
+        out = close_windows(
+            classified.events,
+            prior.window_state,
+            prior.dedup_state,
+            step.before.watermark_ms,
+            step.after_ms,
+            now_ms,
+            self.params.window,
+            drain=drain,
+            materialize=lambda df: df.observe(
+                fold, *fold_counts(self.params.window)
+            ).localCheckpoint(eager=True),
+        )
         phases.done("windows")
         self.guard()
         self._label(batch_id, "write")
-        state, kept = self._write_batch(ctx, classified, out, fold.get, early)
+        state, kept = self._write_batch(ctx, batch, classified, out, fold.get)
         phases.done("write")
         progress = self._progress_values(ctx, batch, classified, step, state)
         self._label(batch_id, "progress")
@@ -643,23 +635,29 @@ class BatchProcessor:
             before, advance.state, advance.state.watermark_ms, advance.idle, lateness, delays
         )
 
-    def _source_columns(self, ctx: BatchContext) -> dict[str, Column]:
-        """The batch's columns every appended event or line carries."""
-        return {
-            "batch_id": batch_long(ctx.batch_id),
+    def _write_batch(
+        self,
+        ctx: BatchContext,
+        batch: BatchInput,
+        classified: Classified,
+        out: WindowOut,
+        fold: dict[str, Any],
+    ) -> tuple[CommittedState, KeptState]:
+        """Everything but the progress row, side by side: `events`, the side outputs and
+        `stream_aggregates` when they have rows, and the state files. Empty outputs are not
+        written: a replay recomputes them empty again."""
+        batch_id = ctx.batch_id
+        self.await_tables()  # the first batch of a new warehouse may get here before them
+        columns = {
+            "batch_id": batch_long(batch_id),
             "ingest_time": batch_timestamp(ctx.now_ms),
             "app_id": F.lit(self.app_id),
         }
-
-    def _start_event_appends(
-        self, ctx: BatchContext, batch: BatchInput, classified: Classified
-    ) -> list[Future[None]]:
-        """Start the appends that need only the classification, `events` and the quarantine,
-        in the writer threads: they run while the windows close (a driver-bound phase that
-        leaves the cores idle between its jobs). `_write_batch` waits for them."""
-        batch_id = ctx.batch_id
-        self.await_tables()  # the first batch of a new warehouse may get here before them
-        columns = self._source_columns(ctx)
+        # Kept ids are the union of the previous batch's and this batch's: without a coalesce
+        # their partitions (and the files of every state write) would grow batch by batch.
+        dedup = out.dedup_state.coalesce(self._state_partitions)
+        # Both were observed while the fold was checkpointed (`fold_counts`).
+        open_windows, emitted = int(fold["open_windows"]), int(fold["windows_emitted"])
         events = classified.events.withColumns(
             {
                 "clock_skewed": F.unix_millis("event_time") > batch_long(classified.skew_limit_ms),
@@ -667,31 +665,8 @@ class BatchProcessor:
                 "event_date": F.to_date("event_time"),
             }
         )
-        tasks: list[Callable[[], None]] = [lambda: self._append(events, T.EVENTS, batch_id)]
-        if classified.quarantined(batch.input_lines):
-            quarantine = batch.parsed.quarantine.withColumns(columns)
-            tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
-        return [self._writers.submit(task) for task in tasks]
-
-    def _write_batch(
-        self,
-        ctx: BatchContext,
-        classified: Classified,
-        out: WindowOut,
-        fold: dict[str, Any],
-        started: list[Future[None]],
-    ) -> tuple[CommittedState, KeptState]:
-        """Everything but the progress row, side by side with the appends `started` after the
-        classification: the late side output and `stream_aggregates` when they have rows, and
-        the state files. Empty outputs are not written: a replay recomputes them empty again."""
-        batch_id = ctx.batch_id
-        columns = self._source_columns(ctx)
-        # Kept ids are the union of the previous batch's and this batch's: without a coalesce
-        # their partitions (and the files of every state write) would grow batch by batch.
-        dedup = out.dedup_state.coalesce(self._state_partitions)
-        # Both were observed while the fold was checkpointed (`fold_counts`).
-        open_windows, emitted = int(fold["open_windows"]), int(fold["windows_emitted"])
         tasks: list[Callable[[], None]] = [
+            lambda: self._append(events, T.EVENTS, batch_id),
             lambda: self._labelled(
                 batch_id,
                 "state windows",
@@ -701,6 +676,9 @@ class BatchProcessor:
                 batch_id, "state dedup", lambda: self.store.write_dedup(batch_id, dedup)
             ),
         ]
+        if classified.quarantined(batch.input_lines):
+            quarantine = batch.parsed.quarantine.withColumns(columns)
+            tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
         if classified.count("late_windows"):
             late = out.late_events.withColumns(columns)
             tasks.append(lambda: self._append(late, T.LATE_EVENTS, batch_id))
@@ -709,7 +687,7 @@ class BatchProcessor:
                 {"batch_id": batch_long(batch_id), "app_id": F.lit(self.app_id)}
             )
             tasks.append(lambda: self._append(aggregates, T.STREAM_AGGREGATES, batch_id))
-        for future in [*started, *(self._writers.submit(task) for task in tasks)]:
+        for future in [self._writers.submit(task) for task in tasks]:
             future.result()
         committed = CommittedState(self._table_version(T.EVENTS), batch_id, open_windows, emitted)
         # The next batch reads the remembered ids back from the files just written: computing
