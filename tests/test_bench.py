@@ -569,6 +569,87 @@ def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_pa
     assert not cross_check({**run, "late_events": 1}, kinds["session"], 20)["exact"]
 
 
+# -- the sections whose processes only the recorded quick run measured -------------------------
+
+
+def test_kafka_micro_batches_hold_the_throughput_runs_lines() -> None:
+    """The Kafka runs' records a micro-batch: the file runs' lines a micro-batch, rounded up,
+    so both read the same input in the same number of batches."""
+    from bench.kafka_source import records_per_trigger
+
+    assert records_per_trigger(20_100, 10, 2) == 4_020  # 5 batches
+    assert records_per_trigger(20_101, 10, 2) == 4_021  # never a sixth batch of one record
+    assert records_per_trigger(10, 3, 2) == 5  # 2 batches, the last file alone
+    assert records_per_trigger(7, 1, 10) == 7  # fewer files than a trigger: one batch
+
+
+def test_scaleout_books_are_the_reconciliations_numbers_without_table_versions() -> None:
+    """What scale-out compares across configurations: `tally reconcile`'s summary without its
+    table versions (commits, not numbers) and without the validation lines after it."""
+    from bench.scaleout import books
+
+    def stdout(versions: str, batch: int) -> str:
+        return (
+            f"Reconciliation of 2026-11-21 (UTC, windows: tumbling 1m; {versions}): 96 "
+            f"windows;\nbatch {batch:,} events / 5,000,\n  stream 3,990 events / 4,990; "
+            "unexplained 0 windows. BALANCED.\nvalidation: 12 expectations, 0 failed\n"
+        )
+
+    local = books(stdout("events v3, stream_aggregates v4, late_events v2", 4_000))
+    assert local == (
+        "96 windows; batch 4,000 events / 5,000, stream 3,990 events / 4,990; "
+        "unexplained 0 windows. BALANCED."
+    )
+    assert books(stdout("events v1, stream_aggregates v9, late_events v1", 4_000)) == local
+    assert books(stdout("events v3, stream_aggregates v4, late_events v2", 4_001)) != local
+
+
+def test_plain_engines_read_every_line(spark, tmp_path: Path) -> None:
+    """The throughput section's plain Spark engines (`bench.plain_job`, in this session
+    rather than as their own processes): the durable engine keeps every raw line in bronze and
+    aggregates every JSON row, the aggregation-only engine the same rows in as many batches as
+    tally's, the batch ceiling every valid event; the outputs read back as the section reads
+    them."""
+    from bench.common import Backlog, StreamShape
+    from bench.engines import plain_outputs
+    from bench.plain_job import run_mode
+    from bench.speed import generate_backlog, input_facts
+
+    data = tmp_path / "input"
+    facts = input_facts(generate_backlog(data, Backlog(2_000, 4, seed=7)))
+    assert facts["malformed_lines"] > 0 and facts["empty_lines"] > 0  # something to skip
+    shape = StreamShape(60_000, 30_000, 2)
+    got = {}
+    for mode in ("durable", "agg", "batch"):
+        out = tmp_path / mode
+        queries = run_mode(spark, mode, str(data), out, shape)
+        got[mode] = {**plain_outputs(spark, mode, str(out)), "queries": queries}
+    assert got["durable"]["bronze_rows"] == facts["lines"]  # malformed lines kept as text
+    assert got["durable"]["queries"]["bronze"]["input_rows"] == facts["lines"]
+    for mode in ("durable", "agg"):
+        agg = got[mode]["queries"]["agg"]
+        assert agg["input_rows"] == facts["lines"] - facts["empty_lines"], mode
+        assert agg["batches"] == 2, mode  # 4 files, 2 a trigger
+        # rows behind the watermark are dropped, windows still open at the end not written
+        assert 0 < got[mode]["output_events"] + agg["dropped_by_watermark"] <= agg["input_rows"]
+    # the same aggregation query on the same batches, with or without bronze beside it
+    for key in ("output_rows", "output_events"):
+        assert got["durable"][key] == got["agg"][key], key
+    assert got["batch"]["queries"] == {}
+    # the batch ceiling drops nothing: every valid event (and malformed lines that still have
+    # the four fields plain Spark reads), more than the streaming aggregation wrote
+    assert facts["valid_events"] <= got["batch"]["output_events"] <= agg["input_rows"]
+    assert got["batch"]["output_events"] > got["agg"]["output_events"]
+
+
+def test_latency_counts_the_window_ends_inside_the_measured_span() -> None:
+    from bench.latency import _expected_ends
+
+    assert _expected_ends(10_001, 40_000, 10_000) == [20_000, 30_000, 40_000]
+    assert _expected_ends(10_000, 39_999, 10_000) == [10_000, 20_000, 30_000]
+    assert _expected_ends(10_001, 19_999, 10_000) == []
+
+
 # -- the quick benchmark, end to end --------------------------------------------------------------
 
 
