@@ -10,7 +10,8 @@ scaleout (a standalone cluster and S3), windows (tumbling and hopping on one inp
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
 windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, bigfile ~15-20 min, run
 last); `--quick`
-(~7-13 min, used by the smoke test) writes into a new temporary
+(~7-13 min; the smoke test runs some of its sections, the others carried over from a
+recorded quick run) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
 some sections (`--only`) keeps the other sections' results of the same mode from the
 output directory's benchmarks.json, each labelled with the date it was measured. Data goes

@@ -69,10 +69,10 @@ drain): generating ~5 s; measured on a shared machine (2026-11-23 19:32, load 1.
 tumbling run 73-92 s, a hopping run 97-105 s, a session run 92-96 s (its `windows` phase,
 the sort of each batch's spans with the open sessions per key, 14.1 s over the run against
 tumbling's 7.4 s; it writes 401k sessions against tumbling's 317k windows); reading each
-warehouse back ~5-40 s. 2 repetitions of 3 kinds: ~10 min. Quick mode (the smoke test):
-4,000 events in 2 files (one micro-batch and the drain), one repetition: three processes
-that are mostly JVM and session start, ~60-75 s on a quiet machine (estimated; on a loaded
-one, load average 4-8 on the 2 cores, ~150-180 s).
+warehouse back ~5-40 s. 2 repetitions of 3 kinds: ~10 min. Quick mode (as recorded for the
+smoke test): 4,000 events in 2 files (one micro-batch and the drain), one repetition: three
+processes that are mostly JVM and session start, ~60-75 s on a quiet machine (estimated; on
+a loaded one, load average 4-8 on the 2 cores, ~150-180 s).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The benchmark's own code: the trace parser, the state poller, the flatness check, the big
-file's concatenation and carrying earlier results over (fast, no Spark); and a smoke test of
-`tally bench --quick`, in-process on the session's Spark, so the benchmark cannot rot: every
-section runs, every engine accounts for its input, and the outputs hold numbers."""
+file's concatenation, carrying earlier results over and the sections' pure helpers (fast, no
+Spark); and a smoke test of `tally bench --quick`, in-process on the session's Spark, so the
+benchmark cannot rot: the latency, state and nightly sections run for real, every engine
+accounts for its input, and the report holds every section's numbers, the others' from a
+recorded quick run (tests/data/bench_quick.json, checked like a fresh run)."""
 
 from __future__ import annotations
 
@@ -589,34 +591,118 @@ def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_pa
     assert not cross_check({**run, "late_events": 1}, kinds["session"], 20)["exact"]
 
 
-# -- the quick benchmark, end to end --------------------------------------------------------------
+# -- the sections whose processes only the recorded quick run measured -------------------------
 
 
-@pytest.mark.slow
-def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.phases import PHASES
-    from bench.report import JSON_NAME, MD_NAME, PNG_NAME
-    from bench.report.lateness import PNG_NAME as LATENESS_PNG
-    from bench.run import PROJECT_ROOT, QUICK, SECTIONS, run_bench
+def test_kafka_micro_batches_hold_the_throughput_runs_lines() -> None:
+    """The Kafka runs' records a micro-batch: the file runs' lines a micro-batch, rounded up,
+    so both read the same input in the same number of batches."""
+    from bench.kafka_source import records_per_trigger
 
-    committed = PROJECT_ROOT / "docs" / MD_NAME
-    before = committed.read_bytes() if committed.exists() else None
-    out = tmp_path / "out"
-    # Flink beside Spark costs two more processes: the smoke test runs without it
-    monkeypatch.setenv("TALLY_FLINK_HOME", str(tmp_path / "no-flink"))
-    r = run_bench(
-        spark,
-        quick=True,
-        out_dir=out,
-        work_dir=tmp_path / "work",
-        command="pytest tests/test_bench.py",
+    assert records_per_trigger(20_100, 10, 2) == 4_020  # 5 batches
+    assert records_per_trigger(20_101, 10, 2) == 4_021  # never a sixth batch of one record
+    assert records_per_trigger(10, 3, 2) == 5  # 2 batches, the last file alone
+    assert records_per_trigger(7, 1, 10) == 7  # fewer files than a trigger: one batch
+
+
+def test_scaleout_books_are_the_reconciliations_numbers_without_table_versions() -> None:
+    """What scale-out compares across configurations: `tally reconcile`'s summary without its
+    table versions (commits, not numbers) and without the validation lines after it."""
+    from bench.scaleout import books
+
+    def stdout(versions: str, batch: int) -> str:
+        return (
+            f"Reconciliation of 2026-11-21 (UTC, windows: tumbling 1m; {versions}): 96 "
+            f"windows;\nbatch {batch:,} events / 5,000,\n  stream 3,990 events / 4,990; "
+            "unexplained 0 windows. BALANCED.\nvalidation: 12 expectations, 0 failed\n"
+        )
+
+    local = books(stdout("events v3, stream_aggregates v4, late_events v2", 4_000))
+    assert local == (
+        "96 windows; batch 4,000 events / 5,000, stream 3,990 events / 4,990; "
+        "unexplained 0 windows. BALANCED."
     )
+    assert books(stdout("events v1, stream_aggregates v9, late_events v1", 4_000)) == local
+    assert books(stdout("events v3, stream_aggregates v4, late_events v2", 4_001)) != local
 
-    assert r["errors"] == {}
-    assert r["carried"] == []  # a fresh output directory: nothing to carry
 
-    # 1. throughput: every engine ran as a process and read every line
-    sp = r["speed"]
+def test_plain_engines_read_every_line(spark, tmp_path: Path) -> None:
+    """The throughput section's plain Spark engines (`bench.plain_job`, in this session
+    rather than as their own processes): the durable engine keeps every raw line in bronze and
+    aggregates every JSON row, the aggregation-only engine the same rows in as many batches as
+    tally's, the batch ceiling every valid event; the outputs read back as the section reads
+    them."""
+    from bench.common import Backlog, StreamShape
+    from bench.engines import plain_outputs
+    from bench.plain_job import run_mode
+    from bench.speed import generate_backlog, input_facts
+
+    data = tmp_path / "input"
+    facts = input_facts(generate_backlog(data, Backlog(2_000, 4, seed=7)))
+    assert facts["malformed_lines"] > 0 and facts["empty_lines"] > 0  # something to skip
+    shape = StreamShape(60_000, 30_000, 2)
+    got = {}
+    for mode in ("durable", "agg", "batch"):
+        out = tmp_path / mode
+        queries = run_mode(spark, mode, str(data), out, shape)
+        got[mode] = {**plain_outputs(spark, mode, str(out)), "queries": queries}
+    assert got["durable"]["bronze_rows"] == facts["lines"]  # malformed lines kept as text
+    assert got["durable"]["queries"]["bronze"]["input_rows"] == facts["lines"]
+    for mode in ("durable", "agg"):
+        agg = got[mode]["queries"]["agg"]
+        assert agg["input_rows"] == facts["lines"] - facts["empty_lines"], mode
+        assert agg["batches"] == 2, mode  # 4 files, 2 a trigger
+        # rows behind the watermark are dropped, windows still open at the end not written
+        assert 0 < got[mode]["output_events"] + agg["dropped_by_watermark"] <= agg["input_rows"]
+    # the same aggregation query on the same batches, with or without bronze beside it
+    for key in ("output_rows", "output_events"):
+        assert got["durable"][key] == got["agg"][key], key
+    assert got["batch"]["queries"] == {}
+    # the batch ceiling drops nothing: every valid event (and malformed lines that still have
+    # the four fields plain Spark reads), more than the streaming aggregation wrote
+    assert facts["valid_events"] <= got["batch"]["output_events"] <= agg["input_rows"]
+    assert got["batch"]["output_events"] > got["agg"]["output_events"]
+
+
+def test_latency_counts_the_window_ends_inside_the_measured_span() -> None:
+    from bench.latency import _expected_ends
+
+    assert _expected_ends(10_001, 40_000, 10_000) == [20_000, 30_000, 40_000]
+    assert _expected_ends(10_000, 39_999, 10_000) == [10_000, 20_000, 30_000]
+    assert _expected_ends(10_001, 19_999, 10_000) == []
+
+
+# -- the quick benchmark ------------------------------------------------------------------------
+# `tally bench --quick` runs every section: ~13 min on 2 cores, most of it in processes (six
+# engines for the throughput, a Kafka broker, a standalone cluster and S3, three window-kind
+# and three adaptive-lateness streams, the big file's two) whose components the sections' own
+# integration tests start too. test_quick_benchmark runs MEASURED for real (a tally process,
+# the in-session latency stream, the nightly stages against DuckDB: ~4-5 min) and carries the
+# other sections over from RECORDED, one real quick run's benchmarks.json, as `tally bench
+# --only` carries them; test_recorded_quick_run checks the recording as a fresh run is checked
+# and renders the report from it. The carried sections' runners (bench.speed.speed_section,
+# kafka_source, scaleout, windows.windows_section, lateness.lateness_section,
+# bigfile.bigfile_section) run end to end only when the recording is made again, which is due
+# when a section's results change shape (test_recorded_quick_run fails):
+#
+#   TALLY_FLINK_HOME=/nonexistent tally bench --quick --out /tmp/q --spark-master 'local[2]' \
+#       --shuffle-partitions 2 && cp /tmp/q/benchmarks.json tests/data/bench_quick.json
+#
+# then `pytest tests/test_bench.py -k recorded` checks the new recording.
+
+RECORDED = Path(__file__).parent / "data" / "bench_quick.json"
+MEASURED = ("latency", "state", "nightly", "curve")
+
+
+def _recorded() -> dict[str, Any]:
+    return json.loads(RECORDED.read_text(encoding="utf-8"))
+
+
+def _check_speed(sp: dict[str, Any]) -> None:
+    """1. throughput: every engine ran as a process and read every line."""
+    from bench.phases import PHASES
+    from bench.run import QUICK
+
     assert sp["all_lines_accounted"]
     for name in ("tally", "tally_prev"):
         for run in sp["runs"][name]:
@@ -648,8 +734,12 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert split["startup_s"] > 0
     assert split["startup_s"] + split["in_batches_s"] <= run["seconds"]
 
-    # 2./4. fixed cost and state from one run of 10x the batches
-    st = r["state"]
+
+def _check_state(st: dict[str, Any]) -> None:
+    """2./4. fixed cost and state from one run of 10x the batches."""
+    from bench.phases import PHASES
+    from bench.run import QUICK
+
     assert len(st["batches"]) == QUICK.state_files // QUICK.files_per_trigger
     assert st["all_lines_accounted"]
     fc = st["fixed_cost"]
@@ -662,13 +752,18 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert st["flat"]["peak_rss_mb"]["sampled"] > 0
     assert set(st["flat"]) == {"open_windows", "state_bytes", "batch_ms", "peak_rss_mb"}
 
-    # 3. latency: windows were measured
-    tally_latency = r["latency"]["engines"]["tally"]
-    assert tally_latency["windows"] > 0 and tally_latency["p50_ms"] > 0
-    assert r["latency"]["target_ms"] == QUICK.latency_lateness_ms + 2 * QUICK.latency_trigger_ms
 
-    # 8. Kafka: both engines read every published record
-    ka = r["kafka"]
+def _check_latency(lat: dict[str, Any]) -> None:
+    """3. latency: windows were measured."""
+    from bench.run import QUICK
+
+    tally_latency = lat["engines"]["tally"]
+    assert tally_latency["windows"] > 0 and tally_latency["p50_ms"] > 0
+    assert lat["target_ms"] == QUICK.latency_lateness_ms + 2 * QUICK.latency_trigger_ms
+
+
+def _check_kafka(ka: dict[str, Any], sp: dict[str, Any]) -> None:
+    """8. Kafka: both engines read every published record (the throughput section's input)."""
     assert ka["records"] == ka["lines"] == sp["lines"]
     assert ka["all_records_accounted"] and ka["tally"]["input_lines"] == ka["records"]
     assert ka["tally"]["accounted_events"] == sp["distinct_events"]
@@ -678,8 +773,11 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     assert ka["flink"]["not_measured"] and ka["flink"]["runs"] == {}
 
-    # 9. scale-out: the day reconciles on the cluster with the warehouse on S3
-    so = r["scaleout"]
+
+def _check_scaleout(so: dict[str, Any]) -> None:
+    """9. scale-out: the day reconciles on the cluster with the warehouse on S3."""
+    from bench.run import QUICK
+
     assert list(so["runs"]) == list(QUICK.scaleout_configurations)
     books = so["runs"]["cluster_s3"]["books"]
     assert f"batch {QUICK.scaleout_events:,} events" in books, books
@@ -688,9 +786,12 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert so["runs"]["cluster_s3"]["master"].startswith("spark://127.0.0.1:")
     assert all(0 < t < 120 for t in so["startup_s"].values())
 
-    # 10. window kinds: tumbling, hopping and sessions on one input, every (event, window)
-    # pair accounted for exactly after the drain (current windows: retracted sessions dropped)
-    wi = r["windows"]
+
+def _check_windows(wi: dict[str, Any]) -> None:
+    """10. window kinds: tumbling, hopping and sessions on one input, every (event, window)
+    pair accounted for exactly after the drain (current windows: retracted sessions dropped)."""
+    from bench.run import QUICK
+
     assert wi["kind_order"] == ["tumbling", "hopping", "session"]
     assert wi["kinds"]["hopping"]["flags"] == ["--window-slide", "12s"]
     assert wi["kinds"]["hopping"]["windows_per_event"] == 5
@@ -725,9 +826,10 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         wi["events_per_s"]["hopping"]["median"] / wi["events_per_s"]["tumbling"]["median"]
     )
 
-    # 11. adaptive lateness: one input, three engines, every phase measured
-    la = r["lateness"]
-    assert list(la["engines"]) == ["fixed_calm", "fixed_burst", "auto"]
+
+def _check_lateness(la: dict[str, Any]) -> None:
+    """11. adaptive lateness: one input, three engines, every phase measured."""
+    assert set(la["engines"]) == {"fixed_calm", "fixed_burst", "auto"}  # the JSON sorts keys
     counts = [c["events"] for c in la["engines"]["auto"]["completeness"]]
     assert all(n > 0 for n in counts)
     for name, run in la["engines"].items():
@@ -741,8 +843,9 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert all(la["lateness_min_ms"] <= v <= la["lateness_max_ms"] for v in auto_bounds)
     assert la["met"] == (all(la["auto_reaches_target"]) and la["auto_overall_mean_below_burst"])
 
-    # 5. one big file: the same results as the split input
-    bf = r["bigfile"]
+
+def _check_bigfile(bf: dict[str, Any]) -> None:
+    """5. one big file: the same results as the split input."""
     assert bf["single_file_bytes"] == bf["input_bytes"]
     # the event log holds every valid event the progress rows counted
     assert bf["comparison"]["events"]["single"] == bf["runs"]["split"]["valid_events"]
@@ -750,7 +853,9 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert bf["all_lines_accounted"]
     assert all(run["peak_rss_mb"] > 100 for run in bf["runs"].values())
 
-    # 6./7. nightly per stage, the same totals as DuckDB, balanced; the curve ran
+
+def _check_nightly(r: dict[str, Any]) -> None:
+    """6./7. nightly per stage, the same totals as DuckDB, balanced; the curve ran."""
     for size in r["nightly"]["sizes"]:
         for stage in ("reaggregate_s", "diff_s", "validate_s", "report_s"):
             assert size[stage] > 0, stage
@@ -760,35 +865,151 @@ def test_quick_benchmark(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         assert size["balanced"] and size["report_exists"]
     assert r["curve"]["seconds"] > 0 and r["curve"]["curve_events"] > 0
 
-    # the outputs: every section with numbers, the chart, the raw numbers
+
+# every section's heading in benchmarks.md, in SECTIONS' order
+HEADINGS = {
+    "speed": "## 1. Throughput: whole processes on the same backlog",
+    "latency": "## 3. Latency at a steady rate",
+    "state": "## 4. State over a 10× longer run",
+    "kafka": "## 8. Kafka: a pre-filled topic",
+    "scaleout": "## 9. Scale-out: a standalone cluster and S3",
+    "windows": "## 10. Window kinds: tumbling, hopping and session windows on the same input",
+    "bigfile": "## 5. One big input file",
+    "nightly": "## 6. Nightly job",
+    "curve": "## 7. Lateness curve",
+    "lateness": "## 11. Adaptive lateness: calm, burst, calm",
+}
+
+
+def _check_report(r: dict[str, Any], out: Path) -> str:
+    """The outputs: every section with numbers, the charts, the raw numbers; the markdown."""
+    from bench.report import JSON_NAME, MD_NAME, PNG_NAME
+    from bench.report.lateness import PNG_NAME as LATENESS_PNG
+    from bench.run import SECTIONS
+
     md = (out / MD_NAME).read_text()
     for heading in (
         "## Targets",
         "## Findings",
-        "## 1. Throughput",
+        *HEADINGS.values(),
         "### Where tally's time goes",
         "## 2. Per-batch fixed cost",
-        "## 3. Latency",
-        "## 4. State",
-        "## 5. One big input file",
-        "## 8. Kafka: a pre-filled topic",
-        "## 9. Scale-out: a standalone cluster and S3",
-        "## 10. Window kinds:",
         "session (gap 10s)",
-        "## 6. Nightly job",
-        "## 7. Lateness curve",
-        "## 11. Adaptive lateness",
     ):
         assert heading in md, heading
-    assert f"**{sp['ratio_tally_durable']:.2f}**" in md
+    assert f"**{r['speed']['ratio_tally_durable']:.2f}**" in md
     assert f"{r['nightly']['sizes'][-1]['events']:,}" in md
     assert len([f for f in r["findings"] if "MISSED" in f or "met" in f]) >= 4
     png = (out / PNG_NAME).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert (out / LATENESS_PNG).read_bytes().startswith(b"\x89PNG")
     raw = json.loads((out / JSON_NAME).read_text())
-    assert raw["speed"]["lines"] == sp["lines"] and raw["mode"] == "quick"
+    assert raw["speed"]["lines"] == r["speed"]["lines"] and raw["mode"] == "quick"
     assert set(raw["measured"]) == set(SECTIONS)  # every section measured, dated
+    return md
+
+
+def test_recorded_quick_run(tmp_path: Path) -> None:
+    """The recording is one complete, clean quick run of the current format that passes every
+    check test_quick_benchmark makes of a fresh run; what the harness derives from a run
+    (the window kinds' cross-check, the lateness verdict, the findings) agrees with it when
+    computed again; the report renders every section's numbers from it."""
+    from bench.findings import findings
+    from bench.lateness import verdict
+    from bench.report import write_outputs
+    from bench.run import FORMAT, QUICK, SECTIONS
+    from bench.windows import KINDS, cross_check
+
+    r = _recorded()
+    assert (r["format"], r["mode"], r["errors"], r["carried"]) == (FORMAT, "quick", {}, [])
+    assert set(r["measured"]) == set(SECTIONS) and not r["carry_notes"]
+    assert r["preset"] == json.loads(json.dumps(QUICK.__dict__))  # the quick preset of today
+    _check_speed(r["speed"])
+    _check_state(r["state"])
+    _check_latency(r["latency"])
+    _check_kafka(r["kafka"], r["speed"])
+    _check_scaleout(r["scaleout"])
+    _check_windows(r["windows"])
+    _check_lateness(r["lateness"])
+    _check_bigfile(r["bigfile"])
+    _check_nightly(r)
+
+    # the harness's derived results, again from the recorded runs
+    for kind in KINDS:
+        assert r["windows"]["kinds"][kind.name]["flags"] == list(kind.flags(QUICK.shape))
+        for run in r["windows"]["runs"][kind.name]:
+            again = cross_check(run, kind, r["windows"]["lines"])
+            assert {k: run[k] for k in again} == again, kind.name
+    la = r["lateness"]
+    assert {k: la[k] for k in verdict(la["engines"], la["target_pct"])} == verdict(
+        la["engines"], la["target_pct"]
+    )
+    r["findings"] = findings(r)  # today's sentences from the recorded numbers
+
+    out = tmp_path / "out"
+    write_outputs(r, out)
+    md = _check_report(r, out)
+    # each section's own numbers, as the report and the findings state them
+    ka, so, wi, bf = r["kafka"], r["scaleout"], r["windows"], r["bigfile"]
+    assert f"tally ÷ plain: **{ka['ratio']:.2f}** (no target)" in md
+    assert f"tally read {ka['tally']['input_lines']:,} records" in md
+    assert "Not measured: Flink is not installed (`make flink`)." in md
+    assert f"are equal in every configuration: {so['runs']['cluster_s3']['books']}" in md
+    assert f"Scale-out ({so['events']:,} events;" in "\n".join(r["findings"])
+    for name in wi["kind_order"][1:]:
+        assert f"{wi['kinds'][name]['label']} ÷ tumbling = {wi['ratio_to_baseline'][name]:.2f}" in (
+            "\n".join(r["findings"])
+        )
+    assert "exact in every run." in "\n".join(r["findings"])
+    assert f"Results: **equal**; peak RSS one file ÷ {bf['files']} files = ×" in md
+    assert f"| {la['engines']['auto']['completeness'][1]['completeness_pct']:.3f} %" in md
+    for heading in HEADINGS.values():
+        assert "carried over" not in md.split(heading)[1].split("\n")[0], heading
+
+
+@pytest.mark.slow
+def test_quick_benchmark(spark, tmp_path: Path) -> None:
+    """`tally bench --quick --only latency,state,nightly,curve` for real, beside the recorded
+    run's other sections (carried over, as a partial run carries the earlier results)."""
+    from bench.report import JSON_NAME, MD_NAME
+    from bench.run import PROJECT_ROOT, SECTIONS, run_bench
+
+    committed = PROJECT_ROOT / "docs" / MD_NAME
+    before = committed.read_bytes() if committed.exists() else None
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(RECORDED, out / JSON_NAME)
+    recorded = _recorded()
+    r = run_bench(
+        spark,
+        quick=True,
+        out_dir=out,
+        work_dir=tmp_path / "work",
+        command="pytest tests/test_bench.py",
+        only=MEASURED,
+    )
+
+    assert r["errors"] == {}
+    carried = [s for s in SECTIONS if s not in MEASURED]
+    assert r["carried"] == carried
+    assert set(r["sections_s"]) == set(MEASURED)
+    _check_latency(r["latency"])
+    _check_state(r["state"])
+    _check_nightly(r)
+    for name in carried:  # the recorded results, as they were, dated when they were measured
+        assert r[name] == recorded[name], name
+        assert r["measured"][name] == recorded["measured"][name], name
+    kafka_findings = [f for f in r["findings"] if f.startswith("Kafka (")]
+    assert kafka_findings and all(
+        f.endswith(f"(measured {recorded['measured']['kafka']}, carried over)")
+        for f in kafka_findings
+    )
+
+    md = _check_report(r, out)
+    for name, heading in HEADINGS.items():
+        label = f" (measured {r['measured'][name]}, carried over from an earlier run)"
+        title = md.split(heading)[1].split("\n")[0]
+        assert title.endswith(label) == (name in carried), (name, title)
     # the committed results were not touched, and the work directory is gone
     assert (committed.read_bytes() if committed.exists() else None) == before
     assert not (tmp_path / "work").exists()
