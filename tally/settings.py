@@ -365,10 +365,10 @@ class Settings:
     )
     driver_cds: bool = _setting(
         True,
-        "class data sharing for the driver JVM: each command's first run writes an archive of "
-        "the classes its driver loaded (.cache/cds, ~200 MB, keyed by the JDK and the jars), "
-        "later runs map it: less class loading at start-up (docs/development.md); false: "
-        "neither written nor used",
+        "class data sharing for the driver JVM: the first run of the stream, and of any batch "
+        "command, writes an archive of the classes its driver loaded (.cache/cds, ~200 MB each, "
+        "keyed by the JDK and the jars), later runs map it: less class loading at start-up "
+        "(docs/development.md); false: neither written nor used",
     )
     spark_cores_max: int = _setting(
         0,

@@ -236,8 +236,15 @@ def session_for(settings: Settings, app_name: str, *, short_lived: bool = False)
             **cluster_conf(settings.spark_executor_memory, settings.spark_cores_max),
         },
         quick_jit=short_lived and settings.quick_jit,
-        cds_profile=app_name if settings.driver_cds else "",
+        cds_profile=cds_profile(app_name) if settings.driver_cds else "",
     )
+
+
+def cds_profile(app_name: str) -> str:
+    """Which class data archive a command's driver maps (`tally.driver_cds`): the stream's own,
+    and one for every batch command (reconcile, report, the DAGs' tasks ...), which load
+    mostly the same Spark and Delta classes: two archives of ~200 MB, not one per command."""
+    return "tally-stream" if app_name == "tally-stream" else "tally-batch"
 
 
 def jvm_class(spark: SparkSession, name: str) -> Any:

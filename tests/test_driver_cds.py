@@ -138,3 +138,18 @@ def test_a_broken_archive_lets_the_jvm_run_and_keeps_stdout_clean(tmp_path: Path
     assert run.returncode == 0
     assert run.stdout == ""
     assert "openjdk version" in run.stderr.lower() or "java version" in run.stderr.lower()
+
+
+@pytest.mark.parametrize(
+    ("app_name", "profile"),
+    [
+        ("tally-stream", "tally-stream"),  # the stream has its own archive
+        ("tally-reconcile", "tally-batch"),  # every batch command shares one
+        ("tally-report", "tally-batch"),
+        ("tally-dag", "tally-batch"),  # Airflow's tasks map the archive the commands wrote
+    ],
+)
+def test_commands_share_two_archives(app_name: str, profile: str) -> None:
+    from tally.spark import cds_profile
+
+    assert cds_profile(app_name) == profile
