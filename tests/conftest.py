@@ -1,5 +1,5 @@
-"""Shared fixtures: one Spark session for the whole run, tiny inline DataFrames, the
-reconciliation desk's warehouse and Airflow."""
+"""Shared fixtures: one Spark session for the whole run, tiny inline DataFrames, one Kafka
+broker, the reconciliation desk's warehouse and Airflow."""
 
 from __future__ import annotations
 
@@ -112,14 +112,38 @@ def desk_airflow(desk_env, desk_airflow_home) -> Iterator[Any]:
     yield from desk_fixtures.start_airflow(desk_airflow_home, desk_env)
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Stop the desk's Airflow after the last test that uses it, not at the session's end (the
-    rest of the suite runs without an idle scheduler beside it)."""
-    if "desk_airflow" not in getattr(item, "fixturenames", ()):
-        return
+# -- one Kafka broker (tests/kafka_broker.py) ---------------------------------------------------
+# A session fixture: the Kafka test modules share one broker (each starts its own topics), which
+# saves a broker's start (three JVMs: an id, the storage format, the broker) per module.
+_BROKERS: list[Any] = []
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> Iterator[Any]:
+    from kafka_broker import kafka_broker
+
+    with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
+        _BROKERS.append(running)
+        yield running
+
+
+def _last_user(item: pytest.Item, fixture: str) -> bool:
+    """Whether `item` is the last test of the run that uses `fixture`."""
+    if fixture not in getattr(item, "fixturenames", ()):
+        return False
     items = item.session.items
     later = items[items.index(item) + 1 :]
-    if not any("desk_airflow" in getattr(i, "fixturenames", ()) for i in later):
+    return not any(fixture in getattr(i, "fixturenames", ()) for i in later)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the desk's Airflow and the Kafka broker after the last test that uses them, not at
+    the session's end (the rest of the suite runs without an idle scheduler or broker beside
+    it)."""
+    if _last_user(item, "desk_airflow"):
         import desk_fixtures
 
         desk_fixtures.stop_airflow()
+    if _last_user(item, "broker"):
+        for running in _BROKERS:
+            running.run("stop")  # by its pid file; the fixture's own stop is then a no-op

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 import reference_model as M
 import stream_helpers as H
-from kafka_broker import Broker, kafka_broker
+from kafka_broker import Broker
 
 from streaming.source import KafkaSpec
 from tally.settings import Settings, SettingsError
@@ -67,13 +67,7 @@ def test_bad_kafka_settings_stop_before_anything_starts(case: BadSetting) -> Non
         Settings(**case.overrides)
 
 
-# -- against the broker ----------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
-        yield running
-
-
+# -- against the broker (the session's, tests/conftest.py) -------------------------------------
 class Record(NamedTuple):
     partition: int
     value: bytes | None

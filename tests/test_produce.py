@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from kafka_broker import Broker, kafka_broker
+from kafka_broker import Broker
 
 from tally.settings import kafka_client_options
 from tally_tools.produce import file_lines, input_files, line_key, line_partition
@@ -93,13 +92,7 @@ def test_kafka_client_options_from_the_environment() -> None:
     }
 
 
-# -- against a real broker -------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    with kafka_broker(tmp_path_factory.mktemp("kafka")) as running:
-        yield running
-
-
+# -- against a real broker (the session's, tests/conftest.py) ----------------------------------
 def consume_all(bootstrap: str, topic: str, expected: int) -> list[object]:
     from confluent_kafka import Consumer
 
