@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, TimestampType
 
+from streaming.lease import LEASE_DIR, LeaseRecord
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, with_first_arrival
 from tally.windows import WINDOW_KEY, with_window
@@ -221,6 +222,12 @@ def delta_versions(warehouse: str | Path) -> dict[str, int]:
     return {t.name: delta_version(warehouse, t.name) for t in T.STREAMING_TABLES}
 
 
+def lease_records(warehouse: str | Path) -> list[LeaseRecord]:
+    """The stream lease's records in a local warehouse, oldest first (streaming/lease.py)."""
+    directory = Path(warehouse) / LEASE_DIR
+    return [LeaseRecord.from_json(p.read_bytes()) for p in sorted(directory.glob("*.json"))]
+
+
 def stream_command(input_dir: str, warehouse: str, drain: bool = False) -> list[str]:
     cmd = [
         sys.executable,
@@ -251,11 +258,12 @@ def stream_command(input_dir: str, warehouse: str, drain: bool = False) -> list[
 class StreamProcess:
     """`tally stream` in its own process group, so a kill takes the JVM and workers with it."""
 
-    def __init__(self, cmd: list[str], log_path: Path):
+    def __init__(self, cmd: list[str], log_path: Path, env: dict[str, str] | None = None):
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
+            **(env or {}),
         }
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in wait/kill)

@@ -14,10 +14,15 @@ warehouse's Delta logs, and restarted each time:
 
 then one last run with `--drain` completes the stream. An uninterrupted run of the same input
 into another warehouse (running alongside) is the reference.
+
+Each restart takes the warehouse's stream lease back at once from the killed run (it proves the
+holder's pid is gone; the lease's ttl, one hour here, is never waited out), on the same
+checkpoint and query; only the last run, which stopped cleanly, released it.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -37,10 +42,12 @@ from stream_tables import (
     delta_version,
     delta_versions,
     identity_check,
+    lease_records,
     read_input,
     stream_command,
 )
 
+from streaming.lease import LEASE_DIR
 from tally_tools.generate import generate
 
 pytestmark = pytest.mark.slow
@@ -50,6 +57,8 @@ FILES = 12
 FILES_PER_BATCH = 2
 # Generous: the job is slow on a loaded machine; a stuck run still fails.
 STEP_TIMEOUT_S = 1200.0
+# Waiting out this ttl would fail the test (STEP_TIMEOUT_S): a restart must prove the holder gone.
+LEASE_TTL = "1h"
 
 
 @dataclass
@@ -60,6 +69,7 @@ class Scenario:
     lines: list[InputLine]
     manifest: dict[str, Any]
     kills: list[dict[str, Any]] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # the runs on `warehouse`, in order
 
 
 def _kill_log(point: str, warehouse: Path, killed: bool) -> dict[str, Any]:
@@ -111,8 +121,11 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     started: list[StreamProcess] = []
 
     def start(target: Path, log: str, drain: bool = False) -> StreamProcess:
-        proc = StreamProcess(stream_command(str(input_dir), str(target), drain), root / log)
+        command = stream_command(str(input_dir), str(target), drain)
+        proc = StreamProcess(command, root / log, env={"TALLY_LEASE_TTL": LEASE_TTL})
         started.append(proc)
+        if target == wh:
+            s.pids.append(proc.proc.pid)
         return proc
 
     try:
@@ -200,6 +213,19 @@ def test_faults_were_injected(scenario: Scenario) -> None:
     commits = Path(scenario.warehouse) / "_checkpoints" / "stream" / "commits"
     assert (commits / str(replayed)).exists()
     assert scenario.kills[1]["state_written_batch"] >= 1, scenario.kills
+
+
+def test_each_restart_took_the_lease_back_at_once(scenario: Scenario) -> None:
+    records = lease_records(scenario.warehouse)
+    assert [r.generation for r in records] == list(range(len(scenario.pids)))
+    assert [r.holder.pid for r in records] == scenario.pids  # five runs, five holders
+    assert len({r.holder.checkpoint for r in records}) == 1  # one checkpoint
+    assert len({r.holder.query_id for r in records}) == 1  # same checkpoint, same query
+    assert [r.released for r in records] == [False] * 4 + [True]  # SIGKILL releases nothing
+    assert {r.ttl_ms for r in records} == {3_600_000}
+    # the record is plain JSON in the warehouse: an operator can read who holds it
+    last = Path(scenario.warehouse) / LEASE_DIR / f"{len(records) - 1:012d}.json"
+    assert json.loads(last.read_text())["released"]
 
 
 TABLES = ("events", "quarantine", "late_events", "stream_aggregates", "stream_progress")
