@@ -128,7 +128,7 @@ def test_login_trigger_nightly_and_screenshot_grid(airflow: Airflow, chromium: s
                 state = run.get("state") if code == 200 and isinstance(run, dict) else None
                 return state if state in ("success", "failed") else None
 
-            state = _wait("the nightly run to finish", finished, 900, airflow, every=5)
+            state = _wait("the nightly run to finish", finished, 900, airflow, every=1)
             _, tis = _request(f"{run_url}/taskInstances", token=token)
             states = {t["task_id"]: t["state"] for t in tis["task_instances"]}
             assert state == "success", f"run {state}: {states}\n{airflow.tail()}"

@@ -90,7 +90,7 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
         assert state != "failed", tasks
         return tasks.get("sign_off") == "awaiting_input"
 
-    H.wait_for("the run's sign-off to wait for a person", waiting, 2400, airflow, every=5)
+    H.wait_for("the run's sign-off to wait for a person", waiting, 2400, airflow, every=1)
 
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -155,7 +155,7 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
                 state, _ = states(airflow, token, run_id)
                 return state if state in ("success", "failed") else None
 
-            assert H.wait_for("the run", run_done, 1200, airflow, every=5) == "success"
+            assert H.wait_for("the run", run_done, 1200, airflow, every=1) == "success"
 
             page.goto(f"{airflow.base}/plugin/reconciliation")
             reviewed_row = page.frame_locator("iframe[title=Reconciliation]").locator(
