@@ -47,7 +47,7 @@ from stream_tables import (
     stream_command,
 )
 
-from streaming.lease import LEASE_DIR
+from streaming.lease import KEEP_GENERATIONS, LEASE_DIR
 from tally_tools.generate import generate
 
 pytestmark = pytest.mark.slow
@@ -216,15 +216,21 @@ def test_faults_were_injected(scenario: Scenario) -> None:
 
 
 def test_each_restart_took_the_lease_back_at_once(scenario: Scenario) -> None:
+    """Five runs on one warehouse, five generations of its lease (a run that found it taken
+    would have exited 2 before writing: its kill point never reached, or its drain failed);
+    a new holder deletes all but the newest KEEP_GENERATIONS records."""
     records = lease_records(scenario.warehouse)
-    assert [r.generation for r in records] == list(range(len(scenario.pids)))
-    assert [r.holder.pid for r in records] == scenario.pids  # five runs, five holders
+    generations = list(range(len(scenario.pids)))
+    assert len(scenario.pids) == 5 and len(records) == KEEP_GENERATIONS
+    assert [r.generation for r in records] == generations[-KEEP_GENERATIONS:]
+    assert [r.holder.pid for r in records] == scenario.pids[-KEEP_GENERATIONS:]
     assert len({r.holder.checkpoint for r in records}) == 1  # one checkpoint
     assert len({r.holder.query_id for r in records}) == 1  # same checkpoint, same query
-    assert [r.released for r in records] == [False] * 4 + [True]  # SIGKILL releases nothing
+    # SIGKILL releases nothing; the last run stopped cleanly
+    assert [r.released for r in records] == [False] * (KEEP_GENERATIONS - 1) + [True]
     assert {r.ttl_ms for r in records} == {3_600_000}
     # the record is plain JSON in the warehouse: an operator can read who holds it
-    last = Path(scenario.warehouse) / LEASE_DIR / f"{len(records) - 1:012d}.json"
+    last = Path(scenario.warehouse) / LEASE_DIR / f"{records[-1].generation:012d}.json"
     assert json.loads(last.read_text())["released"]
 
 
