@@ -28,7 +28,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, IntegralType, StringType, TimestampType
 
-from expectations.report_data import ReportError, ReportOptions, collect_report_data
+from expectations.report_data import (
+    ReportError,
+    ReportInputs,
+    ReportOptions,
+    collect_report_data,
+)
 from expectations.report_html import render_html
 from tally.outputs import CSV_FORMULA_STARTS
 
@@ -99,19 +104,22 @@ def build_report(
     out_dir: str | Path,
     now: datetime,
     options: ReportOptions | None = None,
+    inputs: ReportInputs | None = None,
 ) -> Path:
     """Write `report-YYYY-MM-DD.html` and `reconciliation-YYYY-MM-DD.csv` into `out_dir`;
-    returns the HTML path. See the module docstring for what they hold."""
+    returns the HTML path. See the module docstring for what they hold. `inputs`: what the
+    caller already holds of the date (`ReportInputs`), taken instead of reading it back."""
     if now.tzinfo is None:
         raise ReportError("now: needs a time zone")
-    data, rows = collect_report_data(spark, warehouse, business_date, now, options)
+    data, rows = collect_report_data(spark, warehouse, business_date, now, options, inputs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / f"reconciliation-{business_date.isoformat()}.csv"
     try:
         write_csv(rows, csv_path)
     finally:
-        rows.unpersist()
+        if inputs is None:  # the caller's own rows stay persisted
+            rows.unpersist()
     html_path = out / f"report-{business_date.isoformat()}.html"
     tmp = html_path.with_suffix(".html.tmp")
     tmp.write_text(render_html(data, csv_path.name), encoding="utf-8")
