@@ -535,7 +535,9 @@ def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -
 # -- source partitions, validation, provenance ---------------------------------------------------
 
 
-def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[dict[str, Any]]:
+def _partition_rates(
+    spark: SparkSession, events_all: DataFrame | None, bounds: DayBounds
+) -> list[dict[str, Any]]:
     """Events and late events per source partition, duplicates left out: rows marked
     `duplicate`, and `late` rows that repeat an event_id which arrived earlier (beyond the
     stream's dedup horizon; `tally.arrivals`), as the reconciliation leaves them out."""
@@ -548,24 +550,29 @@ def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[di
         & in_day(bounds, "event_time")
         & (F.col("arrival_status") != DUPLICATE)
     )
-    repeats = (
-        with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
-        .where(~F.col(FIRST_ARRIVAL))
-        .groupBy("partition")
-        .agg(F.count(F.lit(1)).alias("repeats"))
-    )
-    partitions = []
-    for r in (
-        events.groupBy("partition")
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count_if(F.col("arrival_status") == LATE).alias("late"),
+    with without_adaptive_execution(spark):  # an aggregate to a row per partition: one job
+        counts = (
+            events.groupBy("partition")
+            .agg(
+                F.count(F.lit(1)).alias("events"),
+                F.count_if(F.col("arrival_status") == LATE).alias("late"),
+            )
+            .collect()
         )
-        .join(repeats, "partition", "left")
-        .orderBy("partition")
-        .collect()
-    ):
-        repeated = int(r["repeats"] or 0)
+    repeats: dict[Any, int] = {}
+    if any(r["late"] for r in counts):  # a repeat is a late row: none without late rows
+        repeats = {
+            r["partition"]: int(r["repeats"])
+            for r in with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
+            .where(~F.col(FIRST_ARRIVAL))
+            .groupBy("partition")
+            .agg(F.count(F.lit(1)).alias("repeats"))
+            .collect()
+        }
+    partitions = []
+    for r in sorted(counts, key=lambda r: (r["partition"] is not None, r["partition"])):
+        # matched as a join on the partition matches: a null partition matches none
+        repeated = 0 if r["partition"] is None else repeats.get(r["partition"], 0)
         total, late_n = int(r["events"]) - repeated, int(r["late"]) - repeated
         if total == 0:  # only repeats: nothing of the day arrived on it
             continue
@@ -783,7 +790,7 @@ def _assemble(
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
         worst_keys=worst,
-        partitions=_partition_rates(events_all, rec.bounds),
+        partitions=_partition_rates(spark, events_all, rec.bounds),
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),

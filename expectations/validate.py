@@ -1,14 +1,16 @@
 """Validate a business date with Great Expectations; results to Delta and to GX Data Docs.
 
     validate_date(spark, warehouse, business_date, thresholds=None, *, now,
-                  report_timezone="UTC", gx_root, suites=SUITES) -> ValidationOutcome
+                  report_timezone="UTC", gx_root, suites=SUITES, sources=None)
+        -> ValidationOutcome
     validate_frame(spark, warehouse, business_date, suite, frame, thresholds=None, *, now, ...)
     run_suite(business_date, suite, frame, thresholds=None, *, now, ...) -> rows (not written)
 
 For each suite (`expectations.suites`): the source Delta table is read at its latest version
-(recorded as `source_version`), the date's rows are selected and prepared in Spark, and the
-suite is run against the DataFrame through the file-backed GX project in `<gx_root>/gx` (the
-setting's `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
+(recorded as `source_version`; or taken as the caller holds it, `validate_date`'s `sources`),
+the date's rows are selected and prepared in Spark, and the suite is run against the
+DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
+`gx_location`, by default beside the warehouse): Spark datasource `tally` ->
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
 Checkpoint with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation

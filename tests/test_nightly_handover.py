@@ -17,6 +17,9 @@ from expectations.report_data import ReportInputs, ReportOptions, collect_report
 from expectations.suites import Thresholds
 from expectations.validate import as_read, read_results, validate_date
 from tally import tables as T
+from tally.arrivals import LINE_IDENTITY
+from tally.dates import business_day_bounds
+from tally.vocabulary import ARRIVAL_ORDER
 
 
 def _of_day(spark: Any, warehouse: str, name: str) -> list[dict[str, Any]]:
@@ -28,8 +31,49 @@ def _by_key(rows: list[Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {(r["window_start"], r["key"]): r.asDict() for r in rows}
 
 
+def _repeats(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two late repeats of the match window's `m2` beyond the stream's dedup horizon, in
+    `events` only: one on its partition 0, one alone on partition 3 (a partition holding
+    nothing but a repeat is left out of the report's rates)."""
+    (m2,) = [e for e in events if e["event_id"] == "m2" and e["arrival_status"] != "duplicate"]
+    later = m2["ingest_time"] + 10 * 86_400_000
+    return [
+        {**m2, "arrival_status": "late", "ingest_time": later, "batch_id": 90 + p, "partition": p}
+        for p in (0, 3)
+    ]
+
+
+def _partition_rates(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report's rates per partition, in Python: the day's events (by event time) less
+    duplicates, less late rows that are not the first arrival of their event_id."""
+    lo, hi = business_day_bounds(DAY, "UTC")
+
+    def line(e: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(e[c] for c in LINE_IDENTITY)
+
+    first: dict[str, tuple[Any, ...]] = {}
+    for e in sorted(events, key=lambda e: tuple(e[c] for c in ARRIVAL_ORDER)):
+        first.setdefault(e["event_id"], line(e))
+    counts: dict[int, list[int]] = {}
+    for e in events:
+        if not lo <= e["event_time"] < hi or e["arrival_status"] == "duplicate":
+            continue
+        late = e["arrival_status"] == "late"
+        if late and first[e["event_id"]] != line(e):  # a repeat: not counted
+            continue
+        n = counts.setdefault(e["partition"], [0, 0])
+        n[0] += 1
+        n[1] += late
+    return [
+        {"partition": p, "events": n, "late": late, "rate": late / n}
+        for p, (n, late) in sorted(counts.items())
+        if n
+    ]
+
+
 def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path) -> None:
     events, stream, late_rows = scenario()
+    events += _repeats(events)
     write_inputs(spark, warehouse, W, events, stream, late_rows)
     result = reconcile(
         spark, warehouse, DAY, W, now=NOW, settings={"window": "7m"}, keep_frames=True
@@ -84,7 +128,9 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
         assert rows is frames.reconciliation and rows.is_cached  # still the caller's
         assert from_inputs == from_tables
         assert from_inputs.headline["explained_count"] > 0 and from_inputs.lateness_hist
-        assert from_inputs.partitions and from_inputs.validation == stored
+        assert from_inputs.partitions == _partition_rates(events)
+        assert [p["partition"] for p in from_inputs.partitions] == [0]  # 3: a repeat only
+        assert from_inputs.validation == stored
     finally:
         frames.release()
     assert not frames.reconciliation.is_cached
