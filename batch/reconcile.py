@@ -51,6 +51,7 @@ Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -361,6 +362,25 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
 
 
 @dataclass(frozen=True)
+class ReconcileFrames:
+    """What a run read and wrote, for the later stages of the same process (`reconcile`'s
+    `keep_frames`): the pinned reads, the date's `reconciliation` rows as written (persisted
+    until `release`) and its `reconciliation_runs` row. Validation and the report take them
+    instead of reading the tables back (a Delta file listing, and a snapshot of each version
+    just written, per read)."""
+
+    events: DataFrame
+    stream_aggregates: DataFrame
+    late_events: DataFrame
+    stream_progress: DataFrame | None
+    reconciliation: DataFrame
+    run: dict[str, Any]
+
+    def release(self) -> None:
+        self.reconciliation.unpersist()
+
+
+@dataclass(frozen=True)
 class ReconcileResult:
     business_date: date
     events_version: int
@@ -376,6 +396,8 @@ class ReconcileResult:
     session_gap_ms: int = 0  # session windows with this gap (0: fixed windows)
     # the stream_progress version whose bounds in force it recorded (None: no such table)
     stream_progress_version: int | None = None
+    # what it read and wrote, when asked to keep it (`keep_frames`); the caller releases it
+    frames: ReconcileFrames | None = field(default=None, compare=False, repr=False)
 
     @property
     def windowing(self) -> str:
@@ -653,6 +675,9 @@ class _Run:
     late_events: DataFrame
     # Frames persisted for the run (`keep`); `reconcile` unpersists them at its end.
     kept: list[DataFrame] = field(default_factory=list)
+    # `keep_frames`: what `_run` wrote, for `ReconcileFrames` ("reconciliation" rows, "run" row)
+    hand_over: bool = False
+    written: dict[str, Any] = field(default_factory=dict)
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -744,6 +769,7 @@ def reconcile(
     settings: Mapping[str, Any] | None = None,
     window_slide_ms: int | None = None,
     session_gap_ms: int = 0,
+    keep_frames: bool = False,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -754,7 +780,8 @@ def reconcile(
     is recorded with it. Re-running with the recorded versions reproduces the same rows.
     `window_slide_ms`: hopping windows of `window_ms` sliding by it (None: tumbling).
     `session_gap_ms`: session windows with this gap instead (0: fixed windows; `window_ms`
-    is then only recorded).
+    is then only recorded). `keep_frames`: the result's `frames` hold what the run read and
+    wrote (`ReconcileFrames`; the caller releases them).
     """
     slide_ms = window_slide_ms if window_slide_ms != window_ms else None
     windowing = (window_ms, slide_ms, session_gap_ms)
@@ -777,12 +804,31 @@ def reconcile(
         T.read_table(spark, warehouse, T.EVENTS.name, ev),
         T.read_table(spark, warehouse, "stream_aggregates", sv),
         T.read_table(spark, warehouse, "late_events", lv),
+        hand_over=keep_frames,
     )
 
     try:
-        return _run(run, (ev, sv, lv), pv, windowing, now, settings)
+        result = _run(run, (ev, sv, lv), pv, windowing, now, settings)
+        return dataclasses.replace(result, frames=_handed_over(run)) if keep_frames else result
     finally:
         run.release()
+
+
+def _handed_over(run: _Run) -> ReconcileFrames:
+    """The run's `ReconcileFrames`: its reconciliation rows leave `run.kept` (still persisted)
+    and become the caller's to release."""
+    recon = run.written["reconciliation"]
+    if not recon.is_cached:
+        recon.persist()
+    run.kept[:] = [df for df in run.kept if df is not recon]
+    return ReconcileFrames(
+        run.events,
+        run.stream_aggregates,
+        run.late_events,
+        run.written["stream_progress"],
+        recon,
+        run.written["run"],
+    )
 
 
 def _run(
@@ -816,6 +862,7 @@ def _run(
         )
     # The summary of the rows just written (kept: not read back from the table), itself kept
     # for its row and the provenance.
+    run.written["reconciliation"] = recon
     summary_df = run.keep(summarize(recon, business_date))
     _replace_date(summary_df, warehouse, T.RECONCILIATION_SUMMARY, business_date)
     row = summary_df.first()
@@ -829,7 +876,13 @@ def _run(
     provenance = _with_bounds(provenance, progress, run).select(
         "*", F.lit(pv).cast("long").alias("stream_progress_version")
     )
+    if run.hand_over:  # the row as the table holds it, kept while written, for the caller
+        provenance = run.keep(T.conform(provenance, T.RECONCILIATION_RUNS))
     _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
+    if run.hand_over:
+        written = provenance.first()
+        assert written is not None
+        run.written.update(run=written.asDict(), stream_progress=progress)
     ev, sv, lv = versions
     return ReconcileResult(
         business_date,

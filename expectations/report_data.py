@@ -134,9 +134,25 @@ class ReportData:
 
 
 @dataclass(frozen=True)
+class ReportInputs:
+    """What a process that has just reconciled and validated the date holds (`tally
+    reconcile`): the report takes it instead of reading the tables back. The same rows: the
+    caller hands over what it wrote and read."""
+
+    reconciliation: DataFrame  # the date's rows as written, persisted (the caller releases)
+    reconciliation_version: int  # the table's version holding them
+    run: dict[str, Any]  # the date's reconciliation_runs row
+    summary: dict[str, Any]  # the date's reconciliation_summary row
+    events: DataFrame | None  # the event log at the version the run pinned
+    late_events: DataFrame | None  # late_events at the version the run pinned
+    validation: list[dict[str, Any]]  # the date's validation_results rows (`read_results`)
+
+
+@dataclass(frozen=True)
 class _Reconciliation:
     """The date's reconciliation as recorded: the table version read, its run and summary
-    rows (None when not written), the settings the run recorded, the zone and day bounds."""
+    rows (None when not written), the settings the run recorded, the zone and day bounds;
+    `inputs`: what the caller handed over instead (None: the tables are read)."""
 
     version: int
     run: dict[str, Any] | None
@@ -144,6 +160,7 @@ class _Reconciliation:
     settings: dict[str, Any]
     zone: str
     bounds: DayBounds
+    inputs: ReportInputs | None = None
 
 
 # -- reading the tables --------------------------------------------------------------------------
@@ -214,8 +231,21 @@ def recorded_bound(settings: dict[str, Any]) -> int | None:
 
 
 def _read_reconciliation(
-    spark: SparkSession, warehouse: str, business_date: date, report_timezone: str | None
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    report_timezone: str | None,
+    inputs: ReportInputs | None = None,
 ) -> _Reconciliation:
+    if inputs is not None:
+        return _recorded(
+            inputs.reconciliation_version,
+            inputs.run,
+            inputs.summary,
+            business_date,
+            report_timezone,
+            inputs,
+        )
     if not _exists(spark, warehouse, "reconciliation"):
         raise ReportError(
             f"reconciliation: no Delta table at {T.table_path(warehouse, 'reconciliation')} "
@@ -224,15 +254,26 @@ def _read_reconciliation(
     version = T.latest_version(spark, warehouse, "reconciliation")
     run = _first_of_date(spark, warehouse, "reconciliation_runs", business_date)
     summary = _first_of_date(spark, warehouse, "reconciliation_summary", business_date)
+    return _recorded(version, run, summary, business_date, report_timezone)
+
+
+def _recorded(
+    version: int,
+    run: dict[str, Any] | None,
+    summary: dict[str, Any] | None,
+    business_date: date,
+    report_timezone: str | None,
+    inputs: ReportInputs | None = None,
+) -> _Reconciliation:
+    """The `_Reconciliation` of these rows; the zone: the caller's, else the run's."""
     settings = recorded_settings(run)
     zone = (
         report_timezone
         or (run or {}).get("report_timezone")
         or settings.get("report_timezone", "UTC")
     )
-    return _Reconciliation(
-        version, run, summary, settings, zone, business_day_bounds(business_date, zone)
-    )
+    bounds = business_day_bounds(business_date, zone)
+    return _Reconciliation(version, run, summary, settings, zone, bounds, inputs)
 
 
 def _pinned(
@@ -247,6 +288,8 @@ def _pinned(
 
 def _events_of(spark: SparkSession, warehouse: str, rec: _Reconciliation) -> DataFrame | None:
     """The event log at the version the reconciliation pinned."""
+    if rec.inputs is not None:
+        return rec.inputs.events
     return _pinned(spark, warehouse, rec.run, "events", "events_version")
 
 
@@ -288,7 +331,11 @@ def _late_in_day(
     once (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they
     are not late events here either. Without an event log, every row. Session windows: the
     late rows in the date's sessions (`_late_of_sessions`)."""
-    late_all = _pinned(spark, warehouse, rec.run, "late_events", "late_events_version")
+    late_all = (
+        rec.inputs.late_events
+        if rec.inputs is not None
+        else _pinned(spark, warehouse, rec.run, "late_events", "late_events_version")
+    )
     if late_all is None:
         return None
     if _is_sessions(rec):
@@ -488,7 +535,9 @@ def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -
 # -- source partitions, validation, provenance ---------------------------------------------------
 
 
-def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[dict[str, Any]]:
+def _partition_rates(
+    spark: SparkSession, events_all: DataFrame | None, bounds: DayBounds
+) -> list[dict[str, Any]]:
     """Events and late events per source partition, duplicates left out: rows marked
     `duplicate`, and `late` rows that repeat an event_id which arrived earlier (beyond the
     stream's dedup horizon; `tally.arrivals`), as the reconciliation leaves them out."""
@@ -501,24 +550,29 @@ def _partition_rates(events_all: DataFrame | None, bounds: DayBounds) -> list[di
         & in_day(bounds, "event_time")
         & (F.col("arrival_status") != DUPLICATE)
     )
-    repeats = (
-        with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
-        .where(~F.col(FIRST_ARRIVAL))
-        .groupBy("partition")
-        .agg(F.count(F.lit(1)).alias("repeats"))
-    )
-    partitions = []
-    for r in (
-        events.groupBy("partition")
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count_if(F.col("arrival_status") == LATE).alias("late"),
+    with without_adaptive_execution(spark):  # an aggregate to a row per partition: one job
+        counts = (
+            events.groupBy("partition")
+            .agg(
+                F.count(F.lit(1)).alias("events"),
+                F.count_if(F.col("arrival_status") == LATE).alias("late"),
+            )
+            .collect()
         )
-        .join(repeats, "partition", "left")
-        .orderBy("partition")
-        .collect()
-    ):
-        repeated = int(r["repeats"] or 0)
+    repeats: dict[Any, int] = {}
+    if any(r["late"] for r in counts):  # a repeat is a late row: none without late rows
+        repeats = {
+            r["partition"]: int(r["repeats"])
+            for r in with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
+            .where(~F.col(FIRST_ARRIVAL))
+            .groupBy("partition")
+            .agg(F.count(F.lit(1)).alias("repeats"))
+            .collect()
+        }
+    partitions = []
+    for r in sorted(counts, key=lambda r: (r["partition"] is not None, r["partition"])):
+        # matched as a join on the partition matches: a null partition matches none
+        repeated = 0 if r["partition"] is None else repeats.get(r["partition"], 0)
         total, late_n = int(r["events"]) - repeated, int(r["late"]) - repeated
         if total == 0:  # only repeats: nothing of the day arrived on it
             continue
@@ -650,12 +704,18 @@ def collect_report_data(
     business_date: date,
     now: datetime,
     options: ReportOptions | None = None,
+    inputs: ReportInputs | None = None,
 ) -> tuple[ReportData, DataFrame]:
-    """Read the date's tables and reduce them to what the report shows; also returns the
-    reconciliation rows of the date (for the CSV), persisted: the caller unpersists them."""
+    """Read the date's tables (or take the caller's `inputs`) and reduce them to what the
+    report shows; also returns the reconciliation rows of the date (for the CSV), persisted:
+    the caller unpersists them (unless they are the `inputs`')."""
     options = options or ReportOptions()
     with without_adaptive_execution(spark):  # small tables: AQE would only add jobs
-        rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone)
+        rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone, inputs)
+    if inputs is not None:
+        return _report_data(
+            spark, warehouse, business_date, now, options, rec, inputs.reconciliation
+        ), inputs.reconciliation
     # Read once for the figures, the late rows of sessions and the CSV.
     recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version).persist()
     try:
@@ -700,7 +760,11 @@ def _assemble(
     business_date, now = when
     with without_adaptive_execution(spark):  # the date's rows, cached, and validation_results
         headline, per_window, worst = _reconciliation_figures(recon, rec.summary, business_date)
-        validation = read_results(spark, warehouse, business_date)
+        validation = (
+            rec.inputs.validation
+            if rec.inputs is not None
+            else read_results(spark, warehouse, business_date)
+        )
     events_all = _events_of(spark, warehouse, rec)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
@@ -726,7 +790,7 @@ def _assemble(
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
         worst_keys=worst,
-        partitions=_partition_rates(events_all, rec.bounds),
+        partitions=_partition_rates(spark, events_all, rec.bounds),
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),

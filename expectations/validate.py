@@ -1,14 +1,16 @@
 """Validate a business date with Great Expectations; results to Delta and to GX Data Docs.
 
     validate_date(spark, warehouse, business_date, thresholds=None, *, now,
-                  report_timezone="UTC", gx_root, suites=SUITES) -> ValidationOutcome
+                  report_timezone="UTC", gx_root, suites=SUITES, sources=None)
+        -> ValidationOutcome
     validate_frame(spark, warehouse, business_date, suite, frame, thresholds=None, *, now, ...)
     run_suite(business_date, suite, frame, thresholds=None, *, now, ...) -> rows (not written)
 
 For each suite (`expectations.suites`): the source Delta table is read at its latest version
-(recorded as `source_version`), the date's rows are selected and prepared in Spark, and the
-suite is run against the DataFrame through the file-backed GX project in `<gx_root>/gx` (the
-setting's `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
+(recorded as `source_version`; or taken as the caller holds it, `validate_date`'s `sources`),
+the date's rows are selected and prepared in Spark, and the suite is run against the
+DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
+`gx_location`, by default beside the warehouse): Spark datasource `tally` ->
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
 Checkpoint with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
@@ -28,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -383,6 +385,18 @@ def read_results(spark: SparkSession, warehouse: str, business_date: date) -> li
     return [r.asDict() for r in rows]
 
 
+def as_read(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows just written to validation_results (`write_results`), as `read_results` returns
+    them: ordered by suite and check_name, each value through its column's type (a timestamp
+    comes back naive in UTC, as Spark returns it)."""
+    fields = T.VALIDATION_RESULTS.schema().fields
+    read = [
+        {f.name: f.dataType.fromInternal(f.dataType.toInternal(row.get(f.name))) for f in fields}
+        for row in rows
+    ]
+    return sorted(read, key=lambda r: (r["suite"], r["check_name"]))
+
+
 def _one_line(row: dict[str, Any]) -> str:
     description = row.get("description") or row["expectation"]
     return f"{row['suite']}/{row['check_name']}: {description} Observed: {row['observed_value']}"
@@ -464,6 +478,7 @@ def validate_date(
     report_timezone: str = "UTC",
     gx_root: str | os.PathLike[str],
     suites: Sequence[str] = SUITES,
+    sources: Mapping[str, tuple[DataFrame, int]] | None = None,
 ) -> ValidationOutcome:
     """Validate `business_date` with every suite in `suites` (all by default).
 
@@ -471,9 +486,10 @@ def validate_date(
     the entry point). A suite whose source table is missing records one failed
     `table_exists` row. The rows of every suite that ran are written in one Delta commit,
     also when a later suite raised (then the error propagates after the write).
+    `sources`: source table name -> (its rows at its latest version, that version), which a
+    caller already holds (`tally reconcile`: what the reconciliation read and wrote), used
+    instead of reading the table again; the frame may hold only the date's rows.
     """
-    from delta.tables import DeltaTable
-
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         raise ValidationError(f"suite: unknown suite(s) {', '.join(unknown)}")
@@ -484,12 +500,11 @@ def validate_date(
     try:
         for suite_name in suites:
             table = SOURCE_TABLE[suite_name]
-            if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table)):
+            source = _source(spark, warehouse, table, sources or {})
+            if source is None:
                 rows = [missing_table_row(business_date, suite_name, table, warehouse, now)]
             else:
-                version = T.latest_version(spark, warehouse, table)
-                source = T.read_table(spark, warehouse, table, version)
-                frame = select_for_date(suite_name, source, business_date, report_timezone)
+                frame = select_for_date(suite_name, source[0], business_date, report_timezone)
                 rows = run_suite(
                     business_date,
                     suite_name,
@@ -497,13 +512,31 @@ def validate_date(
                     thresholds,
                     now=now,
                     gx_root=gx_root,
-                    source_version=version,
+                    source_version=source[1],
                 )
             all_rows.extend(rows)
             done.append(suite_name)
     finally:
         write_results(spark, warehouse, business_date, done, all_rows)
     return outcome_of(all_rows, gx_root)
+
+
+def _source(
+    spark: SparkSession,
+    warehouse: str,
+    table: str,
+    given: Mapping[str, tuple[DataFrame, int]],
+) -> tuple[DataFrame, int] | None:
+    """The table's rows at its latest version and that version (the caller's if `given`);
+    None when there is no such table."""
+    from delta.tables import DeltaTable
+
+    if table in given:
+        return given[table]
+    if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table)):
+        return None
+    version = T.latest_version(spark, warehouse, table)
+    return T.read_table(spark, warehouse, table, version), version
 
 
 def outcome_of(rows: list[dict[str, Any]], gx_root: str | os.PathLike[str]) -> ValidationOutcome:

@@ -11,16 +11,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from batch.reconcile import ReconcileResult, reconcile, stream_window_ms
+from batch.reconcile import ReconcileFrames, ReconcileResult, reconcile, stream_window_ms
 from expectations.report import build_report
-from expectations.report_data import ReportOptions
+from expectations.report_data import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
-from expectations.validate import ValidationOutcome, validate_date
+from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
 from tally.dates import business_day_end, epoch_ms, iso_ms
 from tally.settings import Settings
@@ -127,9 +128,10 @@ def with_stream_window(
 
 
 def reaggregate(
-    settings: Settings, business_date: date, now: datetime, spark: Any
+    settings: Settings, business_date: date, now: datetime, spark: Any, keep_frames: bool = False
 ) -> ReconcileResult:
-    """Re-aggregate the date from the pinned event log, diff it against the stream."""
+    """Re-aggregate the date from the pinned event log, diff it against the stream
+    (`keep_frames`: the result holds what it read and wrote, for the later stages)."""
     return reconcile(
         spark,
         settings.warehouse,
@@ -140,6 +142,7 @@ def reaggregate(
         settings=settings.describe(),
         window_slide_ms=settings.window_slide or None,
         session_gap_ms=settings.session_gap,
+        keep_frames=keep_frames,
     )
 
 
@@ -164,10 +167,15 @@ def stage_reaggregate(
 
 
 def stage_validate(
-    settings: Settings, business_date: date, now: datetime, spark: Any = None
+    settings: Settings,
+    business_date: date,
+    now: datetime,
+    spark: Any = None,
+    sources: Mapping[str, tuple[Any, int]] | None = None,
 ) -> ValidationOutcome:
-    """Great Expectations on the date's tables; returns the ValidationOutcome (the caller
-    decides what a failure does)."""
+    """Great Expectations on the date's tables (`sources`: the ones this process already
+    holds, `validate_date`); returns the ValidationOutcome (the caller decides what a failure
+    does)."""
     spark = spark or session_for(settings, "tally-nightly", short_lived=True)
     return validate_date(
         spark,
@@ -177,6 +185,7 @@ def stage_validate(
         now=now,
         report_timezone=settings.report_timezone,
         gx_root=settings.gx_location,
+        sources=sources,
     )
 
 
@@ -210,9 +219,10 @@ def stage_report(
     now: datetime,
     spark: Any = None,
     out_dir: Path | None = None,
+    inputs: ReportInputs | None = None,
 ) -> Path:
     """The date's HTML report (and CSV) in `out_dir` (default the report location); the HTML
-    path."""
+    path. `inputs`: what this process already holds of the date (`ReportInputs`)."""
     spark = spark or session_for(settings, "tally-nightly", short_lived=True)
     options = ReportOptions(
         current_bound_ms=settings.fixed_lateness,
@@ -222,7 +232,7 @@ def stage_report(
         **_tuning_curve(spark, settings, business_date),
     )
     out = out_dir or Path(settings.report_location)
-    return build_report(spark, settings.warehouse, business_date, out, now, options)
+    return build_report(spark, settings.warehouse, business_date, out, now, options, inputs)
 
 
 def stage_publish(
@@ -307,9 +317,47 @@ def run_nightly(
     one process. Every stage runs even when an earlier one found a problem, so nothing of a
     failed date is lost; the caller decides the exit code from `failure`."""
     preloading = _preload_later_stages()
-    reconciliation = reaggregate(settings, business_date, now, spark)
-    preloading.join()  # no import of the same modules from two threads at once
-    validation = stage_validate(settings, business_date, now, spark)
-    report = stage_report(settings, business_date, now, spark, out_dir=report_to)
+    reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
+    frames = reconciliation.frames
+    assert frames is not None
+    try:
+        preloading.join()  # no import of the same modules from two threads at once
+        sources = _held_sources(spark, settings.warehouse, reconciliation, frames)
+        validation = stage_validate(settings, business_date, now, spark, sources)
+        inputs = ReportInputs(
+            reconciliation=frames.reconciliation,
+            reconciliation_version=sources[T.RECONCILIATION.name][1],
+            run=frames.run,
+            summary=reconciliation.summary,
+            events=frames.events,
+            late_events=frames.late_events,
+            validation=as_read(validation.results_rows),
+        )
+        report = stage_report(settings, business_date, now, spark, report_to, inputs)
+    finally:
+        frames.release()
     stage_publish(settings, business_date, now, report_to=report_to)
     return NightlyOutcome(reconciliation, validation, report)
+
+
+def _held_sources(
+    spark: Any, warehouse: str, result: ReconcileResult, frames: ReconcileFrames
+) -> dict[str, tuple[Any, int]]:
+    """The tables validation reads that the reconciliation just read or wrote, as it holds
+    them (`validate_date`'s `sources`): the date's reconciliation rows (the table's version
+    right after the write), and each pinned input still at its latest version (a stream
+    that appended since: validation reads the table, as it would in a process of its own)."""
+    pinned: dict[str, tuple[Any, int | None]] = {
+        T.EVENTS.name: (frames.events, result.events_version),
+        T.STREAM_AGGREGATES.name: (frames.stream_aggregates, result.stream_aggregates_version),
+        T.STREAM_PROGRESS.name: (frames.stream_progress, result.stream_progress_version),
+    }
+    held = {
+        name: (frame, version)
+        for name, (frame, version) in pinned.items()
+        if frame is not None
+        and version is not None
+        and T.latest_version(spark, warehouse, name) == version
+    }
+    recon = T.RECONCILIATION.name
+    return {**held, recon: (frames.reconciliation, T.latest_version(spark, warehouse, recon))}

@@ -447,3 +447,34 @@ def test_report_command_writes_where_the_nightly_does(report, tmp_path, tally_cl
         "reconciliation-2026-11-20.csv",
         "report-2026-11-20.html",
     ]
+
+
+def test_csv_blocks_keep_the_window_key_order(spark, tmp_path) -> None:
+    """`write_csv` joins the lines of blocks of window starts in the JVM: the file is the rows
+    in (window_start, key) order, line for line what formatting each row in that order gives,
+    across blocks (windows from 23:40 back to 00:00, keys out of order)."""
+    from pyspark.sql import functions as F
+    from test_expectations import frame
+
+    from expectations.report import RECONCILIATION_COLUMNS, _csv_cell, write_csv
+    from tally import tables as T
+
+    starts = ["23:40", "00:00", "10:09", "10:10", "10:05", "00:01", "12:00"]
+    rows = [recon(s, key, batch=(i, 100 * i)) for i, s in enumerate(starts) for key in ("b", "a")]
+    df = frame(spark, T.RECONCILIATION, rows)
+    path = tmp_path / "rows.csv"
+    assert write_csv(df, path) == len(rows)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    cells = [_csv_cell(c, types[c]) for c in RECONCILIATION_COLUMNS]
+    expected = [
+        r[0] for r in df.orderBy("window_start", "key").select(F.concat_ws(",", *cells)).collect()
+    ]
+    header = ",".join(f'"{c}"' for c in RECONCILIATION_COLUMNS)
+    assert path.read_bytes() == "".join(f"{x}\r\n" for x in [header, *expected]).encode()
+    read = list(csv.DictReader(path.open(newline="")))
+    assert [(r["window_start"][11:16], r["key"]) for r in read][:4] == [
+        ("00:00", "a"),
+        ("00:00", "b"),
+        ("00:01", "a"),
+        ("00:01", "b"),
+    ]
