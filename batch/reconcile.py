@@ -57,6 +57,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import reduce
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -113,6 +114,27 @@ class ReconcileError(RuntimeError):
 # -- pure DataFrame logic --------------------------------------------------------------------
 
 
+ID_HASH = "_id_hash"
+
+
+def id_hash() -> Column:
+    """A 64-bit hash of `event_id`: ids are counted by it (8 bytes a row on the shuffle
+    instead of the id). Distinct ids that share a hash only take the exact path together."""
+    return F.xxhash64("event_id")
+
+
+def repeated_ids(events: DataFrame) -> DataFrame:
+    """`ID_HASH` of every event_id with more than one copy in the log (and of distinct ids
+    that share a hash): one column, one row per hash, small (duplicates are few)."""
+    return (
+        events.select(id_hash().alias(ID_HASH))
+        .groupBy(ID_HASH)
+        .count()
+        .where(F.col("count") > 1)
+        .select(ID_HASH)
+    )
+
+
 def day_events(
     events: DataFrame,
     business_date: date,
@@ -120,27 +142,32 @@ def day_events(
     report_timezone: str = "UTC",
     order: Sequence[str] = ARRIVAL_ORDER,
     slide_ms: int | None = None,
+    repeated: DataFrame | None = None,
 ) -> DataFrame:
     """Deduplicated events (first arrival wins) whose window belongs to the business date,
     with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
-    per event when they hop (`slide_ms`; None: tumbling).
+    per event when they hop (`slide_ms`; None: tumbling). `repeated`: `repeated_ids(events)`
+    if the caller has it.
 
-    Equivalent to deduplicating the whole log and then filtering, but only the ids that have
-    a copy in the date's partitions go through the window function: an id's first copy can
-    only belong to the day if one of its copies is in the day's partitions.
+    Equivalent to deduplicating the whole log and then filtering, without moving the wide
+    rows: an id with one copy is its own first arrival, so only the copies of the repeated
+    ids (a broadcast set of hashes, a few per cent of the log) are ranked by the window
+    function; the single copies stream through from the date's partitions (a single copy
+    can only belong to the day if it is in them).
     """
     bounds = business_day_bounds(business_date, report_timezone)
     first, last = utc_dates_touching(bounds, window_ms)
-    needed = ["event_id", "key", "amount", "event_time", *order]
-    candidates = (
+    needed = list(dict.fromkeys(["event_id", "key", "amount", "event_time", *order]))
+    hashes = F.broadcast(repeated_ids(events) if repeated is None else repeated)
+    singles = (
         events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
-        .transform(lambda df: with_windows(df, window_ms, slide_ms))
-        .where(window_in_day(bounds))
-        .select("event_id")
+        .select(*needed, id_hash().alias(ID_HASH))
+        .join(hashes, ID_HASH, "left_anti")
+        .drop(ID_HASH)
     )
-    copies = events.select(*needed).join(candidates, "event_id", "left_semi")
+    copies = events.select(*needed, id_hash().alias(ID_HASH)).join(hashes, ID_HASH, "left_semi")
     return (
-        first_arrivals(copies, order)
+        singles.unionByName(first_arrivals(copies.drop(ID_HASH), order))
         .transform(lambda df: with_windows(df, window_ms, slide_ms))
         .where(window_in_day(bounds))
     )
@@ -198,8 +225,14 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
 def late_arrivals(late_events: DataFrame, events: DataFrame, bounds: DayBounds) -> DataFrame:
     """The late side-output rows of the day's windows, each with `first_arrival`: whether it is
     the first arrival of its event_id in the (pinned) event log. A row that is not is a repeat
-    the stream no longer recognized (beyond its dedup horizon): the batch does not count it."""
-    return with_first_arrival(late_events.where(window_in_day(bounds)), events)
+    the stream no longer recognized (beyond its dedup horizon): the batch does not count it.
+
+    Only the log's copies of the late ids are looked at: a broadcast set of their hashes
+    filters the log where it is read (no shuffle of the log's arrival columns)."""
+    rows = late_events.where(window_in_day(bounds))
+    late_ids = F.broadcast(rows.select(id_hash().alias(ID_HASH)).distinct())
+    copies = events.withColumn(ID_HASH, id_hash()).join(late_ids, ID_HASH, "left_semi")
+    return with_first_arrival(rows, copies.drop(ID_HASH))
 
 
 def late_totals(late: DataFrame) -> DataFrame:
@@ -241,23 +274,33 @@ def diff_windows(
     batch: DataFrame, stream: DataFrame, late: DataFrame, business_date: date
 ) -> DataFrame:
     """Rows of `reconciliation`: batch (WINDOW_KEY, event_count, amount_sum) vs the stream's
-    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic."""
-    b = batch.select(
-        *WINDOW_KEY, F.col("event_count").alias("_b_count"), F.col("amount_sum").alias("_b_amount")
-    )
-    s = stream.select(
-        *WINDOW_KEY,
-        F.col("event_count").alias("_s_count"),
-        F.col("amount_sum").alias("_s_amount"),
-        F.lit(True).alias("_in_stream"),
-    )
-    lt = late.select(
-        *WINDOW_KEY,
-        F.col("event_count").alias("_l_count"),
-        F.col("amount_sum").alias("_l_amount"),
-        F.col("max_lateness").alias("max_lateness_ms"),
-    )
-    joined = b.join(s, list(WINDOW_KEY), "full_outer").join(lt, list(WINDOW_KEY), "full_outer")
+    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic.
+
+    Each side has at most one row per window and key, so the full outer join of the three is
+    their union grouped by WINDOW_KEY: one shuffle and a hash aggregate instead of two sort-
+    merge joins (each side's columns are null in the other sides' rows)."""
+    sides = [
+        batch.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_b_count"),
+            F.col("amount_sum").alias("_b_amount"),
+        ),
+        stream.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_s_count"),
+            F.col("amount_sum").alias("_s_amount"),
+            F.lit(True).alias("_in_stream"),
+        ),
+        late.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_l_count"),
+            F.col("amount_sum").alias("_l_amount"),
+            F.col("max_lateness").alias("max_lateness_ms"),
+        ),
+    ]
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), sides)
+    side_columns = [c for side in sides for c in side.columns if c not in WINDOW_KEY]
+    joined = union.groupBy(*WINDOW_KEY).agg(*[F.max(c).alias(c) for c in side_columns])
 
     def zero(name: str) -> Column:
         return F.coalesce(F.col(name), F.lit(0)).cast("long")
@@ -535,11 +578,17 @@ def _check_window_size(
     width = _window_width()
     slide = slide_of(window_ms, slide_ms)
     off_grid = F.pmod(F.unix_millis("window_start"), F.lit(slide)) != F.lit(0)
-    other = (
-        stream.where((width != F.lit(window_ms)) | off_grid)
-        .select(width.alias("ms"), F.unix_millis("window_start").alias("start"))
-        .first()
+    # one aggregate (one job; `first()` of a filter that matches nothing ran a job per
+    # growing batch of files): the earliest offending window, a wrong width before a slide
+    offending = stream.where((width != F.lit(window_ms)) | off_grid).select(
+        F.struct(
+            (width == F.lit(window_ms)).alias("width_ok"),
+            F.unix_millis("window_start").alias("start"),
+            width.alias("ms"),
+        ).alias("o")
     )
+    found = offending.agg(F.min("o").alias("o")).first()
+    other = None if found is None else found["o"]
     if other is None:
         return
     if other["ms"] != window_ms:

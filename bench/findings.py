@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import nightly_targets as NT
+
 
 def findings(r: dict[str, Any]) -> list[str]:
     """One sentence (or a few) per section with results."""
@@ -317,6 +319,7 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
     if not ni.get("sizes"):
         return []
     big = ni["sizes"][-1]
+    judged = NT.judge(ni["sizes"])
     stages = {
         "re-aggregate": big["reaggregate_s"],
         "diff": big["diff_s"],
@@ -324,13 +327,23 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
         "report": big["report_s"],
     }
     worst = max(stages, key=lambda k: stages[k])
-    return [
+    ratio, checks, whole = (
+        judged["parquet_ratio"],
+        judged["checks_within_reconcile"],
+        judged["whole"],
+    )
+    text = (
         f"Nightly at {big['events']:,} events: re-aggregate + diff "
-        f"{big['reaggregate_s'] + big['diff_s']:.1f} s = {big['ratio_json']:.1f}× DuckDB on "
-        f"the JSON ({big['duckdb_json']['seconds']:.2f} s) and {big['ratio_parquet']:.1f}× "
-        f"DuckDB on the same Parquet files; the slowest stage is {worst} "
-        f"({stages[worst]:.1f} s)."
-    ]
+        f"{NT.reconcile_s(big):.1f} s = {big['ratio_parquet']:.1f}× DuckDB on the same "
+        f"Parquet files ({big['duckdb_parquet']['seconds']:.2f} s; target ≤ "
+        f"{ratio['target']:g}×: {_verdict(ratio['met'])}) and {big['ratio_json']:.1f}× DuckDB "
+        f"on the JSON ({big['duckdb_json']['seconds']:.2f} s); validate + report "
+        f"{NT.checks_s(big):.1f} s (≤ re-aggregate + diff at every size: "
+        f"{_verdict(checks['met'])}); the whole nightly {whole['seconds']:.1f} s"
+    )
+    if whole["met"] is not None:
+        text += f" (target ≤ {whole['target_s']:g} s: {_verdict(whole['met'])})"
+    return [text + f"; the slowest stage is {worst} ({stages[worst]:.1f} s)."]
 
 
 # -- what would close the misses ------------------------------------------------------------------

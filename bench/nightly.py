@@ -1,7 +1,7 @@
 """Section 6 (nightly job per stage vs DuckDB) and section 7 (the lateness curve).
 
-Unchanged by issue 12. Expected duration, full mode on 2 cores: ~22 min (mostly generating
-and batch-loading the 20M-event day); the curve ~20 s.
+Judged against issue 27's targets (`bench.nightly_targets`). Expected duration, full mode on 2
+cores: ~22 min (mostly generating and batch-loading the 20M-event day); the curve ~20 s.
 
 Streaming 20M events only to build the nightly job's inputs would take most of the run, so
 the speed-layer tables are built by a **batch load** that uses the project's own reader and
@@ -20,7 +20,8 @@ watermark after it), as the drained stream stores them. The quarantine table is 
 Timed stages, with the DAG's own stage functions (`tally_app.nightly`): re-aggregate
 (reconcile up to the `batch_aggregates` write) and diff (the rest of reconcile:
 `reconciliation`, summary, runs), split by timing `batch.reconcile._replace_date` from the
-outside; validate (GX, four suites); report (HTML + CSV). DuckDB runs the re-aggregation's
+outside; validate (GX, four suites); report (HTML + CSV); the Spark jobs of each stage and
+the peak RSS of the process tree while they run. DuckDB runs the re-aggregation's
 query (dedup by event_id, window, business-day filter, count and sum, written to Parquet) on
 the same JSON files, and on the Parquet files of the `events` Delta table that reconcile reads.
 """
@@ -28,7 +29,9 @@ the same JSON files, and on the Parquet files of the `events` Delta table that r
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +53,7 @@ from bench.common import (
     log,
     session_settings,
     stopwatch,
+    tree_rss,
 )
 from bench.speed import generate_backlog
 from tally import tables as T
@@ -427,9 +431,37 @@ def _jobs_of(spark: SparkSession, stage: str, jobs: dict[str, int]) -> Iterator[
         jobs[stage] = len(sc.statusTracker().getJobIdsForGroup(group))
 
 
+@contextmanager
+def _peak_rss(out: dict[str, Any], poll_s: float = 0.25) -> Iterator[None]:
+    """`out["peak_rss_mb"]`: the peak RSS of this process's tree (Python and the session's
+    JVM), polled every `poll_s` while the block runs."""
+    peak = [tree_rss(os.getpid())]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(poll_s):
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
+
+    poller = threading.Thread(target=poll, name="nightly-rss", daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        poller.join()
+        out["peak_rss_mb"] = max(peak[0], tree_rss(os.getpid())) / 1024 / 1024
+
+
 def nightly_stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     """reconcile (split in re-aggregate and diff), validate, report; the DAG's stage calls;
-    the Spark jobs each stage ran (`jobs`)."""
+    the Spark jobs each stage ran (`jobs`); the peak RSS meanwhile (`peak_rss_mb`)."""
+    out: dict[str, Any] = {}
+    with _peak_rss(out):
+        out.update(_stages(spark, settings))
+    return out
+
+
+def _stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     from tally_app.nightly import stage_reaggregate, stage_report, stage_validate, wait_condition
 
     now = datetime.now(UTC)

@@ -234,6 +234,7 @@ def test_partial_run_keeps_other_sections_with_their_dates(tmp_path: Path) -> No
                     "ratio_json": 2.0,
                     "ratio_parquet": 4.0,
                     "duckdb_json": {"seconds": 1.0},
+                    "duckdb_parquet": {"seconds": 0.5},
                 }
             ]
         },
