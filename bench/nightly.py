@@ -28,6 +28,7 @@ the same JSON files, and on the Parquet files of the `events` Delta table that r
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -417,12 +418,16 @@ def _timed_replace_date(marks: dict[str, float]) -> Iterator[None]:
         R._replace_date = original
 
 
+_JOB_GROUPS = itertools.count()
+
+
 @contextmanager
 def _jobs_of(spark: SparkSession, stage: str, jobs: dict[str, int]) -> Iterator[None]:
     """Count the Spark jobs a stage starts (`jobs[stage]`): its own job group, from Spark's
-    status tracker (it keeps the last `spark.ui.retainedJobs`, 1,000, jobs)."""
+    status tracker (it keeps the last `spark.ui.retainedJobs`, 1,000, jobs). A group per call:
+    the session runs every size, and a group's ids accumulate over its calls."""
     sc = spark.sparkContext
-    group = f"bench-nightly-{stage}"
+    group = f"bench-nightly-{stage}-{next(_JOB_GROUPS)}"
     sc.setJobGroup(group, f"nightly {stage}")
     try:
         yield

@@ -1014,3 +1014,17 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     # the committed results were not touched, and the work directory is gone
     assert (committed.read_bytes() if committed.exists() else None) == before
     assert not (tmp_path / "work").exists()
+
+
+def test_nightly_counts_each_stage_call_alone(spark) -> None:
+    # The bench's session runs every size: a stage's count must not include the earlier sizes'.
+    from bench.nightly import _jobs_of
+
+    jobs: dict[str, int] = {}
+    counted = []
+    for _ in range(3):
+        with _jobs_of(spark, "reconcile", jobs):
+            spark.range(10).repartition(2).count()
+        counted.append(jobs["reconcile"])
+    assert counted[0] >= 1
+    assert counted == [counted[0]] * 3
