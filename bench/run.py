@@ -439,8 +439,10 @@ def run_bench(
     keep: bool = False,
     command: str = "tally bench",
     only: tuple[str, ...] = SECTIONS,
+    class_archives: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the sections in `only` and write the outputs; returns the results (with paths)."""
+    """Run the sections in `only` and write the outputs; returns the results (with paths).
+    `class_archives`: what `bench.warmup` found and did before the session started."""
     from bench import report
 
     out, work = _directories(quick, out_dir, work_dir)
@@ -449,6 +451,7 @@ def run_bench(
     bench = BenchRun(spark, QUICK if quick else FULL, work, only)
     results = bench.results
     results.update(command=command, started=started.strftime("%Y-%m-%d %H:%M"))
+    results["class_archives"] = class_archives
     bench.run(keep)
     results["errors"] = bench.errors
     results["total_s"] = time.monotonic() - clock
@@ -486,6 +489,12 @@ def _cmd_bench(args: argparse.Namespace, settings: Any) -> int:
         except ImportError:
             print(f"tally: bench needs {package}: pip install -e '.[bench]'", file=sys.stderr)
             return 2
+    warmup = None
+    if not args.quick and settings.driver_cds:  # before the bench's own JVM starts
+        from bench.warmup import ensure_class_archives
+
+        with tempfile.TemporaryDirectory(prefix="tally-bench-warmup-") as scratch:
+            warmup = ensure_class_archives(Path(scratch), settings.spark_master)
     spark = build_session(
         settings.spark_master,
         app_name="tally-bench",
@@ -500,6 +509,7 @@ def _cmd_bench(args: argparse.Namespace, settings: Any) -> int:
         keep=args.keep,
         command="tally " + " ".join(sys.argv[1:]) if sys.argv[1:] else "tally bench",
         only=only,
+        class_archives=warmup,
     )
     print(f"wrote {results['outputs']['md']}")
     for line in results["findings"]:
