@@ -222,6 +222,20 @@ def delta_versions(warehouse: str | Path) -> dict[str, int]:
     return {t.name: delta_version(warehouse, t.name) for t in T.STREAMING_TABLES}
 
 
+def seconds_after_next_batch(warehouse: str | Path, delay_s: float) -> Callable[[], bool]:
+    """A kill condition: true `delay_s` after the first `stream_progress` commit newer than the
+    table's version now (some seconds into the batch after a completed one)."""
+    base = delta_version(warehouse, "stream_progress")
+    advanced: dict[str, float] = {}
+
+    def condition() -> bool:
+        if not advanced and delta_version(warehouse, "stream_progress") > base:
+            advanced["at"] = time.monotonic()
+        return bool(advanced) and time.monotonic() - advanced["at"] >= delay_s
+
+    return condition
+
+
 def lease_records(warehouse: str | Path) -> list[LeaseRecord]:
     """The stream lease's records in a local warehouse, oldest first (streaming/lease.py)."""
     directory = Path(warehouse) / LEASE_DIR

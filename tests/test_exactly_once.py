@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from stream_tables import (
     identity_check,
     lease_records,
     read_input,
+    seconds_after_next_batch,
     stream_command,
 )
 
@@ -168,15 +168,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         # 3. random-ish: some seconds after this run's first batch completed.
         p = start(wh, "run3.log")
         delay = random.Random(7).uniform(1.0, 12.0)
-        base = delta_version(wh, "stream_progress")
-        advanced: dict[str, float] = {}
-
-        def some_time_after_a_batch() -> bool:
-            if not advanced and delta_version(wh, "stream_progress") > base:
-                advanced["at"] = time.monotonic()
-            return bool(advanced) and time.monotonic() - advanced["at"] >= delay
-
-        killed = p.kill_when(some_time_after_a_batch, STEP_TIMEOUT_S)
+        killed = p.kill_when(seconds_after_next_batch(wh, delay), STEP_TIMEOUT_S)
         s.kills.append(_kill_log(f"random, {delay:.1f} s after a batch", wh, killed))
         assert killed, p.tail()
 

@@ -38,7 +38,13 @@ from typing import Any
 import pytest
 from kafka_broker import Broker
 from pyspark.sql import SparkSession
-from stream_tables import StreamProcess, collect_table, delta_version, stream_command
+from stream_tables import (
+    StreamProcess,
+    collect_table,
+    delta_version,
+    seconds_after_next_batch,
+    stream_command,
+)
 
 from tally_tools.generate import generate
 from tally_tools.produce import input_files, publish
@@ -140,15 +146,7 @@ def scenario(
         # 2. random-ish: some seconds after this run's first batch completed.
         p = start(wh, "run2.log")
         delay = random.Random(11).uniform(1.0, 8.0)
-        base = delta_version(wh, "stream_progress")
-        advanced: dict[str, float] = {}
-
-        def some_time_after_a_batch() -> bool:
-            if not advanced and delta_version(wh, "stream_progress") > base:
-                advanced["at"] = time.monotonic()
-            return bool(advanced) and time.monotonic() - advanced["at"] >= delay
-
-        killed = p.kill_when(some_time_after_a_batch, STEP_TIMEOUT_S)
+        killed = p.kill_when(seconds_after_next_batch(wh, delay), STEP_TIMEOUT_S)
         s.steps.append({"step": f"kill {delay:.1f} s after a batch", "done": killed})
         assert killed, p.tail()
 
