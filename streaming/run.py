@@ -33,6 +33,7 @@ def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
         max_records_per_trigger=settings.max_records_per_trigger,
         max_record_bytes=settings.max_record_bytes,
         client_options=kafka_client_options(environ),
+        connect_timeout_s=settings.kafka_connect_timeout / 1000,
     )
 
 

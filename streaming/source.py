@@ -22,9 +22,6 @@ from pyspark.sql import functions as F
 from tally.events import SOURCE_PARTITION, SOURCE_REASON, text_lines, text_reader
 
 KAFKA_SOURCE_PREFIX = "kafka:"  # source_file of a Kafka record: kafka:<topic>/<partition>
-# How long the pre-flight check waits for the broker's metadata before the stream refuses to
-# start (long enough for a broker across a network, short enough to fail before Spark does).
-BROKER_PREFLIGHT_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +34,7 @@ class KafkaSpec:
     max_records_per_trigger: int
     max_record_bytes: int
     client_options: Mapping[str, str] = field(default_factory=dict)  # from the environment
+    connect_timeout_s: float = 15.0  # the pre-flight check's wait for the broker's metadata
 
     def reader_options(self) -> dict[str, str]:
         """Options of Spark's Kafka source. Client options pass through as `kafka.*`;
@@ -90,16 +88,17 @@ class SourceError(RuntimeError):
     """The source cannot be read (one-line message)."""
 
 
-def kafka_topic_partitions(spec: KafkaSpec, timeout_s: float = BROKER_PREFLIGHT_TIMEOUT_S) -> int:
+def kafka_topic_partitions(spec: KafkaSpec) -> int:
     """How many partitions the topic has; raises `SourceError` (one line) when the broker
-    cannot be reached within `timeout_s` or the topic does not exist, before anything starts
-    (Spark's own source would retry for minutes, then fail with a stack trace)."""
+    cannot be reached within `spec.connect_timeout_s` or the topic does not exist, before
+    anything starts (Spark's own source would retry for minutes, then fail with a stack
+    trace)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({**spec.client_options, "bootstrap.servers": spec.bootstrap})
     try:
-        topics = admin.list_topics(timeout=timeout_s).topics
+        topics = admin.list_topics(timeout=spec.connect_timeout_s).topics
     except KafkaException as exc:
         raise SourceError(f"cannot reach Kafka at {spec.bootstrap}: {exc}") from None
     found = topics.get(spec.topic)

@@ -339,6 +339,11 @@ class Settings:
         "starts)",
     )
     kafka_topic: str = _setting("tally-events", "Kafka topic")
+    kafka_connect_timeout: int = _duration_field(
+        "15s",
+        "how long the stream and `tally produce` wait for the broker's metadata before they "
+        "refuse to start with one line (Spark's own source would retry for minutes)",
+    )
     kafka_starting_offsets: str = _setting(
         "earliest",
         "earliest or latest: where a new checkpoint starts in the topic (afterwards the "

@@ -45,13 +45,14 @@ STREAM_SETTINGS = (
     "source_kind",
     "kafka_bootstrap",
     "kafka_topic",
+    "kafka_connect_timeout",
     "kafka_starting_offsets",
     "max_records_per_trigger",
     "max_record_bytes",
     "stream_lease",
     "lease_ttl",
 )
-PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "input")
+PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "kafka_connect_timeout", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
 RECONCILE_SETTINGS = (
     "window",

@@ -163,6 +163,7 @@ def produce(args: argparse.Namespace, settings: Settings) -> int:
             paths,
             partitions=args.partitions,
             client_config=kafka_client_options(os.environ),
+            connect_timeout_s=settings.kafka_connect_timeout / 1000,
         )
     except ProduceError as exc:
         print(f"tally: {exc}", file=sys.stderr)

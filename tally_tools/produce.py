@@ -92,11 +92,13 @@ def publish(
     paths: list[Path],
     partitions: int | None = None,
     client_config: Mapping[str, Any] | None = None,
+    connect_timeout_s: float = 15.0,
 ) -> int:
     """Publish the lines of `paths` to `topic` (created with `partitions`, default: enough for
     the highest partition used, when it does not exist); returns the number of records
-    acknowledged. Refuses, before sending anything, a topic with fewer partitions than the
-    input uses. The files are read twice (partitions first), never held in memory whole."""
+    acknowledged; `ProduceError` when the broker gives no metadata within `connect_timeout_s`.
+    Refuses, before sending anything, a topic with fewer partitions than the input uses. The
+    files are read twice (partitions first), never held in memory whole."""
     from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -104,7 +106,7 @@ def publish(
     needed = max((r.partition for r in records(paths)), default=0) + 1
     admin = AdminClient(config)
     try:
-        existing = admin.list_topics(timeout=15).topics.get(topic)
+        existing = admin.list_topics(timeout=connect_timeout_s).topics.get(topic)
     except KafkaException as exc:
         raise ProduceError(f"produce: cannot reach Kafka at {bootstrap}: {exc}") from None
     if existing is None or existing.error is not None:

@@ -434,7 +434,17 @@ def test_an_unreadable_kafka_source_stops_with_one_line(
             f"tally: stream: Kafka topic 'no-such-topic' does not exist at {broker.bootstrap}",
         ),
         (
-            [*base, "--kafka-bootstrap", nobody, "--kafka-topic", "t"],
+            # the wait for metadata is a setting: 2 s, not the default 15 s, for a port
+            # where nobody listens
+            [
+                *base,
+                "--kafka-bootstrap",
+                nobody,
+                "--kafka-topic",
+                "t",
+                "--kafka-connect-timeout",
+                "2s",
+            ],
             f"tally: stream: cannot reach Kafka at {nobody}: ",
         ),
     ]

@@ -203,7 +203,8 @@ def test_an_unreachable_broker_is_one_line_and_exit_1(
 
     (tmp_path / "a.jsonl").write_text('{"event_id":"a"}\n')
     nobody = f"127.0.0.1:{free_port_pair()}"
-    code = main(["produce", "--kafka-bootstrap", nobody, "--input", str(tmp_path)])
+    argv = ["--kafka-bootstrap", nobody, "--kafka-connect-timeout", "2s"]
+    code = main(["produce", *argv, "--input", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 1
     assert err.startswith(f"tally: produce: cannot reach Kafka at {nobody}") and "\n" not in err
