@@ -12,9 +12,13 @@ the date's rows are selected and prepared in Spark, and the suite is run against
 DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
 `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
-Checkpoint with UpdateDataDocsAction -> `checkpoint.run(batch_parameters={"dataframe": df})`. One
+Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result). One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
 definition it holds, so dataframe-backed suites over different tables cannot share one.
+The Data Docs (each result's page, its suite's page, the site index) are built after the
+suites ran, once for all of them (`build_data_docs`, what GX's UpdateDataDocsAction does for
+one result): the index lists every stored result, so building it after each suite read the
+whole history four times a night.
 
 The rows replace the date's rows of the suites that ran in `validation_results` (one Delta
 commit, `replaceWhere` on business_date and suite), so running a date twice leaves one set of
@@ -171,13 +175,22 @@ def _batch_definition(context: Any, asset_name: str) -> Any:
 
 
 def run_checkpoint(
-    context: Any, suite: Any, frame: DataFrame, asset_name: str, run_name: str, run_time: datetime
-) -> tuple[Any, str | None]:
+    context: Any,
+    suite: Any,
+    frame: DataFrame,
+    asset_name: str,
+    run_name: str,
+    run_time: datetime,
+    *,
+    build_docs: bool = True,
+) -> tuple[Any, Any]:
     """Persist `suite` (add_or_update: the code is the source of truth), bind it to the asset's
-    batch definition, run its checkpoint on `frame`; returns (suite validation result, Data
-    Docs page URL or None)."""
+    batch definition, run its checkpoint on `frame` (GX stores the result); returns (suite
+    validation result, its result identifier). `build_docs`: render its Data Docs pages and
+    the site index now (`build_data_docs`); a caller running several suites passes False and
+    builds them once for all (the index reads every stored result: once, not per suite)."""
     import great_expectations as gx
-    from great_expectations.checkpoint import Checkpoint, UpdateDataDocsAction
+    from great_expectations.checkpoint import Checkpoint
     from great_expectations.core.run_identifier import RunIdentifier
 
     batch_definition = _batch_definition(context, asset_name)
@@ -185,11 +198,12 @@ def run_checkpoint(
     validation = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=suite.name, data=batch_definition, suite=suite)
     )
+    # No UpdateDataDocsAction: it would rebuild the whole site index after each suite.
     checkpoint = context.checkpoints.add_or_update(
         Checkpoint(
             name=f"tally_{suite.name}",
             validation_definitions=[validation],
-            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+            actions=[],
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
         )
     )
@@ -198,7 +212,28 @@ def run_checkpoint(
         run_id=RunIdentifier(run_name=run_name, run_time=run_time),
     )
     ((identifier, suite_result),) = result.run_results.items()
-    return suite_result, data_docs_page(context, identifier)
+    if build_docs:
+        build_data_docs(context, [identifier])
+    return suite_result, identifier
+
+
+def build_data_docs(context: Any, identifiers: Sequence[Any]) -> None:
+    """Render the Data Docs pages of these validation results (and of their suites) and the
+    site index, once: what GX's UpdateDataDocsAction does for one result."""
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+    )
+
+    if not identifiers:
+        return
+    suites = dict.fromkeys(i.expectation_suite_identifier.name for i in identifiers)
+    context.build_data_docs(
+        site_names=[DOCS_SITE],
+        resource_identifiers=[
+            *identifiers,
+            *[ExpectationSuiteIdentifier(name=name) for name in suites],
+        ],
+    )
 
 
 def data_docs_page(context: Any, identifier: Any) -> str | None:
@@ -423,6 +458,38 @@ def run_suite(
 ) -> list[dict[str, Any]]:
     """Run suite `suite_name` on an already prepared `frame` through its checkpoint (Data Docs
     updated) and return the validation_results rows, without writing them."""
+    ran = _run_suite(business_date, suite_name, frame, thresholds, now=now, gx_root=gx_root)
+    context = gx_context(gx_root)
+    build_data_docs(context, [ran.identifier])
+    return ran.rows(context, business_date, source_version, now)
+
+
+@dataclass(frozen=True)
+class _SuiteRun:
+    """A suite's checkpoint run whose Data Docs may not be built yet (`_run_suite`)."""
+
+    suite_name: str
+    result: Any  # GX's suite validation result
+    identifier: Any  # its ValidationResultIdentifier
+
+    def rows(
+        self, context: Any, business_date: date, source_version: int | None, now: datetime
+    ) -> list[dict[str, Any]]:
+        """Its validation_results rows (the Data Docs built: the page is looked up)."""
+        page = data_docs_page(context, self.identifier)
+        return result_rows(self.result, business_date, self.suite_name, source_version, page, now)
+
+
+def _run_suite(
+    business_date: date,
+    suite_name: str,
+    frame: DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    now: datetime,
+    gx_root: str | os.PathLike[str],
+) -> _SuiteRun:
+    """`run_suite` up to the checkpoint's result, its Data Docs not built."""
     if suite_name not in SUITES:
         raise ValidationError(f"suite: unknown suite {suite_name!r} (known: {', '.join(SUITES)})")
     now = _check_now(now)
@@ -432,12 +499,18 @@ def run_suite(
     with session_conf(frame.sparkSession, GX_QUERY_CONF):
         frame = frame.persist()
         try:
-            suite_result, page = run_checkpoint(
-                context, suite, frame, SOURCE_TABLE[suite_name], business_date.isoformat(), now
+            suite_result, identifier = run_checkpoint(
+                context,
+                suite,
+                frame,
+                SOURCE_TABLE[suite_name],
+                business_date.isoformat(),
+                now,
+                build_docs=False,
             )
         finally:
             frame.unpersist()
-    return result_rows(suite_result, business_date, suite_name, source_version, page, now)
+    return _SuiteRun(suite_name, suite_result, identifier)
 
 
 def validate_frame(
@@ -495,29 +568,39 @@ def validate_date(
         raise ValidationError(f"suite: unknown suite(s) {', '.join(unknown)}")
     now = _check_now(now)
     thresholds = thresholds or Thresholds.defaults()
-    all_rows: list[dict[str, Any]] = []
+    # per suite that ran, in order: its rows (a missing table) or its run (rows after the docs)
+    ran: list[list[dict[str, Any]] | tuple[_SuiteRun, int]] = []
     done: list[str] = []
+    all_rows: list[dict[str, Any]] = []
     try:
         for suite_name in suites:
             table = SOURCE_TABLE[suite_name]
             source = _source(spark, warehouse, table, sources or {})
             if source is None:
-                rows = [missing_table_row(business_date, suite_name, table, warehouse, now)]
+                ran.append([missing_table_row(business_date, suite_name, table, warehouse, now)])
             else:
                 frame = select_for_date(suite_name, source[0], business_date, report_timezone)
-                rows = run_suite(
-                    business_date,
-                    suite_name,
-                    frame,
-                    thresholds,
-                    now=now,
-                    gx_root=gx_root,
-                    source_version=source[1],
+                run = _run_suite(
+                    business_date, suite_name, frame, thresholds, now=now, gx_root=gx_root
                 )
-            all_rows.extend(rows)
+                ran.append((run, source[1]))
             done.append(suite_name)
     finally:
-        write_results(spark, warehouse, business_date, done, all_rows)
+        # The Data Docs of every suite that ran, built once (the site index reads every stored
+        # result), then the rows with their pages, written in one commit.
+        runs = [r for r in ran if isinstance(r, tuple)]
+        context = gx_context(gx_root) if runs else None
+        try:
+            if runs:
+                build_data_docs(context, [run.identifier for run, _ in runs])
+        finally:
+            for entry in ran:
+                if isinstance(entry, tuple):
+                    run, version = entry
+                    all_rows.extend(run.rows(context, business_date, version, now))
+                else:
+                    all_rows.extend(entry)
+            write_results(spark, warehouse, business_date, done, all_rows)
     return outcome_of(all_rows, gx_root)
 
 
