@@ -227,7 +227,7 @@ def _static_methods_kept() -> type:
         def __getattr__(self, name: str) -> Any:
             member = super().__getattr__(name)
             if isinstance(member, JavaMember):
-                vars(self)[name] = member
+                setattr(self, name, member)
             return member
 
     return StaticMethodsKept
