@@ -195,8 +195,14 @@ def build_session(
 
 # The JVM classes PySpark classic resolves anew on every Column call: `F.col`, `F.lit`,
 # `F.when` ... look up `org.apache.spark.sql.functions` (a string column name, `functions`)
-# and every list of columns goes through `PythonUtils.toSeq`.
-PINNED_JVM_CLASSES = ("org.apache.spark.sql.functions", "functions", "PythonUtils")
+# and every list of columns goes through `PythonUtils.toSeq`; lambdas (`F.transform_values`)
+# go through `PythonSQLUtils`.
+PINNED_JVM_CLASSES = (
+    "org.apache.spark.sql.functions",
+    "functions",
+    "PythonUtils",
+    "PythonSQLUtils",
+)
 
 
 def pin_jvm_classes(spark: SparkSession) -> None:
