@@ -54,7 +54,7 @@ from tally.events import (
     split_parsed,
     with_row_ids,
 )
-from tally.jvm_functions import batch_long, batch_timestamp
+from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.spark import jvm_class
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -771,20 +771,18 @@ class BatchProcessor:
     @staticmethod
     def _batch_stats(classified: DataFrame, skew_limit_ms: int, late_windows: Column) -> list[Any]:
         """One small row per source partition: newest event time, counts by status and the
-        number of late (event, window) rows (`late_windows`: the side output's size)."""
-        status = F.col("arrival_status")
+        number of late (event, window) rows (`late_windows`: the side output's size). The
+        aggregates are SQL text: one Py4J call each."""
+        statuses = (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
+        aggregates = [
+            "max(unix_millis(event_time)) AS max_ms",
+            "count(1) AS valid",
+            *[f"count_if(arrival_status = '{s}') AS {s}" for s in statuses],
+            f"count_if(unix_millis(event_time) > {batch_long_sql(skew_limit_ms)}) AS skewed",
+        ]
         return (
             classified.groupBy("partition")
-            .agg(
-                F.max(F.unix_millis("event_time")).alias("max_ms"),
-                F.count(F.lit(1)).alias("valid"),
-                *[
-                    F.count_if(status == s).alias(s)
-                    for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
-                ],
-                F.count_if(F.unix_millis("event_time") > batch_long(skew_limit_ms)).alias("skewed"),
-                F.sum(late_windows).alias("late_windows"),
-            )
+            .agg(*[F.expr(a) for a in aggregates], F.sum(late_windows).alias("late_windows"))
             .collect()
         )
 

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from streaming.lateness import BUCKET_EDGES_MS, front_ms
-from tally.jvm_functions import batch_long, batch_timestamp
+from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.tables import literal_map
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
@@ -255,21 +255,17 @@ def _fold(window_state: DataFrame, counted: DataFrame) -> DataFrame:
         F.col("event_count").alias("_batch_count"),
         F.col("amount_sum").alias("_batch_sum"),
     )
-    return window_state.join(batch, list(WINDOW_KEY), "full_outer").select(
+    return window_state.join(batch, list(WINDOW_KEY), "full_outer").selectExpr(
         *WINDOW_KEY,
-        (F.coalesce("event_count", F.lit(0)) + F.coalesce("_batch_count", F.lit(0)))
-        .cast("long")
-        .alias("event_count"),
-        (F.coalesce("amount_sum", F.lit(0)) + F.coalesce("_batch_sum", F.lit(0)))
-        .cast("long")
-        .alias("amount_sum"),
-        F.coalesce("emitted_revision", F.lit(0)).cast("int").alias("emitted_revision"),
+        "CAST(coalesce(event_count, 0) + coalesce(_batch_count, 0) AS BIGINT) AS event_count",
+        "CAST(coalesce(amount_sum, 0) + coalesce(_batch_sum, 0) AS BIGINT) AS amount_sum",
+        "CAST(coalesce(emitted_revision, 0) AS INT) AS emitted_revision",
         # State files from before early firings lack the last three: a window was final once
         # it had been emitted at all.
-        F.coalesce("finalized", F.col("emitted_revision") > 0, F.lit(False)).alias("finalized"),
-        F.coalesce("pending", F.lit(False)).alias("pending"),
-        F.col("last_emit_ms").cast("long").alias("last_emit_ms"),
-        F.col("_batch_count").isNotNull().alias("_changed"),
+        "coalesce(finalized, emitted_revision > 0, false) AS finalized",
+        "coalesce(pending, false) AS pending",
+        "CAST(last_emit_ms AS BIGINT) AS last_emit_ms",
+        "_batch_count IS NOT NULL AS _changed",
     )
 
 
@@ -361,6 +357,11 @@ def _retractions(merged: DataFrame, now_ms: int, emit_watermark: int | None) -> 
     )
 
 
+def sql_ts(ms: int) -> str:
+    """`ts(ms)` as SQL text."""
+    return f"timestamp_millis({batch_long_sql(ms)})"
+
+
 def _watermark_literal(emit_watermark: int | None) -> Column:
     return (ts(emit_watermark) if emit_watermark is not None else F.lit(None)).cast("timestamp")
 
@@ -388,21 +389,18 @@ def _emission(
     return {"_emit": final | early, "_final": final}
 
 
-def _next_state(now_ms: int) -> list[Column]:
-    """The state columns of a folded window after this batch's emission."""
-    emitted = F.col("_emit")
+def _next_state(now_ms: int) -> list[str]:
+    """The state columns of a folded window after this batch's emission (SQL text)."""
     return [
-        *[F.col(name) for name in (*WINDOW_KEY, "event_count", "amount_sum")],
-        F.when(emitted, F.col("emitted_revision") + 1)
-        .otherwise(F.col("emitted_revision"))
-        .cast("int")
-        .alias("emitted_revision"),
-        (F.col("finalized") | F.col("_final")).alias("finalized"),
-        ((F.col("_changed") | F.col("pending")) & ~emitted).alias("pending"),
-        F.when(emitted, batch_long(now_ms))
-        .otherwise(F.col("last_emit_ms"))
-        .cast("long")
-        .alias("last_emit_ms"),
+        *WINDOW_KEY,
+        "event_count",
+        "amount_sum",
+        "CAST(CASE WHEN _emit THEN emitted_revision + 1 ELSE emitted_revision END AS INT)"
+        " AS emitted_revision",
+        "finalized OR _final AS finalized",
+        "(_changed OR pending) AND NOT _emit AS pending",
+        f"CAST(CASE WHEN _emit THEN {batch_long_sql(now_ms)} ELSE last_emit_ms END AS BIGINT)"
+        " AS last_emit_ms",
     ]
 
 
@@ -468,19 +466,20 @@ def close_windows(
         )
     )
     emit_watermark = None if drain else watermark_after_ms
-    aggregates = merged.where("_emit").select(
+    aggregates = merged.where("_emit").selectExpr(
         *WINDOW_KEY,
         "event_count",
         "amount_sum",
-        (F.col("emitted_revision") + 1).cast("int").alias("revision"),
-        ts(now_ms).alias("emit_time"),
-        _watermark_literal(emit_watermark).alias("watermark_at_emit"),
-        F.col("_final").alias("final"),
-        F.lit(False).alias("retracted"),
+        "CAST(emitted_revision + 1 AS INT) AS revision",
+        f"{sql_ts(now_ms)} AS emit_time",
+        f"CAST({'NULL' if emit_watermark is None else sql_ts(emit_watermark)} AS TIMESTAMP)"
+        " AS watermark_at_emit",
+        "_final AS `final`",
+        "false AS retracted",
     )
     if params.sessions:
         aggregates = aggregates.unionByName(_retractions(merged, now_ms, emit_watermark))
-    new_state = merged.where("_open").select(*_next_state(now_ms))
+    new_state = merged.where("_open").selectExpr(*_next_state(now_ms))
     # Every id that was not a duplicate is remembered (late ones too, so a late event sent
     # twice is one late event) until its window is past changing by the dedup horizon.
     remembered = _still_changeable(

@@ -300,13 +300,22 @@ INLINE_SPLITS_MAX = 64
 
 
 def _inline_offset(offsets: dict[tuple[str, int], int]) -> Column:
-    """The offset of each line's split, from the literals (the start, a long, compared first).
-    No split: no line either (an empty micro-batch, the drain)."""
-    case: Column | None = None
-    for (file, start), offset in offsets.items():
-        matches = (F.col(SPLIT_START) == start) & (F.col("source_file") == file)
-        case = F.when(matches, offset) if case is None else case.when(matches, offset)
-    return F.lit(0) if case is None else case
+    """The offset of each line's split, from the literals (the start, a long, compared first),
+    as one SQL CASE: one Py4J call for the whole expression, where a Column built per split
+    made ~15. No split: no line either (an empty micro-batch, the drain)."""
+    if not offsets:
+        return F.lit(0)
+    whens = " ".join(
+        f"WHEN `{SPLIT_START}` = {start} AND source_file = {sql_string(file)} THEN {offset}"
+        for (file, start), offset in offsets.items()
+    )
+    return F.expr(f"CASE {whens} END")
+
+
+def sql_string(text: str) -> str:
+    """`text` as a Spark SQL string literal: every backslash and quote escaped, so the parser
+    gives back exactly `text` (any other character stands for itself between the quotes)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _numbered_columns(lines: DataFrame, offset: Column) -> list[Column]:

@@ -61,6 +61,11 @@ def batch_long(value: int) -> Column:
     return F.call_function(BATCH_LONG_FUNCTION, F.lit(bytearray(str(int(value)), "ascii")))
 
 
+def batch_long_sql(value: int) -> str:
+    """`batch_long(value)` as SQL text, for expressions built as one string."""
+    return f"{BATCH_LONG_FUNCTION}(X'{str(int(value)).encode('ascii').hex()}')"
+
+
 def batch_timestamp(epoch_ms: int) -> Column:
     """A TIMESTAMP column for `epoch_ms`, like `batch_long`."""
     from pyspark.sql import functions as F

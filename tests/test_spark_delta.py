@@ -131,3 +131,29 @@ def test_session_conf_holds_for_the_block_only(spark) -> None:
         pass
     assert spark.conf.get(key) == before
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
+def test_functions_calls_skip_the_class_and_member_lookups(spark) -> None:
+    """A `functions` call after the first of its name is one Py4J round trip (the call), not
+    three (class lookup, member lookup, call): `pin_jvm_classes` in every session."""
+    from py4j.clientserver import ClientServerConnection
+    from pyspark.sql import functions as F
+
+    from tally.spark import pin_jvm_classes
+
+    pin_jvm_classes(spark)  # idempotent: build_session did it already
+    F.col("warm_up")
+    sent: list[str] = []
+    send = ClientServerConnection.send_command
+
+    def counting(self, command, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(command.split("\n", 1)[0])
+        return send(self, command, *args, **kwargs)
+
+    ClientServerConnection.send_command = counting  # type: ignore[method-assign]
+    try:
+        column = F.col("x")
+    finally:
+        ClientServerConnection.send_command = send  # type: ignore[method-assign]
+    assert "r" not in sent and sent.count("c") == 1  # no reflection call; releases may come
+    assert spark.range(2).select(F.col("id").alias("x")).select(column).count() == 2
