@@ -668,12 +668,7 @@ class BatchProcessor:
         tasks: list[Callable[[], None]] = [
             lambda: self._append(events, T.EVENTS, batch_id),
             lambda: self._labelled(
-                batch_id,
-                "state windows",
-                lambda: self.store.write_windows(batch_id, out.window_state),
-            ),
-            lambda: self._labelled(
-                batch_id, "state dedup", lambda: self.store.write_dedup(batch_id, dedup)
+                batch_id, "state", lambda: self.store.write(batch_id, out.window_state, dedup)
             ),
         ]
         if classified.quarantined(batch.input_lines):
