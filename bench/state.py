@@ -9,8 +9,8 @@ Per micro-batch:
 * open windows: `stream_progress.open_windows`;
 * state bytes on disk: the size of `<checkpoint>/tally/state/<batch>` (windows + dedup
   Parquet files). The stream keeps only its last two batches' state, so a poller looks while
-  the stream runs: every 0.25 s it finds the newest *complete* state directory (both
-  `_SUCCESS` markers) and sums its files once; nearly every batch is seen;
+  the stream runs: every 0.25 s it finds the newest *complete* state directory (its
+  `_SUCCESS` marker) and sums its files once; nearly every batch is seen;
 * batch time: `stream_progress.batch_duration_ms`, and the phases from the stream's DEBUG
   records (`bench.phases`);
 * driver peak RSS: the same poller samples the RSS of the process tree (Python driver +
@@ -46,6 +46,7 @@ from bench import engines as E
 from bench import phases
 from bench.common import Backlog, StreamShape, dir_bytes, flatness, load_average, log
 from bench.speed import generate_backlog
+from streaming.state import DEDUP, PART, WINDOWS
 
 FIXED_COST_TARGET_MS = 1000
 TENTH = 0.1
@@ -69,7 +70,7 @@ class StatePoller:
             return None
         for batch in ids:
             d = self.root / str(batch)
-            if (d / "windows" / "_SUCCESS").exists() and (d / "dedup" / "_SUCCESS").exists():
+            if (d / "_SUCCESS").exists():  # both parts, one job (streaming.state)
                 return batch
         return None
 
@@ -77,7 +78,7 @@ class StatePoller:
         newest = self.newest_complete()
         if newest is not None and newest not in self.state_bytes:
             d = self.root / str(newest)
-            sizes = {part: dir_bytes(d / part) for part in ("windows", "dedup")}
+            sizes = {part: dir_bytes(d / f"{PART}={part}") for part in (WINDOWS, DEDUP)}
             if all(v is not None for v in sizes.values()):  # not deleted meanwhile
                 self.state_bytes[newest] = {k: int(v or 0) for k, v in sizes.items()}
         in_flight = 0 if newest is None else newest + 1

@@ -110,18 +110,18 @@ def test_state_poller_measures_the_newest_complete_state(tmp_path: Path) -> None
     root = tmp_path / "checkpoint" / "tally" / "state"
     for batch, complete in ((2, True), (3, True), (4, False)):
         for part, size in (("windows", 100), ("dedup", 50)):
-            d = root / str(batch) / part
+            d = root / str(batch) / f"state={part}"
             d.mkdir(parents=True)
             (d / "part-0.parquet").write_bytes(b"x" * size * batch)
-            if complete or part == "windows":  # batch 4's dedup is still being written
-                (d / "_SUCCESS").write_bytes(b"")
+        if complete:  # batch 4's state is still being written
+            (root / str(batch) / "_SUCCESS").write_bytes(b"")
     poller = StatePoller(tmp_path / "checkpoint")
     poller(0.25, 1_000)
     assert poller.newest_complete() == 3
     assert poller.state_bytes == {3: {"windows": 300, "dedup": 150}}
     assert poller.rss == {4: 1_000}  # charged to the batch in flight
 
-    (root / "4" / "dedup" / "_SUCCESS").write_bytes(b"")
+    (root / "4" / "_SUCCESS").write_bytes(b"")
     shutil.rmtree(root / "2")
     poller(0.5, 3_000)
     poller(0.75, 2_000)

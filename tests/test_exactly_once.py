@@ -81,9 +81,7 @@ def _state_dir(warehouse: Path, batch_id: int) -> Path:
 
 
 def _state_written(warehouse: Path, batch_id: int) -> bool:
-    return all(
-        (_state_dir(warehouse, batch_id) / p / "_SUCCESS").exists() for p in ("windows", "dedup")
-    )
+    return (_state_dir(warehouse, batch_id) / "_SUCCESS").exists()  # both parts, one job
 
 
 def _drop_commit_log_entry(warehouse: Path, batch_id: int) -> bool:

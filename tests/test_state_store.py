@@ -1,0 +1,69 @@
+"""The stream's state files (streaming/state.py): both parts of a batch in one write, a part
+without rows, and the layout of earlier checkpoints (a directory and a marker per part)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
+from tally.tables import empty_of
+
+WINDOW = (
+    "SELECT TIMESTAMP '2026-11-20 00:00:00' AS window_start, "
+    "TIMESTAMP '2026-11-20 00:01:00' AS window_end, 'k' AS key, 2L AS event_count, "
+    "150L AS amount_sum, 1 AS emitted_revision, true AS finalized, false AS pending, "
+    "7L AS last_emit_ms"
+)
+IDS = (
+    "SELECT id AS event_id, TIMESTAMP '2026-11-20 00:01:00' AS window_end "
+    "FROM VALUES ('a'), ('b') AS t(id)"
+)
+
+
+def _rows(df: DataFrame) -> list[tuple[object, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def test_both_parts_in_one_write_and_read_back(spark: SparkSession, tmp_path: Path) -> None:
+    store = StateStore(spark, str(tmp_path / "checkpoint"))
+    windows, dedup = spark.sql(WINDOW), spark.sql(IDS)
+    store.write(3, windows, dedup)
+    base = tmp_path / "checkpoint" / "tally" / "state" / "3"
+    assert (base / "_SUCCESS").exists()
+    assert sorted(p.name for p in base.iterdir() if p.is_dir()) == ["state=dedup", "state=windows"]
+    got_windows, got_dedup = store.read(3)
+    assert got_windows.columns == [f.split()[0] for f in WINDOWS_DDL.split(", ")]
+    assert got_dedup.columns == ["event_id", "window_end"]
+    assert _rows(got_windows) == _rows(windows)
+    assert _rows(got_dedup) == _rows(dedup) == _rows(store.read_dedup(3))
+
+
+def test_a_part_without_rows_reads_empty(spark: SparkSession, tmp_path: Path) -> None:
+    store = StateStore(spark, str(tmp_path / "checkpoint"))
+    store.write(0, empty_of(spark, WINDOWS_DDL), spark.sql(IDS))
+    windows, dedup = store.read(0)
+    assert windows.count() == 0 and dedup.count() == 2
+    store.write(1, spark.sql(WINDOW), empty_of(spark, DEDUP_DDL))
+    windows, dedup = store.read(1)
+    assert windows.count() == 1 and dedup.count() == 0 and store.read_dedup(1).count() == 0
+
+
+def test_a_checkpoint_of_the_earlier_layout_is_read(spark: SparkSession, tmp_path: Path) -> None:
+    store = StateStore(spark, str(tmp_path / "checkpoint"))
+    base = store.state_dir(5)
+    spark.sql(WINDOW).write.parquet(f"{base}/windows")
+    spark.sql(IDS).write.parquet(f"{base}/dedup")
+    windows, dedup = store.read(5)
+    assert _rows(windows) == _rows(spark.sql(WINDOW)) and _rows(dedup) == _rows(spark.sql(IDS))
+
+
+def test_missing_state_is_an_error(spark: SparkSession, tmp_path: Path) -> None:
+    store = StateStore(spark, str(tmp_path / "checkpoint"))
+    spark.sql(WINDOW).write.parquet(f"{store.state_dir(2)}/windows")  # dedup never written
+    with pytest.raises(FileNotFoundError, match="state of batch 2 missing"):
+        store.read(2)
+    with pytest.raises(FileNotFoundError, match="state of batch 4 missing"):
+        store.read(4)
