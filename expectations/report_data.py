@@ -26,7 +26,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
-from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
+from tally.arrivals import (
+    FIRST_ARRIVAL,
+    LINE_IDENTITY,
+    explaining_late,
+    first_line,
+    marked_first,
+)
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
 from tally.settings import (
     LATENESS_AUTO,
@@ -37,7 +43,7 @@ from tally.settings import (
     parse_duration,
 )
 from tally.spark import without_adaptive_execution
-from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
+from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE, UNEXPLAINED
 from tally.windows import describe_windowing as windowing_text
 
 # Candidate shifts of the lateness bound for the estimated curve.
@@ -319,18 +325,12 @@ def _late_of_sessions(late_all: DataFrame, recon: DataFrame, bounds: DayBounds) 
     return late.join(rows, held, "left_semi")
 
 
-def _late_in_day(
-    spark: SparkSession,
-    warehouse: str,
-    rec: _Reconciliation,
-    events_all: DataFrame | None,
-    recon: DataFrame,
+def _late_rows(
+    spark: SparkSession, warehouse: str, rec: _Reconciliation, recon: DataFrame
 ) -> DataFrame | None:
-    """The pinned late events whose window starts on the date (lateness and partition), as
-    the reconciliation counts them: first arrivals of their event_id in the pinned log, each
-    once (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they
-    are not late events here either. Without an event log, every row. Session windows: the
-    late rows in the date's sessions (`_late_of_sessions`)."""
+    """The pinned late events whose window starts on the date (session windows: the late rows
+    in the date's sessions, `_late_of_sessions`), before the first-arrival check
+    (`_late_in_day`); None without a late_events table."""
     late_all = (
         rec.inputs.late_events
         if rec.inputs is not None
@@ -339,12 +339,108 @@ def _late_in_day(
     if late_all is None:
         return None
     if _is_sessions(rec):
-        late = _late_of_sessions(late_all, recon, rec.bounds)
-    else:
-        late = late_all.where(window_in_day(rec.bounds))
-    if events_all is not None:
-        late = explaining_late(with_first_arrival(late, events_all))
+        return _late_of_sessions(late_all, recon, rec.bounds)
+    return late_all.where(window_in_day(rec.bounds))
+
+
+def _late_in_day(late: DataFrame | None, log: _LogFigures | None) -> DataFrame | None:
+    """The late rows (`_late_rows`) as the reconciliation counts them (lateness and
+    partition): first arrivals of their event_id in the pinned log, each once
+    (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they are
+    not late events here either. Without an event log, every row."""
+    if late is None:
+        return None
+    if log is not None:
+        late = explaining_late(marked_first(late, log.firsts))
     return late.select("lateness_ms", "partition")
+
+
+@dataclass(frozen=True)
+class _LogFigures:
+    """What the report needs of the pinned event log, from one pass over it (`_read_log`):
+    `counts`, per source partition, the date's events and late events (duplicates left out);
+    `firsts`, the first arrival's line (`tally.arrivals.marked_first`) of every event_id of
+    the late rows, both the late side output's and the log's own late rows of the date
+    (`day_late`, those rows' lines and partition). The frames are persisted: `release`."""
+
+    counts: list[Any]
+    firsts: DataFrame
+    day_late: DataFrame
+    grouped: DataFrame  # the aggregate `counts` and `firsts` come from (persisted)
+
+    def release(self) -> None:
+        self.grouped.unpersist()
+        self.day_late.unpersist()
+
+
+def _read_log(
+    spark: SparkSession, events_all: DataFrame, bounds: DayBounds, late: DataFrame | None
+) -> _LogFigures:
+    """One aggregate over the pinned log (`_LogFigures`): each row adds to its partition's
+    counts if it is an event of the date (not a `duplicate`), and to its event_id's first
+    arrival if that id is one of a late row (a broadcast set of id hashes; ids that only share
+    a hash form groups nothing joins). Before it, the date's late rows of the log are read
+    (their partitions only) and kept: the ids to look up and the repeats to count."""
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    in_date = (
+        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        & in_day(bounds, "event_time")
+        & (F.col("arrival_status") != DUPLICATE)
+    )
+    day_late = (
+        events_all.where(in_date & (F.col("arrival_status") == LATE))
+        .select(*LINE_IDENTITY, "partition")
+        .persist()
+    )
+    try:
+        ids = day_late.select("event_id")
+        if late is not None:
+            ids = ids.unionByName(late.select("event_id"))
+        hashes = ids.select(F.xxhash64("event_id").alias("_h")).distinct()
+        hashes = hashes.withColumn("_looked_up", F.lit(True))
+        order = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
+        rows = events_all.select(
+            *order, "partition", "arrival_status", in_date.alias("_in_date")
+        ).withColumn("_h", F.xxhash64("event_id"))
+        rows = rows.join(F.broadcast(hashes), "_h", "left")
+        looked_up = F.coalesce(F.col("_looked_up"), F.lit(False)) & F.col("event_id").isNotNull()
+        group = "struct<kind:int,partition:int,event_id:string>"
+        groups = F.array(
+            F.when(
+                F.coalesce(F.col("_in_date"), F.lit(False)),
+                F.struct(F.lit(0), F.col("partition"), F.lit(None).cast("string")),
+            ).cast(group),
+            F.when(looked_up, F.struct(F.lit(1), F.lit(None).cast("int"), F.col("event_id"))).cast(
+                group
+            ),
+        )
+        with without_adaptive_execution(spark):  # a row per partition and per late id
+            grouped = (
+                rows.select("*", F.explode(groups).alias("g"))
+                .where(F.col("g").isNotNull())
+                .groupBy("g")
+                .agg(
+                    F.count(F.lit(1)).alias("events"),
+                    F.count_if(F.col("arrival_status") == LATE).alias("late"),
+                    first_line().alias("first"),
+                )
+                .persist()
+            )
+            try:
+                counts = (
+                    grouped.where(F.col("g.kind") == 0)
+                    .select(F.col("g.partition").alias("partition"), "events", "late")
+                    .collect()
+                )
+            except BaseException:
+                grouped.unpersist()
+                raise
+        firsts = grouped.where(F.col("g.kind") == 1).select("first.*")
+        return _LogFigures(counts, firsts, day_late, grouped)
+    except BaseException:
+        day_late.unpersist()
+        raise
 
 
 def _ms(column: str) -> Any:
@@ -535,35 +631,18 @@ def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -
 # -- source partitions, validation, provenance ---------------------------------------------------
 
 
-def _partition_rates(
-    spark: SparkSession, events_all: DataFrame | None, bounds: DayBounds
-) -> list[dict[str, Any]]:
+def _partition_rates(log: _LogFigures | None) -> list[dict[str, Any]]:
     """Events and late events per source partition, duplicates left out: rows marked
     `duplicate`, and `late` rows that repeat an event_id which arrived earlier (beyond the
     stream's dedup horizon; `tally.arrivals`), as the reconciliation leaves them out."""
-    if events_all is None:
+    if log is None:
         return []
-    first_day = from_epoch_ms(bounds[0]).date()
-    last_day = from_epoch_ms(bounds[1]).date()
-    events = events_all.where(
-        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
-        & in_day(bounds, "event_time")
-        & (F.col("arrival_status") != DUPLICATE)
-    )
-    with without_adaptive_execution(spark):  # an aggregate to a row per partition: one job
-        counts = (
-            events.groupBy("partition")
-            .agg(
-                F.count(F.lit(1)).alias("events"),
-                F.count_if(F.col("arrival_status") == LATE).alias("late"),
-            )
-            .collect()
-        )
+    counts = log.counts
     repeats: dict[Any, int] = {}
     if any(r["late"] for r in counts):  # a repeat is a late row: none without late rows
         repeats = {
             r["partition"]: int(r["repeats"])
-            for r in with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
+            for r in marked_first(log.day_late, log.firsts)
             .where(~F.col(FIRST_ARRIVAL))
             .groupBy("partition")
             .agg(F.count(F.lit(1)).alias("repeats"))
@@ -735,14 +814,22 @@ def _report_data(
     recon: DataFrame,
 ) -> ReportData:
     """`collect_report_data` once the reconciliation is read (`recon`: its rows, cached)."""
-    late = _late_in_day(spark, warehouse, rec, _events_of(spark, warehouse, rec), recon)
-    if late is not None:  # the histogram and the estimated curve: one scan of the log
-        late = late.persist()
+    events_all = _events_of(spark, warehouse, rec)
+    late_rows = _late_rows(spark, warehouse, rec, recon)
+    # The event log in one pass: the partitions' counts and the late ids' first arrivals.
+    log = None if events_all is None else _read_log(spark, events_all, rec.bounds, late_rows)
     try:
-        return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late)
+        late = _late_in_day(late_rows, log)
+        if late is not None:  # the histogram and the estimated curve: one computation
+            late = late.persist()
+        try:
+            return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late, log)
+        finally:
+            if late is not None:
+                late.unpersist()
     finally:
-        if late is not None:
-            late.unpersist()
+        if log is not None:
+            log.release()
 
 
 def _assemble(
@@ -753,6 +840,7 @@ def _assemble(
     rec: _Reconciliation,
     recon: DataFrame,
     late: DataFrame | None,
+    log: _LogFigures | None,
 ) -> ReportData:
     """The report's figures from the read tables; `when` is (business date, now)."""
     from expectations.validate import read_results
@@ -765,7 +853,6 @@ def _assemble(
             if rec.inputs is not None
             else read_results(spark, warehouse, business_date)
         )
-    events_all = _events_of(spark, warehouse, rec)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     curve, curve_source = _curve(
@@ -790,7 +877,7 @@ def _assemble(
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
         worst_keys=worst,
-        partitions=_partition_rates(spark, events_all, rec.bounds),
+        partitions=_partition_rates(log),
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),
