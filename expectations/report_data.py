@@ -20,9 +20,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
@@ -357,39 +358,121 @@ def _late_in_day(late: DataFrame | None, log: _LogFigures | None) -> DataFrame |
 
 @dataclass(frozen=True)
 class _LogFigures:
-    """What the report needs of the pinned event log, from one pass over it (`_read_log`):
-    `counts`, per source partition, the date's events and late events (duplicates left out);
-    `firsts`, the first arrival's line (`tally.arrivals.marked_first`) of every event_id of
-    the late rows, both the late side output's and the log's own late rows of the date
-    (`day_late`, those rows' lines and partition). The frames are persisted: `release`."""
+    """What the report needs of the pinned event log (`_read_log`): `counts`, per source
+    partition, the date's events and late events (duplicates left out); `firsts`, the first
+    arrival's line (`tally.arrivals.marked_first`) of every event_id of a late row (the late
+    side output's and the log's own late rows of the date); `repeat_rows`, the partition of
+    each late row of the date that is not its event_id's first arrival (with `null_ids`).
+    `kept`: the persisted
+    frames they come from (`release`)."""
 
     counts: list[Any]
     firsts: DataFrame
-    day_late: DataFrame
-    grouped: DataFrame  # the aggregate `counts` and `firsts` come from (persisted)
+    repeat_rows: DataFrame
+    kept: tuple[DataFrame, ...]
+    # per partition, the date's late rows without an event_id when `repeat_rows` lacks them
+    null_ids: dict[Any, int] = field(default_factory=dict)
 
     def release(self) -> None:
-        self.grouped.unpersist()
-        self.day_late.unpersist()
+        for df in self.kept:
+            df.unpersist()
+
+
+_GROUP = "struct<kind:int,partition:int,event_id:string>"
+
+
+def _in_date(bounds: DayBounds) -> Column:
+    """An event of the date (not a `duplicate`), as the partitions' counts take them."""
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    return (
+        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        & in_day(bounds, "event_time")
+        & (F.col("arrival_status") != DUPLICATE)
+    )
+
+
+def _grouped_log(
+    spark: SparkSession, events_all: DataFrame, bounds: DayBounds, ids: DataFrame
+) -> tuple[DataFrame, list[Any]]:
+    """ONE aggregate over the pinned log: each row adds to its partition's counts if it is an
+    event of the date (`_in_date`), and to its event_id's group if that id is one of `ids`
+    (a broadcast set of id hashes; ids that only share a hash form groups nothing joins). An
+    id's group holds its first arrival's line (`first`) and the lines of its late rows of the
+    date (`day_late`); a partition's, its counts, and the date's late rows no group holds
+    (`unheld`, with an id; `null_ids`, without). Returns the aggregate (persisted) and the
+    partitions' rows."""
+    hashes = (
+        ids.select(F.xxhash64("event_id").alias("_h"))
+        .distinct()
+        .withColumn("_looked_up", F.lit(True))
+    )
+    order = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
+    rows = (
+        events_all.select(
+            *order,
+            "partition",
+            "arrival_status",
+            F.coalesce(_in_date(bounds), F.lit(False)).alias("_in_date"),
+        )
+        .withColumn("_h", F.xxhash64("event_id"))
+        .join(F.broadcast(hashes), "_h", "left")
+    )
+    looked_up = F.coalesce(F.col("_looked_up"), F.lit(False)) & F.col("event_id").isNotNull()
+    day_late = F.col("_in_date") & (F.col("arrival_status") == LATE)
+    groups = F.array(
+        F.when(
+            F.col("_in_date"), F.struct(F.lit(0), F.col("partition"), F.lit(None).cast("string"))
+        ).cast(_GROUP),
+        F.when(looked_up, F.struct(F.lit(1), F.lit(None).cast("int"), F.col("event_id"))).cast(
+            _GROUP
+        ),
+    )
+    held = F.col("g.kind") == 1
+    line = F.struct(*[F.col(c) for c in LINE_IDENTITY], F.col("partition"))
+    with without_adaptive_execution(spark):  # a row per partition and per late id
+        grouped = (
+            rows.select("*", F.explode(groups).alias("g"))
+            .where(F.col("g").isNotNull())
+            .groupBy("g")
+            .agg(
+                F.count(F.lit(1)).alias("events"),
+                F.count_if(F.col("arrival_status") == LATE).alias("late"),
+                F.count_if(day_late & F.col("event_id").isNotNull() & ~looked_up).alias("unheld"),
+                F.count_if(day_late & F.col("event_id").isNull()).alias("null_ids"),
+                first_line().alias("first"),
+                F.collect_list(F.when(held & day_late, line)).alias("day_late"),
+            )
+            .persist()
+        )
+        try:
+            counts = (
+                grouped.where(F.col("g.kind") == 0)
+                .select(
+                    F.col("g.partition").alias("partition"), "events", "late", "unheld", "null_ids"
+                )
+                .collect()
+            )
+        except BaseException:
+            grouped.unpersist()
+            raise
+    return grouped, counts
 
 
 def _read_log(
     spark: SparkSession, events_all: DataFrame, bounds: DayBounds, late: DataFrame | None
 ) -> _LogFigures:
-    """One aggregate over the pinned log (`_LogFigures`): each row adds to its partition's
-    counts if it is an event of the date (not a `duplicate`), and to its event_id's first
-    arrival if that id is one of a late row (a broadcast set of id hashes; ids that only share
-    a hash form groups nothing joins). Before it, the date's late rows of the log are read
-    (their partitions only) and kept: the ids to look up and the repeats to count."""
-    first_day = from_epoch_ms(bounds[0]).date()
-    last_day = from_epoch_ms(bounds[1]).date()
-    in_date = (
-        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
-        & in_day(bounds, "event_time")
-        & (F.col("arrival_status") != DUPLICATE)
-    )
+    """`_LogFigures` of the pinned log. The late side output's ids (`late`) cover the log's
+    late rows of the date when the stream wrote each of them there too: then one aggregate
+    over the log (`_grouped_log`) gives everything. Otherwise (some late row of the date has
+    an id the side output lacks) the date's late rows are read first and their ids added."""
+    if late is not None:
+        grouped, counts = _grouped_log(spark, events_all, bounds, late.select("event_id"))
+        if not any(r["unheld"] for r in counts):
+            return _from_groups(grouped, counts)
+        grouped.unpersist()
     day_late = (
-        events_all.where(in_date & (F.col("arrival_status") == LATE))
+        events_all.where(_in_date(bounds) & (F.col("arrival_status") == LATE))
         .select(*LINE_IDENTITY, "partition")
         .persist()
     )
@@ -397,50 +480,30 @@ def _read_log(
         ids = day_late.select("event_id")
         if late is not None:
             ids = ids.unionByName(late.select("event_id"))
-        hashes = ids.select(F.xxhash64("event_id").alias("_h")).distinct()
-        hashes = hashes.withColumn("_looked_up", F.lit(True))
-        order = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
-        rows = events_all.select(
-            *order, "partition", "arrival_status", in_date.alias("_in_date")
-        ).withColumn("_h", F.xxhash64("event_id"))
-        rows = rows.join(F.broadcast(hashes), "_h", "left")
-        looked_up = F.coalesce(F.col("_looked_up"), F.lit(False)) & F.col("event_id").isNotNull()
-        group = "struct<kind:int,partition:int,event_id:string>"
-        groups = F.array(
-            F.when(
-                F.coalesce(F.col("_in_date"), F.lit(False)),
-                F.struct(F.lit(0), F.col("partition"), F.lit(None).cast("string")),
-            ).cast(group),
-            F.when(looked_up, F.struct(F.lit(1), F.lit(None).cast("int"), F.col("event_id"))).cast(
-                group
-            ),
-        )
-        with without_adaptive_execution(spark):  # a row per partition and per late id
-            grouped = (
-                rows.select("*", F.explode(groups).alias("g"))
-                .where(F.col("g").isNotNull())
-                .groupBy("g")
-                .agg(
-                    F.count(F.lit(1)).alias("events"),
-                    F.count_if(F.col("arrival_status") == LATE).alias("late"),
-                    first_line().alias("first"),
-                )
-                .persist()
-            )
-            try:
-                counts = (
-                    grouped.where(F.col("g.kind") == 0)
-                    .select(F.col("g.partition").alias("partition"), "events", "late")
-                    .collect()
-                )
-            except BaseException:
-                grouped.unpersist()
-                raise
-        firsts = grouped.where(F.col("g.kind") == 1).select("first.*")
-        return _LogFigures(counts, firsts, day_late, grouped)
+        grouped, counts = _grouped_log(spark, events_all, bounds, ids)
     except BaseException:
         day_late.unpersist()
         raise
+    firsts = grouped.where(F.col("g.kind") == 1).select("first.*")
+    repeat_rows = marked_first(day_late, firsts).where(~F.col(FIRST_ARRIVAL)).select("partition")
+    return _LogFigures(counts, firsts, repeat_rows, (grouped, day_late))
+
+
+def _from_groups(grouped: DataFrame, counts: list[Any]) -> _LogFigures:
+    """`_LogFigures` from an aggregate that holds every late row of the date: a row is a
+    repeat when its line is not its id's first arrival (`marked_first`'s test); rows without
+    an event_id are first arrivals of none."""
+    ids = grouped.where(F.col("g.kind") == 1)
+    firsts = ids.select("first.*")
+    rows = ids.select("first.*", F.explode("day_late").alias("r")).select(
+        "r.*", *[f"_first_{c}" for c in LINE_IDENTITY]
+    )
+    same_line = reduce(
+        lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_first_{c}")) for c in LINE_IDENTITY]
+    )
+    repeats = rows.where(~same_line).select("partition")
+    null_ids = {r["partition"]: int(r["null_ids"]) for r in counts if r["null_ids"]}
+    return _LogFigures(counts, firsts, repeats, (grouped,), null_ids)
 
 
 def _ms(column: str) -> Any:
@@ -642,12 +705,12 @@ def _partition_rates(log: _LogFigures | None) -> list[dict[str, Any]]:
     if any(r["late"] for r in counts):  # a repeat is a late row: none without late rows
         repeats = {
             r["partition"]: int(r["repeats"])
-            for r in marked_first(log.day_late, log.firsts)
-            .where(~F.col(FIRST_ARRIVAL))
-            .groupBy("partition")
+            for r in log.repeat_rows.groupBy("partition")
             .agg(F.count(F.lit(1)).alias("repeats"))
             .collect()
         }
+        for p, n in log.null_ids.items():  # first arrivals of no event_id: repeats
+            repeats[p] = repeats.get(p, 0) + n
     partitions = []
     for r in sorted(counts, key=lambda r: (r["partition"] is not None, r["partition"])):
         # matched as a join on the partition matches: a null partition matches none
