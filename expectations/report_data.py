@@ -363,8 +363,7 @@ class _LogFigures:
     arrival's line (`tally.arrivals.marked_first`) of every event_id of a late row (the late
     side output's and the log's own late rows of the date); `repeat_rows`, the partition of
     each late row of the date that is not its event_id's first arrival (with `null_ids`).
-    `kept`: the persisted
-    frames they come from (`release`)."""
+    `kept`: the persisted frames they come from (`release`)."""
 
     counts: list[Any]
     firsts: DataFrame
