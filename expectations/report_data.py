@@ -20,13 +20,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
-from tally.arrivals import FIRST_ARRIVAL, explaining_late, with_first_arrival
+from tally.arrivals import (
+    FIRST_ARRIVAL,
+    LINE_IDENTITY,
+    explaining_late,
+    first_line,
+    marked_first,
+)
 from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
 from tally.settings import (
     LATENESS_AUTO,
@@ -37,7 +44,7 @@ from tally.settings import (
     parse_duration,
 )
 from tally.spark import without_adaptive_execution
-from tally.vocabulary import DUPLICATE, LATE, UNEXPLAINED
+from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE, UNEXPLAINED
 from tally.windows import describe_windowing as windowing_text
 
 # Candidate shifts of the lateness bound for the estimated curve.
@@ -319,18 +326,12 @@ def _late_of_sessions(late_all: DataFrame, recon: DataFrame, bounds: DayBounds) 
     return late.join(rows, held, "left_semi")
 
 
-def _late_in_day(
-    spark: SparkSession,
-    warehouse: str,
-    rec: _Reconciliation,
-    events_all: DataFrame | None,
-    recon: DataFrame,
+def _late_rows(
+    spark: SparkSession, warehouse: str, rec: _Reconciliation, recon: DataFrame
 ) -> DataFrame | None:
-    """The pinned late events whose window starts on the date (lateness and partition), as
-    the reconciliation counts them: first arrivals of their event_id in the pinned log, each
-    once (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they
-    are not late events here either. Without an event log, every row. Session windows: the
-    late rows in the date's sessions (`_late_of_sessions`)."""
+    """The pinned late events whose window starts on the date (session windows: the late rows
+    in the date's sessions, `_late_of_sessions`), before the first-arrival check
+    (`_late_in_day`); None without a late_events table."""
     late_all = (
         rec.inputs.late_events
         if rec.inputs is not None
@@ -339,12 +340,169 @@ def _late_in_day(
     if late_all is None:
         return None
     if _is_sessions(rec):
-        late = _late_of_sessions(late_all, recon, rec.bounds)
-    else:
-        late = late_all.where(window_in_day(rec.bounds))
-    if events_all is not None:
-        late = explaining_late(with_first_arrival(late, events_all))
+        return _late_of_sessions(late_all, recon, rec.bounds)
+    return late_all.where(window_in_day(rec.bounds))
+
+
+def _late_in_day(late: DataFrame | None, log: _LogFigures | None) -> DataFrame | None:
+    """The late rows (`_late_rows`) as the reconciliation counts them (lateness and
+    partition): first arrivals of their event_id in the pinned log, each once
+    (`tally.arrivals`). Repeats beyond the stream's dedup horizon lost no money, so they are
+    not late events here either. Without an event log, every row."""
+    if late is None:
+        return None
+    if log is not None:
+        late = explaining_late(marked_first(late, log.firsts))
     return late.select("lateness_ms", "partition")
+
+
+@dataclass(frozen=True)
+class _LogFigures:
+    """What the report needs of the pinned event log (`_read_log`): `counts`, per source
+    partition, the date's events and late events (duplicates left out); `firsts`, the first
+    arrival's line (`tally.arrivals.marked_first`) of every event_id of a late row (the late
+    side output's and the log's own late rows of the date); `repeat_rows`, the partition of
+    each late row of the date that is not its event_id's first arrival (with `null_ids`).
+    `kept`: the persisted frames they come from (`release`)."""
+
+    counts: list[Any]
+    firsts: DataFrame
+    repeat_rows: DataFrame
+    kept: tuple[DataFrame, ...]
+    # per partition, the date's late rows without an event_id when `repeat_rows` lacks them
+    null_ids: dict[Any, int] = field(default_factory=dict)
+
+    def release(self) -> None:
+        for df in self.kept:
+            df.unpersist()
+
+
+_GROUP = "struct<kind:int,partition:int,event_id:string>"
+
+
+def _in_date(bounds: DayBounds) -> Column:
+    """An event of the date (not a `duplicate`), as the partitions' counts take them."""
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    return (
+        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        & in_day(bounds, "event_time")
+        & (F.col("arrival_status") != DUPLICATE)
+    )
+
+
+def _grouped_log(
+    spark: SparkSession, events_all: DataFrame, bounds: DayBounds, ids: DataFrame
+) -> tuple[DataFrame, list[Any]]:
+    """ONE aggregate over the pinned log: each row adds to its partition's counts if it is an
+    event of the date (`_in_date`), and to its event_id's group if that id is one of `ids`
+    (a broadcast set of id hashes; ids that only share a hash form groups nothing joins). An
+    id's group holds its first arrival's line (`first`) and the lines of its late rows of the
+    date (`day_late`); a partition's, its counts, and the date's late rows no group holds
+    (`unheld`, with an id; `null_ids`, without). Returns the aggregate (persisted) and the
+    partitions' rows."""
+    hashes = (
+        ids.select(F.xxhash64("event_id").alias("_h"))
+        .distinct()
+        .withColumn("_looked_up", F.lit(True))
+    )
+    order = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
+    rows = (
+        events_all.select(
+            *order,
+            "partition",
+            "arrival_status",
+            F.coalesce(_in_date(bounds), F.lit(False)).alias("_in_date"),
+        )
+        .withColumn("_h", F.xxhash64("event_id"))
+        .join(F.broadcast(hashes), "_h", "left")
+    )
+    looked_up = F.coalesce(F.col("_looked_up"), F.lit(False)) & F.col("event_id").isNotNull()
+    day_late = F.col("_in_date") & (F.col("arrival_status") == LATE)
+    groups = F.array(
+        F.when(
+            F.col("_in_date"), F.struct(F.lit(0), F.col("partition"), F.lit(None).cast("string"))
+        ).cast(_GROUP),
+        F.when(looked_up, F.struct(F.lit(1), F.lit(None).cast("int"), F.col("event_id"))).cast(
+            _GROUP
+        ),
+    )
+    held = F.col("g.kind") == 1
+    line = F.struct(*[F.col(c) for c in LINE_IDENTITY], F.col("partition"))
+    with without_adaptive_execution(spark):  # a row per partition and per late id
+        grouped = (
+            rows.select("*", F.explode(groups).alias("g"))
+            .where(F.col("g").isNotNull())
+            .groupBy("g")
+            .agg(
+                F.count(F.lit(1)).alias("events"),
+                F.count_if(F.col("arrival_status") == LATE).alias("late"),
+                F.count_if(day_late & F.col("event_id").isNotNull() & ~looked_up).alias("unheld"),
+                F.count_if(day_late & F.col("event_id").isNull()).alias("null_ids"),
+                first_line().alias("first"),
+                F.collect_list(F.when(held & day_late, line)).alias("day_late"),
+            )
+            .persist()
+        )
+        try:
+            counts = (
+                grouped.where(F.col("g.kind") == 0)
+                .select(
+                    F.col("g.partition").alias("partition"), "events", "late", "unheld", "null_ids"
+                )
+                .collect()
+            )
+        except BaseException:
+            grouped.unpersist()
+            raise
+    return grouped, counts
+
+
+def _read_log(
+    spark: SparkSession, events_all: DataFrame, bounds: DayBounds, late: DataFrame | None
+) -> _LogFigures:
+    """`_LogFigures` of the pinned log. The late side output's ids (`late`) cover the log's
+    late rows of the date when the stream wrote each of them there too: then one aggregate
+    over the log (`_grouped_log`) gives everything. Otherwise (some late row of the date has
+    an id the side output lacks) the date's late rows are read first and their ids added."""
+    if late is not None:
+        grouped, counts = _grouped_log(spark, events_all, bounds, late.select("event_id"))
+        if not any(r["unheld"] for r in counts):
+            return _from_groups(grouped, counts)
+        grouped.unpersist()
+    day_late = (
+        events_all.where(_in_date(bounds) & (F.col("arrival_status") == LATE))
+        .select(*LINE_IDENTITY, "partition")
+        .persist()
+    )
+    try:
+        ids = day_late.select("event_id")
+        if late is not None:
+            ids = ids.unionByName(late.select("event_id"))
+        grouped, counts = _grouped_log(spark, events_all, bounds, ids)
+    except BaseException:
+        day_late.unpersist()
+        raise
+    firsts = grouped.where(F.col("g.kind") == 1).select("first.*")
+    repeat_rows = marked_first(day_late, firsts).where(~F.col(FIRST_ARRIVAL)).select("partition")
+    return _LogFigures(counts, firsts, repeat_rows, (grouped, day_late))
+
+
+def _from_groups(grouped: DataFrame, counts: list[Any]) -> _LogFigures:
+    """`_LogFigures` from an aggregate that holds every late row of the date: a row is a
+    repeat when its line is not its id's first arrival (`marked_first`'s test); rows without
+    an event_id are first arrivals of none."""
+    ids = grouped.where(F.col("g.kind") == 1)
+    firsts = ids.select("first.*")
+    rows = ids.select("first.*", F.explode("day_late").alias("r")).select(
+        "r.*", *[f"_first_{c}" for c in LINE_IDENTITY]
+    )
+    same_line = reduce(
+        lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_first_{c}")) for c in LINE_IDENTITY]
+    )
+    repeats = rows.where(~same_line).select("partition")
+    null_ids = {r["partition"]: int(r["null_ids"]) for r in counts if r["null_ids"]}
+    return _LogFigures(counts, firsts, repeats, (grouped,), null_ids)
 
 
 def _ms(column: str) -> Any:
@@ -535,40 +693,23 @@ def _late_event_rate(summary: dict[str, Any] | None, headline: dict[str, int]) -
 # -- source partitions, validation, provenance ---------------------------------------------------
 
 
-def _partition_rates(
-    spark: SparkSession, events_all: DataFrame | None, bounds: DayBounds
-) -> list[dict[str, Any]]:
+def _partition_rates(log: _LogFigures | None) -> list[dict[str, Any]]:
     """Events and late events per source partition, duplicates left out: rows marked
     `duplicate`, and `late` rows that repeat an event_id which arrived earlier (beyond the
     stream's dedup horizon; `tally.arrivals`), as the reconciliation leaves them out."""
-    if events_all is None:
+    if log is None:
         return []
-    first_day = from_epoch_ms(bounds[0]).date()
-    last_day = from_epoch_ms(bounds[1]).date()
-    events = events_all.where(
-        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
-        & in_day(bounds, "event_time")
-        & (F.col("arrival_status") != DUPLICATE)
-    )
-    with without_adaptive_execution(spark):  # an aggregate to a row per partition: one job
-        counts = (
-            events.groupBy("partition")
-            .agg(
-                F.count(F.lit(1)).alias("events"),
-                F.count_if(F.col("arrival_status") == LATE).alias("late"),
-            )
-            .collect()
-        )
+    counts = log.counts
     repeats: dict[Any, int] = {}
     if any(r["late"] for r in counts):  # a repeat is a late row: none without late rows
         repeats = {
             r["partition"]: int(r["repeats"])
-            for r in with_first_arrival(events.where(F.col("arrival_status") == LATE), events_all)
-            .where(~F.col(FIRST_ARRIVAL))
-            .groupBy("partition")
+            for r in log.repeat_rows.groupBy("partition")
             .agg(F.count(F.lit(1)).alias("repeats"))
             .collect()
         }
+        for p, n in log.null_ids.items():  # first arrivals of no event_id: repeats
+            repeats[p] = repeats.get(p, 0) + n
     partitions = []
     for r in sorted(counts, key=lambda r: (r["partition"] is not None, r["partition"])):
         # matched as a join on the partition matches: a null partition matches none
@@ -735,14 +876,22 @@ def _report_data(
     recon: DataFrame,
 ) -> ReportData:
     """`collect_report_data` once the reconciliation is read (`recon`: its rows, cached)."""
-    late = _late_in_day(spark, warehouse, rec, _events_of(spark, warehouse, rec), recon)
-    if late is not None:  # the histogram and the estimated curve: one scan of the log
-        late = late.persist()
+    events_all = _events_of(spark, warehouse, rec)
+    late_rows = _late_rows(spark, warehouse, rec, recon)
+    # The event log in one pass: the partitions' counts and the late ids' first arrivals.
+    log = None if events_all is None else _read_log(spark, events_all, rec.bounds, late_rows)
     try:
-        return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late)
+        late = _late_in_day(late_rows, log)
+        if late is not None:  # the histogram and the estimated curve: one computation
+            late = late.persist()
+        try:
+            return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late, log)
+        finally:
+            if late is not None:
+                late.unpersist()
     finally:
-        if late is not None:
-            late.unpersist()
+        if log is not None:
+            log.release()
 
 
 def _assemble(
@@ -753,6 +902,7 @@ def _assemble(
     rec: _Reconciliation,
     recon: DataFrame,
     late: DataFrame | None,
+    log: _LogFigures | None,
 ) -> ReportData:
     """The report's figures from the read tables; `when` is (business date, now)."""
     from expectations.validate import read_results
@@ -765,7 +915,6 @@ def _assemble(
             if rec.inputs is not None
             else read_results(spark, warehouse, business_date)
         )
-    events_all = _events_of(spark, warehouse, rec)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     curve, curve_source = _curve(
@@ -790,7 +939,7 @@ def _assemble(
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
         worst_keys=worst,
-        partitions=_partition_rates(spark, events_all, rec.bounds),
+        partitions=_partition_rates(log),
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import reduce
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from tally.vocabulary import ARRIVAL_ORDER, LATE_ARRIVAL_ORDER
@@ -46,6 +46,22 @@ def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
         rows.select("event_id").distinct(), "event_id", "left_semi"
     )
     first = first_arrivals(copies).select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
+    return marked_first(rows, first)
+
+
+def first_line() -> Column:
+    """In an aggregate over the copies of one event_id: its first arrival's line (a struct of
+    `_first_<column>` for each `LINE_IDENTITY` column): the least (`ARRIVAL_ORDER`, then the
+    rest of the line) in the order the window of `first_arrivals` ranks them (ascending,
+    nulls first)."""
+    fields = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
+    ranked = F.min(F.struct(*[F.col(c) for c in fields]))
+    return F.struct(*[ranked[c].alias(f"_first_{c}") for c in LINE_IDENTITY])
+
+
+def marked_first(rows: DataFrame, first: DataFrame) -> DataFrame:
+    """`rows` plus `first_arrival`, given `first`: one row per event_id (not null) with the
+    line of its first arrival as `_first_<column>` for each `LINE_IDENTITY` column."""
     same_line = reduce(
         lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_first_{c}")) for c in LINE_IDENTITY]
     )
