@@ -11,15 +11,15 @@ batch command.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-from bench.common import DAY, Backlog, log, run_process
+from bench.common import Backlog, StreamShape, log, run_process
 from tally import driver_cds
 
 PROFILES = ("tally-stream", "tally-batch")
 WARMUP_INPUT = Backlog(events=2_000, files=2, seed=11)
+WARMUP_SHAPE = StreamShape(window_ms=60_000, lateness_ms=30_000, max_files_per_trigger=1)
 
 
 def missing_archives(directory: Path, key: str) -> list[str]:
@@ -41,47 +41,10 @@ def forget_attempts(directory: Path, key: str, profiles: list[str]) -> None:
         archive.with_name(archive.name + ".attempt").unlink(missing_ok=True)
 
 
-def stream_argv(root: Path, master: str) -> list[str]:
-    return [
-        *_tally(),
-        "stream",
-        "--available-now",
-        "--drain",
-        "--clock",
-        "arrival",
-        "--input",
-        str(root / "input"),
-        "--warehouse",
-        str(root / "warehouse"),
-        "--checkpoint",
-        str(root / "checkpoint"),
-        "--spark-master",
-        master,
-    ]
-
-
-def reconcile_argv(root: Path, master: str) -> list[str]:
-    return [
-        *_tally(),
-        "reconcile",
-        "--date",
-        DAY.date().isoformat(),
-        "--warehouse",
-        str(root / "warehouse"),
-        "--spark-master",
-        master,
-        "--out",
-        str(root / "reports"),
-    ]
-
-
-def _tally() -> list[str]:
-    return [sys.executable, "-m", "tally_app.cli"]
-
-
 def ensure_class_archives(work: Path, master: str) -> dict[str, object]:
     """Write the missing archives with a tiny stream and reconciliation under `work`; what was
     found and done, for the results."""
+    from bench.scaleout import reconcile_argv, stream_argv
     from bench.speed import generate_backlog
     from tally.spark import cds_dir, driver_class_path
 
@@ -96,11 +59,14 @@ def ensure_class_archives(work: Path, master: str) -> dict[str, object]:
     root = work / "warmup"
     generate_backlog(root / "input", WARMUP_INPUT)
     started = time.monotonic()
-    run_process("warmup_stream", stream_argv(root, master), root / "logs")
+    warehouse = str(root / "warehouse")
+    stream = stream_argv(str(root / "input"), warehouse, master, WARMUP_SHAPE)
+    run_process("warmup_stream", stream, root / "logs")
     # exit 1 says a check failed (two files spanning a day: the watermark lag check does); the
     # JVM exits cleanly and writes its archive either way
     try:
-        run_process("warmup_reconcile", reconcile_argv(root, master), root / "logs")
+        reconcile = reconcile_argv(warehouse, master, root / "reports")
+        run_process("warmup_reconcile", reconcile, root / "logs")
     except Exception as exc:
         log(f"class data warm-up: reconcile: {str(exc).splitlines()[0]}")
     seconds = time.monotonic() - started
