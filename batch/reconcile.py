@@ -61,7 +61,7 @@ from functools import reduce
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
@@ -84,6 +84,7 @@ from tally.dates import (
     window_in_day,
 )
 from tally.settings import windowing_problem
+from tally.spark import without_adaptive_execution
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     EXPLAINED_BY_LATE,
@@ -762,12 +763,22 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFr
     returns the reconciliation rows (persisted) and the late repeats."""
     day, bounds = run.business_date, run.bounds
     stream_rows = run.stream_aggregates.where(window_in_day(bounds))
-    _check_window_size(stream_rows, window_ms, day, slide_ms)
+    # The window check and the diff run without adaptive execution (`without_adaptive_
+    # execution`), which made a Spark job of each shuffle stage: the batch side is persisted,
+    # the stream side has a row per window, the late rows are few and the log is filtered by
+    # a broadcast set of their hashes (a 200k-event day: the diff's write 13 -> 5 jobs).
+    # The re-aggregation keeps it: its sides are known only at run time.
+    with without_adaptive_execution(run.spark):
+        _check_window_size(stream_rows, window_ms, day, slide_ms)
     stream = latest_stream(stream_rows, bounds)
     truth = run.keep(batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms))
     run.replace(truth, T.BATCH_AGGREGATES)
-    late = late_arrivals(run.late_events, run.events, bounds)
-    return _write_diff(run, truth, stream, late)
+    with without_adaptive_execution(run.spark):  # planned (persisted) and run so
+        # the date's late rows, few, are read three times (rows, their ids' hashes, their
+        # ids): kept, one scan of `late_events` and one Delta file filtering instead of three
+        rows = run.keep(run.late_events.where(window_in_day(bounds)))
+        late = late_arrivals(rows, run.events, bounds)
+        return _write_diff(run, truth, stream, late)
 
 
 def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
@@ -891,11 +902,7 @@ def _run(
     """Re-aggregate, diff, summarize and record the run (`reconcile`, once the inputs are
     pinned; `pv`: the pinned stream_progress version, None without that table); `run.kept`
     frames are the caller's to release."""
-    business_date, warehouse, report_timezone = (
-        run.business_date,
-        run.warehouse,
-        run.report_timezone,
-    )
+    business_date, report_timezone = run.business_date, run.report_timezone
     window_ms, slide_ms, session_gap_ms = windowing
     # 1.-2. Re-aggregation and diff.
     if session_gap_ms:
@@ -910,7 +917,42 @@ def _run(
             repeats,
         )
     # The summary of the rows just written (kept: not read back from the table), itself kept
-    # for its row and the provenance.
+    # for its row and the provenance; it and the run's row are small (one row each, from
+    # persisted frames): planned without AQE, which made a Spark job of each shuffle stage.
+    with without_adaptive_execution(run.spark):
+        row = _write_summary_and_run(run, recon, versions, pv, windowing, now, settings)
+    ev, sv, lv = versions
+    return ReconcileResult(
+        business_date,
+        ev,
+        sv,
+        lv,
+        window_ms,
+        report_timezone,
+        row.asDict(),
+        repeats,
+        slide_ms or None,
+        session_gap_ms,
+        pv,
+    )
+
+
+def _write_summary_and_run(
+    run: _Run,
+    recon: DataFrame,
+    versions: tuple[int, int, int],
+    pv: int | None,
+    windowing: tuple[int, int | None, int],
+    now: datetime,
+    settings: Mapping[str, Any] | None,
+) -> Row:
+    """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
+    its `reconciliation_runs` row (`_provenance`); returns the summary row."""
+    business_date, warehouse, report_timezone = (
+        run.business_date,
+        run.warehouse,
+        run.report_timezone,
+    )
     run.written["reconciliation"] = recon
     summary_df = run.keep(summarize(recon, business_date))
     _replace_date(summary_df, warehouse, T.RECONCILIATION_SUMMARY, business_date)
@@ -932,20 +974,7 @@ def _run(
         written = provenance.first()
         assert written is not None
         run.written.update(run=written.asDict(), stream_progress=progress)
-    ev, sv, lv = versions
-    return ReconcileResult(
-        business_date,
-        ev,
-        sv,
-        lv,
-        window_ms,
-        report_timezone,
-        row.asDict(),
-        repeats,
-        slide_ms or None,
-        session_gap_ms,
-        pv,
-    )
+    return row
 
 
 def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
