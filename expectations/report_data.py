@@ -594,19 +594,50 @@ def _reconciliation_figures(
 # -- late events and the lateness bound ----------------------------------------------------------
 
 
-def _lateness_hist(late: DataFrame) -> list[tuple[str, int]]:
-    edges = list(LATENESS_BINS_MS)
-    labels = [
-        f"{format_duration(lo)}–{format_duration(hi)}" for lo, hi in itertools.pairwise(edges)
-    ] + [f"≥ {format_duration(edges[-1])}"]
+def _lateness_bucket() -> Column:
+    """The index of the `LATENESS_BINS_MS` bin of `lateness_ms` (null: the last bin)."""
+    edges = LATENESS_BINS_MS
     bucket = F.lit(len(edges) - 1)
     for i in range(len(edges) - 2, -1, -1):
         bucket = F.when(F.col("lateness_ms") < F.lit(edges[i + 1]), F.lit(i)).otherwise(bucket)
-    counts = {
-        int(r["b"]): int(r["n"])
-        for r in late.groupBy(bucket.alias("b")).agg(F.count(F.lit(1)).alias("n")).collect()
-    }
-    return [(label, counts.get(i, 0)) for i, label in enumerate(labels)]
+    return bucket
+
+
+def _lateness_labels() -> list[str]:
+    edges = list(LATENESS_BINS_MS)
+    return [
+        f"{format_duration(lo)}–{format_duration(hi)}" for lo, hi in itertools.pairwise(edges)
+    ] + [f"≥ {format_duration(edges[-1])}"]
+
+
+@dataclass(frozen=True)
+class _LateCounts:
+    """The late events' figures of one aggregate (`_late_counts`): per `LATENESS_BINS_MS`
+    bin, the events in it; per `CURVE_SHIFTS_MS` shift D, the events with `lateness_ms >=
+    allowed + D` (None: the curve is not estimated)."""
+
+    hist: list[tuple[str, int]]
+    dropped: list[int] | None
+
+
+def _late_counts(late: DataFrame, allowed_ms: int | None) -> _LateCounts:
+    """The histogram's counts and, with `allowed_ms`, the estimated curve's dropped events:
+    ONE aggregate over the late rows (a job, where a histogram and a curve took one each)."""
+    labels = _lateness_labels()
+    bucket = _lateness_bucket()
+    hist = [F.count_if(bucket == F.lit(i)).alias(f"b{i}") for i in range(len(labels))]
+    shifts = [] if allowed_ms is None else list(CURVE_SHIFTS_MS)
+    drops = [
+        F.count_if(F.col("lateness_ms") >= F.lit(allowed_ms + d)).alias(f"d{i}")
+        for i, d in enumerate(shifts)
+        if allowed_ms is not None
+    ]
+    row = late.agg(*hist, *drops).first()
+    assert row is not None
+    return _LateCounts(
+        [(label, int(row[f"b{i}"] or 0)) for i, label in enumerate(labels)],
+        None if allowed_ms is None else [int(row[f"d{i}"] or 0) for i in range(len(shifts))],
+    )
 
 
 def _current_bound(options: ReportOptions, settings: dict[str, Any]) -> int | None:
@@ -624,49 +655,52 @@ def _completeness_target(options: ReportOptions, settings: dict[str, Any]) -> fl
 
 
 def _estimated_curve(
-    late: DataFrame, batch_events: int, current_ms: int, allowed_ms: int
+    dropped: list[int], batch_events: int, current_ms: int
 ) -> list[dict[str, Any]]:
-    """Completeness at bound current + D for each candidate shift D (see module docstring)."""
-    row = late.agg(
-        *[
-            F.count_if(F.col("lateness_ms") >= F.lit(allowed_ms + d)).alias(f"d{i}")
-            for i, d in enumerate(CURVE_SHIFTS_MS)
-        ]
-    ).first()
-    assert row is not None
+    """Completeness at bound current + D for each candidate shift D (see module docstring),
+    `dropped[i]`: the late events at or beyond the allowed lateness + `CURVE_SHIFTS_MS[i]`."""
     curve = []
-    for i, shift in enumerate(CURVE_SHIFTS_MS):
-        dropped = int(row[f"d{i}"] or 0)
-        admitted = batch_events - dropped
+    for shift, dropped_n in zip(CURVE_SHIFTS_MS, dropped, strict=True):
+        admitted = batch_events - dropped_n
         curve.append(
             {
                 "lateness_ms": current_ms + shift,
                 "lateness": format_duration(current_ms + shift),
                 "events": batch_events,
                 "admitted": admitted,
-                "dropped": dropped,
+                "dropped": dropped_n,
                 "completeness_pct": 100.0 * admitted / batch_events if batch_events else 100.0,
             }
         )
     return curve
 
 
-def _curve(
+def _curve_allowed_ms(
     given: Sequence[dict[str, Any]] | None,
     late: DataFrame | None,
-    batch_events: int,
     current_bound_ms: int | None,
     settings: dict[str, Any],
+) -> int | None:
+    """The allowed lateness the estimated curve counts from; None when it is not estimated
+    (a curve given, or no late rows or no current bound)."""
+    if given or late is None or current_bound_ms is None:
+        return None
+    allowed_ms = recorded_duration(settings, "allowed_lateness")
+    return ALLOWED_LATENESS_DEFAULT_MS if allowed_ms is None else allowed_ms
+
+
+def _curve(
+    given: Sequence[dict[str, Any]] | None,
+    counts: _LateCounts | None,
+    batch_events: int,
+    current_bound_ms: int | None,
 ) -> tuple[list[dict[str, Any]] | None, str]:
     """The curve to draw and where it comes from: the caller's, else estimated."""
     if given:
         return [dict(c) for c in given], "given"
-    if late is None or current_bound_ms is None:
+    if counts is None or counts.dropped is None or current_bound_ms is None:
         return None, "not computed"
-    allowed_ms = recorded_duration(settings, "allowed_lateness")
-    if allowed_ms is None:  # not recorded: the setting's default
-        allowed_ms = ALLOWED_LATENESS_DEFAULT_MS
-    curve = _estimated_curve(late, batch_events, current_bound_ms, allowed_ms)
+    curve = _estimated_curve(counts.dropped, batch_events, current_bound_ms)
     return curve, "estimated from the late side output"
 
 
@@ -881,14 +915,8 @@ def _report_data(
     # The event log in one pass: the partitions' counts and the late ids' first arrivals.
     log = None if events_all is None else _read_log(spark, events_all, rec.bounds, late_rows)
     try:
-        late = _late_in_day(late_rows, log)
-        if late is not None:  # the histogram and the estimated curve: one computation
-            late = late.persist()
-        try:
-            return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late, log)
-        finally:
-            if late is not None:
-                late.unpersist()
+        late = _late_in_day(late_rows, log)  # one aggregate reads it (`_late_counts`)
+        return _assemble(spark, warehouse, (business_date, now), options, rec, recon, late, log)
     finally:
         if log is not None:
             log.release()
@@ -917,9 +945,9 @@ def _assemble(
         )
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
-    curve, curve_source = _curve(
-        options.curve, late, headline["batch_count"], current_bound_ms, rec.settings
-    )
+    allowed_ms = _curve_allowed_ms(options.curve, late, current_bound_ms, rec.settings)
+    counts = None if late is None else _late_counts(late, allowed_ms)
+    curve, curve_source = _curve(options.curve, counts, headline["batch_count"], current_bound_ms)
     recommended_bound_ms = options.recommended_bound_ms
     if recommended_bound_ms is None and curve:
         recommended_bound_ms = _recommend(curve, target)
@@ -932,7 +960,7 @@ def _assemble(
         late_event_rate=_late_event_rate(rec.summary, headline),
         max_lateness_ms=(rec.summary or {}).get("max_lateness_ms"),
         per_window=per_window,
-        lateness_hist=_lateness_hist(late) if late is not None else [],
+        lateness_hist=counts.hist if counts is not None else [],
         curve=curve,
         curve_source=curve_source,
         current_bound_ms=current_bound_ms,
