@@ -45,8 +45,8 @@ from pyspark.sql import functions as F
 
 from expectations.suites import SOURCE_TABLE, SUITES, Thresholds, build_suite, select_for_date
 from tally import tables as T
-from tally.dates import epoch_ms
-from tally.spark import session_conf
+from tally.spark import session_conf, without_adaptive_execution
+from tally.sql_text import rows_sql, sql_string
 from tally.vocabulary import CRITICAL
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -362,18 +362,6 @@ def missing_table_row(
     }
 
 
-def _literal(value: Any, data_type: Any) -> Any:
-    from pyspark.sql.types import DateType, TimestampType
-
-    if value is None:
-        return F.lit(None).cast(data_type)
-    if isinstance(data_type, TimestampType):
-        return F.timestamp_millis(F.lit(epoch_ms(value)))
-    if isinstance(data_type, DateType):
-        return F.lit(value.isoformat()).cast("date")
-    return F.lit(value).cast(data_type)
-
-
 def write_results(
     spark: SparkSession,
     warehouse: str,
@@ -382,29 +370,27 @@ def write_results(
     rows: list[dict[str, Any]],
 ) -> None:
     """Replace the rows of (business_date, each of `suites`) in validation_results with `rows`:
-    one Delta commit (replaceWhere), rows built in the JVM from literals (no Python workers)."""
+    one Delta commit (replaceWhere) of rows built in the JVM from one SQL text of literals (no
+    Python workers, one Py4J call), planned without AQE (a job per shuffle stage otherwise)."""
     suites = [suites] if isinstance(suites, str) else list(suites)
     if not suites:
         return
     if not T.creates_on_write(T.VALIDATION_RESULTS):
         T.ensure_table(spark, warehouse, T.VALIDATION_RESULTS)
     fields = T.VALIDATION_RESULTS.schema().fields
-    if rows:
-        structs = [
-            F.struct(*[_literal(row.get(f.name), f.dataType).alias(f.name) for f in fields])
-            for row in rows
-        ]
-        frame = spark.range(1).select(F.inline(F.array(*structs)))
-    else:
-        frame = T.empty_frame(spark, T.VALIDATION_RESULTS)
-    names = ", ".join("'" + name.replace("'", "''") + "'" for name in suites)
-    # A missing table is created by this write, partitioned as declared (`T.creates_on_write`).
-    T.write_table(
-        frame,
-        warehouse,
-        T.VALIDATION_RESULTS,
-        replace_where=f"business_date = DATE'{business_date.isoformat()}' AND suite IN ({names})",
+    frame = (
+        spark.sql(rows_sql(rows, fields)) if rows else T.empty_frame(spark, T.VALIDATION_RESULTS)
     )
+    names = ", ".join(sql_string(name) for name in suites)
+    date_sql = f"DATE'{business_date.isoformat()}'"
+    # A missing table is created by this write, partitioned as declared (`T.creates_on_write`).
+    with without_adaptive_execution(spark):
+        T.write_table(
+            frame,
+            warehouse,
+            T.VALIDATION_RESULTS,
+            replace_where=f"business_date = {date_sql} AND suite IN ({names})",
+        )
 
 
 def read_results(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:

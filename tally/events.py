@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
 from tally.jvm_functions import SCAN_FUNCTION, register_jvm_functions
+from tally.sql_text import sql_string
 
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
 
@@ -310,12 +311,6 @@ def _inline_offset(offsets: dict[tuple[str, int], int]) -> Column:
         for (file, start), offset in offsets.items()
     )
     return F.expr(f"CASE {whens} END")
-
-
-def sql_string(text: str) -> str:
-    """`text` as a Spark SQL string literal: every backslash and quote escaped, so the parser
-    gives back exactly `text` (any other character stands for itself between the quotes)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _numbered_columns(lines: DataFrame, offset: Column) -> list[Column]:

@@ -327,15 +327,3 @@ def test_no_split_numbers_no_line(spark: SparkSession, tmp_path: Path, numbering
     empty = text_reader(spark.read).schema("value STRING").load(str(tmp_path / "in"))
     lines = number_lines(empty.transform(text_lines), splits=[])
     assert lines.columns == list(LINE_COLUMNS) and lines.count() == 0
-
-
-def test_sql_string_gives_back_the_text(spark) -> None:
-    """Split offsets name their files in one SQL CASE: a path's quotes, backslashes, escape-like
-    text and line breaks must come back from the parser exactly as they were."""
-    from tally.events import sql_string
-
-    texts = ["plain", "it's", "a\\b", "\\'", "x\\u0041\\n", "two\nlines\t", "ünï €", "'' \\\\ '"]
-    got = spark.range(1).select(
-        *[F.expr(sql_string(t)).alias(f"t{i}") for i, t in enumerate(texts)]
-    )
-    assert list(got.first()) == texts
