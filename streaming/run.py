@@ -120,6 +120,12 @@ def _run_query(
     # its physical plan for the UI and event log; the default "formatted" rendering was ~10 % of
     # the driver's CPU in a small batch (JFR). The plain tree is enough to read a plan there.
     spark.conf.set("spark.sql.ui.explainMode", "simple")
+    # Delta's optional checksum file beside each commit (`<version>.crc`, a summary of the
+    # table's state it validates against when present; Delta reads the log without it). On a
+    # local file system each is one more atomic write, and Hadoop's local file system runs a
+    # `chmod` and several `readlink` processes for one: ~10 process starts a commit, ~50 of a
+    # micro-batch's ~150 (JFR, 20k-line batches). A stream commits 4-5 times a batch.
+    spark.conf.set("spark.databricks.delta.writeChecksumFile.enabled", "false")
     guard = lease.check if lease is not None else None
     processor = BatchProcessor(spark, params, clock=wall, guard=guard)
     source = open_source(
