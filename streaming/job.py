@@ -55,7 +55,7 @@ from tally.events import (
     with_row_ids,
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
-from tally.spark import jvm_class
+from tally.spark import jvm_class, without_adaptive_execution
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
@@ -484,7 +484,10 @@ class BatchProcessor:
             # The split table (one job) also reads and caches every parsed line, and gives the
             # batch's line count and newest file time: no other pass over the lines. Numbering
             # is a broadcast join of a few literal rows onto the cache: not worth a second one.
-            splits = line_splits(parsed)
+            # One job, where adaptive execution made three (the cache, the map stage, the
+            # result): a few rows out of a persisted frame have nothing to re-plan.
+            with without_adaptive_execution(parsed.sparkSession):
+                splits = line_splits(parsed)
             lines = number_lines(parsed, splits)
             cached = [parsed]
             input_lines = sum(s.lines for s in splits)
@@ -541,16 +544,20 @@ class BatchProcessor:
     def _classify(self, ctx: BatchContext, batch: BatchInput, prior: PriorState) -> Classified:
         """Arrival status of every valid event, against the watermark before this batch."""
         p = self.params
-        events = classify_events(
-            batch.parsed.valid,
-            prior.watermark.watermark_ms,
-            p.window,
-            prior.dedup_state,
-            partitions=event_partitions(batch.input_lines, self._state_partitions),
-        ).persist()
         skew_limit_ms = ctx.now_ms + p.max_clock_skew_ms
         late_windows = late_window_count(prior.watermark.watermark_ms, p.window)
-        stats = self._batch_stats(events, skew_limit_ms, late_windows)
+        # Planned and run without adaptive execution, the cache included (its plan is made
+        # when it is persisted): one Spark job where adaptive execution ran one per shuffle
+        # and one for the cache. The partitions are chosen here (`event_partitions`).
+        with without_adaptive_execution(batch.parsed.valid.sparkSession):
+            events = classify_events(
+                batch.parsed.valid,
+                prior.watermark.watermark_ms,
+                p.window,
+                prior.dedup_state,
+                partitions=event_partitions(batch.input_lines, self._state_partitions),
+            ).persist()
+            stats = self._batch_stats(events, skew_limit_ms, late_windows)
         controls = (
             source_watermark_stats(
                 batch.parsed.controls, skew_limit_ms, prior.watermark.source_watermark_ms

@@ -23,17 +23,18 @@ from pyspark.sql import functions as F
 
 from streaming.lateness import BUCKET_EDGES_MS, front_ms
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
+from tally.spark import jvm_cached
 from tally.tables import literal_map
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
     WINDOW_KEY,
     aggregate_windows,
     explode_windows,
+    last_window_columns,
     merge_sessions,
     slide_of,
+    span_columns,
     windows_per_event,
-    with_last_window,
-    with_span,
 )
 
 
@@ -69,9 +70,13 @@ class WindowParams:
 
     def with_windows(self, events: DataFrame) -> DataFrame:
         """Each event's window as `window_start`/`window_end`: its last window, or its span."""
+        return events.withColumns(self.window_columns())
+
+    def window_columns(self) -> dict[str, Column]:
+        """`with_windows`' columns."""
         if self.sessions:
-            return with_span(events, self.session_gap_ms)
-        return with_last_window(events, self.window_ms, self.slide_ms)
+            return span_columns(self.session_gap_ms)
+        return last_window_columns(self.window_ms, self.slide_ms)
 
 
 def ts(ms: int) -> Column:
@@ -117,19 +122,34 @@ def classify_events(
     """
     if partitions is not None:  # the window and the join reuse this partitioning
         events = events.repartition(partitions, "event_id")
-    first_copy = F.row_number().over(Window.partitionBy("event_id").orderBy(*LINE_ORDER)) == F.lit(
-        1
+    # The same every batch of a process: built once (`jvm_cached`), added in one step.
+    added, seen_columns, duplicate = jvm_cached(
+        events.sparkSession,
+        ("classify_events", params.window_ms, params.slide_ms, params.session_gap_ms),
+        lambda: _classify_columns(params),
     )
-    seen = seen_ids.select("event_id", F.lit(True).alias("_seen"))
-    windowed = events.transform(params.with_windows)
-    status = F.when(~F.col("_first") | F.col("_seen").isNotNull(), F.lit(DUPLICATE))
+    seen = seen_ids.select(*seen_columns)
+    status = F.when(duplicate, F.lit(DUPLICATE))
     return (
-        windowed.withColumn("_first", first_copy)
+        events.withColumns(added)
         .join(seen, "event_id", "left")
         .withColumn(
             "arrival_status", window_status(status, watermark_before_ms, params.allowed_lateness_ms)
         )
         .drop("_first", "_seen")
+    )
+
+
+def _classify_columns(params: WindowParams) -> tuple[dict[str, Column], list[Column], Column]:
+    """`classify_events`' per-process columns: the window bounds and `_first` (the event_id's
+    first copy in line order), the remembered ids' projection, and the duplicate test."""
+    first_copy = F.row_number().over(Window.partitionBy("event_id").orderBy(*LINE_ORDER)) == F.lit(
+        1
+    )
+    return (
+        {**params.window_columns(), "_first": first_copy},
+        [F.col("event_id"), F.lit(True).alias("_seen")],
+        ~F.col("_first") | F.col("_seen").isNotNull(),
     )
 
 

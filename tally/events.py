@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
 from tally.jvm_functions import SCAN_FUNCTION, register_jvm_functions
+from tally.spark import jvm_cached, kept_select
 from tally.sql_text import sql_string
 
 KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
@@ -98,18 +99,28 @@ def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
     reads and scans every line again.
     """
     register_jvm_functions(raw.sparkSession)
+    key = ("parse_lines", tuple(raw.columns), control_field or "")
+    projections = jvm_cached(
+        raw.sparkSession, key, lambda: _parse_columns(raw.columns, control_field or "")
+    )
+    scanned = kept_select(raw, (*key, 0), lambda: projections[0])
+    return kept_select(scanned, (*key, 1), lambda: projections[1])
+
+
+def _parse_columns(raw_columns: list[str], control_field: str) -> tuple[list[Column], list[Column]]:
+    """`parse_lines`' two projections for a raw frame of these columns (built once a JVM)."""
     seams = (SOURCE_REASON, SOURCE_PARTITION)
-    provenance = [c for c in raw.columns if c not in ("raw_line", *seams)]
-    given = {c: F.col(c) if c in raw.columns else F.lit(None) for c in seams}
+    provenance = [c for c in raw_columns if c not in ("raw_line", *seams)]
+    given = {c: F.col(c) if c in raw_columns else F.lit(None) for c in seams}
     line = F.col("raw_line")
     # Its own projection: every column below reads the one scan of the row.
-    scanned = raw.select(
-        *provenance,
+    scanned = [
+        *[F.col(c) for c in provenance],
         line,
         given[SOURCE_REASON].cast("string").alias("_source_reason"),
         given[SOURCE_PARTITION].cast("int").alias("_source_partition"),
-        scan_line(line, control_field or "").alias("_scan"),
-    )
+        scan_line(line, control_field).alias("_scan"),
+    ]
     scan, source_reason = F.col("_scan"), F.col("_source_reason")
     verdict = scan["verdict"]
     # A source's own reason (Kafka: a tombstone, no UTF-8, oversized) comes before the scan's.
@@ -121,36 +132,55 @@ def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
     extra = scan["extra"]
     payload_partition = scan["partition"]
     source_partition = F.col("_source_partition")
-    if SOURCE_PARTITION in raw.columns:  # the payload's partition is data, not the watermark's
+    if SOURCE_PARTITION in raw_columns:  # the payload's partition is data, not the watermark's
         extra = F.when(
             payload_partition.isNotNull(),
             F.map_concat(extra, F.create_map(F.lit("partition"), payload_partition.cast("string"))),
         ).otherwise(extra)
     partition = F.coalesce(source_partition, payload_partition, F.lit(0))
-    return scanned.select(
+    return scanned, [
         F.when(valid, scan["event_id"]).alias("event_id"),
         F.when(valid, scan["key"]).alias("key"),
         F.when(valid, scan["amount"]).cast("long").alias("amount"),
         F.when(valid, F.timestamp_millis(scan["event_ms"])).alias("event_time"),
         F.when(valid | control, partition).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
-        *provenance,
+        *[F.col(c) for c in provenance],
         F.when(reason.isNotNull(), line).alias("raw_line"),
         F.when(_fence(), reason).alias("reason"),
         F.when(control, scan["control_ms"]).alias(CONTROL_MS),
-    )
+    ]
 
 
 def split_parsed(parsed: DataFrame) -> ParsedEvents:
     """Valid events and quarantine rows of `parse_lines`' output."""
+    key = ("split_parsed", tuple(parsed.columns))
+    splits = jvm_cached(parsed.sparkSession, key, lambda: _split_columns(parsed.columns))
+    (valid, valid_columns), (bad, bad_columns), (control, control_columns) = splits
+    return ParsedEvents(
+        kept_select(parsed.where(valid), (*key, 0), lambda: valid_columns),
+        kept_select(parsed.where(bad), (*key, 1), lambda: bad_columns),
+        kept_select(parsed.where(control), (*key, 2), lambda: control_columns),
+    )
+
+
+_Split = tuple[Column, list[Column]]  # a filter and its projection
+
+
+def _split_columns(columns: list[str]) -> tuple[_Split, _Split, _Split]:
+    """`split_parsed`'s three filters and projections (built once a JVM)."""
     event_columns = ("event_id", "key", "amount", "event_time", "partition", "extra")
-    provenance = [c for c in parsed.columns if c not in (*event_columns, "raw_line", "reason")]
+    provenance = [c for c in columns if c not in (*event_columns, "raw_line", "reason")]
     provenance = [c for c in provenance if c != CONTROL_MS]
     is_control = F.col(CONTROL_MS).isNotNull()
-    valid = parsed.where(F.col("reason").isNull() & ~is_control).select(*event_columns, *provenance)
-    quarantine = parsed.where(F.col("reason").isNotNull()).select("raw_line", "reason", *provenance)
-    controls = parsed.where(is_control).select("partition", CONTROL_MS, *provenance)
-    return ParsedEvents(valid, quarantine, controls)
+    return (
+        (
+            F.col("reason").isNull() & ~is_control,
+            [F.col(c) for c in (*event_columns, *provenance)],
+        ),
+        (F.col("reason").isNotNull(), [F.col(c) for c in ("raw_line", "reason", *provenance)]),
+        (is_control, [F.col(c) for c in ("partition", CONTROL_MS, *provenance)]),
+    )
 
 
 def parse_events(raw: DataFrame, control_field: str | None = None) -> ParsedEvents:
@@ -317,14 +347,22 @@ def _numbered_columns(lines: DataFrame, offset: Column) -> list[Column]:
     """`lines`' columns, helpers dropped and `source_line` after `source_file`."""
     # Never null (every line belongs to a split of `offsets`); the coalesce keeps it NOT NULL.
     number = F.coalesce(F.col(ROW_ID) - offset, F.lit(0)).cast("long")
-    columns: list[Column] = []
-    for name in lines.columns:
-        if name in (SPLIT_START, ROW_ID):
-            continue
-        columns.append(F.col(name))
-        if name == "source_file":
-            columns.append(number.alias("source_line"))
-    return columns
+    before, after = jvm_cached(
+        lines.sparkSession,
+        ("numbered_columns", tuple(lines.columns)),
+        lambda: _kept_columns(lines.columns),
+    )
+    return [*before, number.alias("source_line"), *after] if after is not None else before
+
+
+def _kept_columns(columns: list[str]) -> tuple[list[Column], list[Column] | None]:
+    """The columns `_numbered_columns` keeps, up to `source_file` and after it (None: no
+    `source_file`, nothing numbered)."""
+    kept = [c for c in columns if c not in (SPLIT_START, ROW_ID)]
+    if "source_file" not in kept:
+        return [F.col(c) for c in kept], None
+    cut = kept.index("source_file") + 1
+    return [F.col(c) for c in kept[:cut]], [F.col(c) for c in kept[cut:]]
 
 
 def read_jsonl_lines(spark: SparkSession, paths: str | list[str]) -> DataFrame:

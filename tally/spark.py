@@ -9,17 +9,19 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tally import driver_cds
 from tally.jvm_functions import JvmFunctionsMissing, register_jvm_functions
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from tally.settings import Settings
+
+_T = TypeVar("_T")
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.3.1"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -221,6 +223,35 @@ def pin_jvm_classes(spark: SparkSession) -> None:
         if not isinstance(pinned.get(name), _static_methods_kept()):
             found = getattr(jvm, name)
             pinned[name] = _static_methods_kept()(found._fqn, found._gateway_client)
+
+
+def jvm_cached(spark: SparkSession, key: tuple[Any, ...], build: Callable[[], _T]) -> _T:
+    """`build()` once per JVM for `key`, then the kept value: for `Column`s a micro-batch
+    builds the same every batch (a Spark 4 Column is an unresolved expression tree, turned into
+    a new Catalyst expression at each use, so one Column may serve any DataFrame of the JVM's
+    sessions). Each Column built is a few Py4J round trips and, once Python drops it, one more
+    to release it; a kept one costs neither again. Kept on the session's JVM view, like
+    `pin_jvm_classes`: a new JVM starts empty."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    kept: dict[tuple[Any, ...], Any] = vars(jvm).setdefault("_tally_cached", {})
+    if key not in kept:
+        kept[key] = build()
+    return cast(_T, kept[key])
+
+
+def kept_select(
+    df: DataFrame, key: tuple[Any, ...], build: Callable[[], list[Column]]
+) -> DataFrame:
+    """`df.select(*build())` with the list built once a JVM (`jvm_cached`) and kept as the
+    JVM's own list: PySpark hands a select's columns over one at a time (a new list, a call
+    per column, a conversion), a kept list goes in the select's one call."""
+    from pyspark.sql.classic.column import _to_seq
+
+    spark = df.sparkSession
+    columns = jvm_cached(spark, key, lambda: _to_seq(spark.sparkContext, [c._jc for c in build()]))
+    frame: DataFrame = type(df)(df._jdf.select(columns), spark)  # type: ignore[call-arg]
+    return frame
 
 
 @functools.cache

@@ -99,10 +99,18 @@ def with_last_window(
 ) -> DataFrame:
     """Add `window_start`/`window_end` of the latest-starting window holding `time_col` (the
     only one for tumbling windows)."""
+    return df.withColumns(last_window_columns(window_ms, slide_ms, time_col))
+
+
+def last_window_columns(
+    window_ms: int, slide_ms: int | None, time_col: str = "event_time"
+) -> dict[str, Column]:
+    """`with_last_window`'s columns: `window_start`, `window_end`."""
     start = window_start_col(F.col(time_col), slide_of(window_ms, slide_ms))
-    return df.withColumn("window_start", start).withColumn(
-        "window_end", F.timestamp_millis(F.unix_millis(start) + F.lit(window_ms))
-    )
+    return {
+        "window_start": start,
+        "window_end": F.timestamp_millis(F.unix_millis(start) + F.lit(window_ms)),
+    }
 
 
 def explode_windows(df: DataFrame, window_ms: int, slide_ms: int | None) -> DataFrame:
@@ -163,9 +171,15 @@ def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int
 
 def with_span(df: DataFrame, gap_ms: int, time_col: str = "event_time") -> DataFrame:
     """Add an event's span `[t, t + gap)` as `window_start`/`window_end`."""
-    return df.withColumn("window_start", F.col(time_col)).withColumn(
-        "window_end", F.timestamp_millis(F.unix_millis(time_col) + F.lit(gap_ms))
-    )
+    return df.withColumns(span_columns(gap_ms, time_col))
+
+
+def span_columns(gap_ms: int, time_col: str = "event_time") -> dict[str, Column]:
+    """`with_span`'s columns: `window_start`, `window_end`."""
+    return {
+        "window_start": F.col(time_col),
+        "window_end": F.timestamp_millis(F.unix_millis(time_col) + F.lit(gap_ms)),
+    }
 
 
 def session_ids(intervals: DataFrame, by: Sequence[str] = ("key",)) -> DataFrame:
