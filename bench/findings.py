@@ -400,20 +400,17 @@ def closing_notes(r: dict[str, Any]) -> list[str]:
         slowest = max(appends.values()) if appends else 0.0
         out.append(
             f"Per-batch fixed cost ({fc['median_batch_ms'] / 1000:.1f} s): a small batch is "
-            "made of Spark jobs, not of work: about 17 jobs and 20 tasks (37 tasks before a "
-            "small batch became one shuffle partition per 100k lines), of which the Delta "
-            "appends written "
-            f"side by side on 2 cores (the slowest median {slowest:.2f} s; a Parquet write of "
-            "40 rows costs ~0.17 s alone, a Delta append of them ~0.22 s with statistics on "
-            "the few columns readers skip files by, which the stream's tables now have) and "
-            "the state files. "
-            "What would close it: fewer jobs per batch (the batch counts taken from the "
-            "cached frames in one job; state files written only when the state changed; "
-            "the empty-or-not decisions from counts already known), and fewer commits "
-            "(the side outputs and aggregates of a batch in one commit per table group). "
-            "Turning off Delta's checksum file gave nothing measurable, and neither does "
-            "the driver JVM with C1 only (it saves ~8 s of warm-up and loses ~1.7 s a "
-            "200k-line batch)."
+            "made of Spark jobs and file operations more than of work: 12 jobs a batch "
+            "(16 before adaptive execution was turned off where it only split the split "
+            "count and the classification into more jobs), the Delta appends written "
+            f"side by side on 2 cores (the slowest median {slowest:.2f} s) and the state "
+            "files. On a local disk Hadoop's file system (no native libhadoop) starts a "
+            "`chmod` process for each file it creates and several `readlink` for each "
+            "rename (each Delta commit, each streaming checkpoint file): ~150 process "
+            "starts a batch at ~4 ms of JVM CPU each (JFR); not writing Delta's optional "
+            "checksum file removed ~40. What would close it: `chmod`/`readlink` done in "
+            "Java by a local file system of tally's jar (the rest of those process "
+            "starts), and fewer commits (the side outputs of a batch in fewer tables)."
         )
     t = (lat or {}).get("engines", {}).get("tally") if lat else None
     if t and not t["met"]:
