@@ -56,6 +56,7 @@ from tally.events import (
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.spark import jvm_class, without_adaptive_execution
+from tally.sql_text import sql_string
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
@@ -821,7 +822,7 @@ def _sql_value(v: Any) -> str:
     if isinstance(v, int):
         return f"{v}L"
     if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return sql_string(v)
     raise TypeError(f"progress value {v!r} has no SQL literal")
 
 
