@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -78,6 +79,47 @@ def delta_jars() -> list[str]:
     return sorted(str(p) for p in directory.glob("*.jar")) if directory.is_dir() else []
 
 
+# Hadoop's local file system starts an OS process for small operations where it has no native
+# library (pip's PySpark ships none): `chmod` for every file and directory it creates, `readlink`
+# for each link status (FileContext's renames: every Delta log commit and every streaming
+# checkpoint file), `ls -ld` for a status's owner. A 20k-line micro-batch made ~150 of them,
+# ~4 ms of JVM CPU each. tally's jar has the same file systems with those calls made through
+# java.nio (jvm/src/main/java/tally/jvm/NioRawLocalFileSystem.java): the checksummed layer and
+# its .crc side files are Hadoop's own, so tables and checkpoints read and write as before.
+LOCAL_FS_CLASS = "tally.jvm.NioLocalFileSystem"
+LOCAL_ABSTRACT_FS_CLASS = "tally.jvm.NioLocalFs"
+
+
+def local_fs_jar() -> Path | None:
+    """tally's jar when it holds the local file system classes; None when it is missing or was
+    built before them (then sessions keep Hadoop's own)."""
+    jar = jars_dir() / "tally-jvm.jar"
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return None
+    wanted = {
+        f"{name.replace('.', '/')}.class" for name in (LOCAL_FS_CLASS, LOCAL_ABSTRACT_FS_CLASS)
+    }
+    return jar if wanted <= names else None
+
+
+def local_fs_conf() -> dict[str, str]:
+    """The settings that give a session tally's local file systems (`file:` paths through
+    `FileSystem` and through `FileContext`), or none without the jar. The jar also goes on the
+    driver JVM's own class path: spark-submit opens `file:` paths (`spark.jars`) with these
+    settings before the session's jars are loaded, and Hadoop keeps that first instance."""
+    jar = local_fs_jar()
+    if jar is None:
+        return {}
+    return {
+        "spark.hadoop.fs.file.impl": LOCAL_FS_CLASS,
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": LOCAL_ABSTRACT_FS_CLASS,
+        "spark.driver.extraClassPath": str(jar),
+    }
+
+
 # A short process (the nightly: ~200 distinct queries, each new code to compile) spent about a
 # third of its JVM CPU in HotSpot's compiler threads on 2 cores (JFR: 40k compilations). C1
 # alone cut the JVM's CPU by ~27% for a 200k-event day, but its code is slower (tasks took
@@ -100,11 +142,17 @@ def cds_dir() -> Path:
 
 
 def driver_class_path() -> list[Path]:
-    """The jars a local driver JVM loads classes from: Spark's own and `spark.jars`'."""
+    """The jars a local driver JVM loads classes from: tally's on its class path
+    (`local_fs_conf`), Spark's own and `spark.jars`'."""
     from pyspark.find_spark_home import _find_spark_home
 
     spark_jars = Path(_find_spark_home()) / "jars"
-    return sorted(spark_jars.glob("*.jar")) + [Path(p) for p in delta_jars()]
+    own = local_fs_jar()
+    return (
+        ([own] if own is not None else [])
+        + sorted(spark_jars.glob("*.jar"))
+        + [Path(p) for p in delta_jars()]
+    )
 
 
 def driver_cds_plan(profile: str) -> driver_cds.CdsPlan | None:
@@ -181,7 +229,13 @@ def build_session(
         builder = builder.config(
             "spark.databricks.delta.snapshotPartitions", str(max(2, shuffle_partitions))
         )
-    for key, value in (extra_conf or {}).items():
+    conf = {**local_fs_conf(), **(extra_conf or {})}
+    if "spark.driver.extraClassPath" in (extra_conf or {}) and local_fs_jar() is not None:
+        # A caller's driver class path keeps tally's jar first (`local_fs_conf`).
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(
+            [str(local_fs_jar()), conf["spark.driver.extraClassPath"]]
+        )
+    for key, value in conf.items():
         builder = builder.config(key, value)
     with _stderr_to(_jvm_log["path"]):
         spark = builder.getOrCreate()
