@@ -215,6 +215,7 @@ class BatchProcessor:
         # `_batch_now_ms`, so the per-table checks (a Spark job each) run only then.
         self._replaying = True
         self._state_partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or "4")
+        self._cores = int(spark.sparkContext.defaultParallelism)  # task slots (`event_partitions`)
         self.last_phases: dict[str, float] = {}
         # Writes of one batch to different tables go side by side: each is mostly waiting on
         # Delta's commit protocol, not computing.
@@ -556,7 +557,7 @@ class BatchProcessor:
                 prior.watermark.watermark_ms,
                 p.window,
                 prior.dedup_state,
-                partitions=event_partitions(batch.input_lines, self._state_partitions),
+                partitions=event_partitions(batch.input_lines, self._state_partitions, self._cores),
             ).persist()
             stats = self._batch_stats(events, skew_limit_ms, late_windows)
         controls = (

@@ -34,6 +34,19 @@ def test_batch_long_is_the_value(spark, value: int) -> None:
     assert row["v"] == value
 
 
+def test_batch_longs_of_one_row_keep_their_values(spark) -> None:
+    """One row calling the function with many literals (more than the values it keeps: 8),
+    over rows in one task: each column is its own value in every row."""
+    values = [1_795_616_074_142 + i for i in range(12)] + [-1, 0]
+    rows = (
+        spark.range(0, 50, 1, 1)
+        .select(*[batch_long(v).alias(f"v{i}") for i, v in enumerate(values)])
+        .distinct()
+        .collect()
+    )
+    assert [list(r) for r in rows] == [values]
+
+
 def test_batch_timestamp_is_timestamp_millis(spark) -> None:
     ms = 1_795_616_074_142
     (row,) = (

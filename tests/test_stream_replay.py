@@ -322,3 +322,24 @@ def test_event_partitions(lines: int, shuffle_partitions: int, expected: int) ->
     # the cases above are computed with these
     assert (LINES_PER_SHUFFLE_PARTITION, LINES_PER_TASK_MIN) == (500_000, 100_000)
     assert event_partitions(lines, shuffle_partitions) == expected
+
+
+@pytest.mark.parametrize(
+    ("lines", "shuffle_partitions", "cores", "expected"),
+    [
+        (20_000, 4, 2, 1),  # a small batch stays one task
+        (100_001, 4, 2, 2),  # one task per core
+        (201_400, 4, 1, 3),  # the throughput benchmark's batches (duplicates and bad lines
+        (201_400, 4, 2, 2),  # included): 3 tasks were a wave and a lone third task on 2 cores
+        (201_400, 4, 4, 3),  # fewer tasks than cores: as many as the lines ask for
+        (400_000, 4, 2, 4),  # two whole waves
+        (500_000, 8, 2, 4),  # 5 -> 4: whole waves
+        (2_000_001, 4, 2, 5),  # the upper bound comes first
+    ],
+)
+def test_event_partitions_in_whole_waves(
+    lines: int, shuffle_partitions: int, cores: int, expected: int
+) -> None:
+    from streaming.logic import event_partitions
+
+    assert event_partitions(lines, shuffle_partitions, cores) == expected

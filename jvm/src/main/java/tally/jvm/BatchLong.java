@@ -1,6 +1,5 @@
 package tally.jvm;
 
-import java.nio.charset.StandardCharsets;
 import org.apache.spark.sql.api.java.UDF1;
 
 /**
@@ -14,35 +13,60 @@ import org.apache.spark.sql.api.java.UDF1;
  * to an object instead, and a function call is not folded into a literal by the optimizer, so
  * the source is the same from batch to batch and Spark's compiled-code cache serves it.
  *
- * <p>Each row of a task sees the same array object; the parsed value is kept for it.
+ * <p>Every call of the function in a task shares one instance, and one row may call it with
+ * several literals (the watermark, the clock-skew limit, the processing time): the values of
+ * the last {@link #KEPT} arrays seen are kept, looked up by the array's identity. (One kept
+ * value made the calls of one row replace each other's: a text parse per call.)
  */
 public final class BatchLong implements UDF1<byte[], Long> {
   private static final long serialVersionUID = 1L;
 
-  /** The last text parsed and its value, swapped as one object (tasks may share an instance). */
-  private static final class Parsed {
-    final byte[] text;
-    final Long value;
+  /** How many literals' values are kept: more than a stage's distinct batch values. */
+  static final int KEPT = 8;
 
-    Parsed(byte[] text, Long value) {
-      this.text = text;
-      this.value = value;
+  /** The literals seen and their values, replaced as one array (tasks may share an instance). */
+  private static final class Parsed {
+    final byte[][] texts;
+    final Long[] values;
+
+    Parsed(byte[][] texts, Long[] values) {
+      this.texts = texts;
+      this.values = values;
     }
   }
 
-  private transient volatile Parsed last;
+  private transient volatile Parsed kept;
 
   @Override
   public Long call(byte[] text) {
     if (text == null) {
       return null;
     }
-    Parsed seen = last;
-    if (seen != null && seen.text == text) {
-      return seen.value;
+    Parsed seen = kept;
+    if (seen != null) {
+      for (int i = 0; i < seen.texts.length; i++) {
+        if (seen.texts[i] == text) {
+          return seen.values[i];
+        }
+      }
     }
-    Long value = Long.valueOf(new String(text, StandardCharsets.US_ASCII));
-    last = new Parsed(text, value);
+    Long value = parse(text);
+    // the newest first; the oldest falls off beyond KEPT
+    int old = seen == null ? 0 : Math.min(seen.texts.length, KEPT - 1);
+    byte[][] texts = new byte[old + 1][];
+    Long[] values = new Long[old + 1];
+    texts[0] = text;
+    values[0] = value;
+    if (old > 0) {
+      System.arraycopy(seen.texts, 0, texts, 1, old);
+      System.arraycopy(seen.values, 0, values, 1, old);
+    }
+    kept = new Parsed(texts, values);
     return value;
+  }
+
+  /** The value of ASCII decimal digits with an optional sign, as {@link Long#valueOf}. */
+  static Long parse(byte[] text) {
+    return Long.valueOf(new String(text, java.nio.charset.StandardCharsets.US_ASCII));
   }
 }

@@ -181,10 +181,19 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
   /** A top-level field's value, as much of it as the rules need. */
   static final class Value {
     JsonToken token;
-    String text; // a string's text, or any other value's compact JSON text
+    String text; // a string's text, or any other value's compact JSON text (see text())
     boolean isLong; // a JSON integer that fits 64 bits
     boolean isInt; // ... and 32 bits
     long longValue;
+
+    /** The text: a 64-bit integer's decimal digits are made only when asked for (most are an
+     * amount or a partition, read as numbers). */
+    String text() {
+      if (text == null && isLong) {
+        text = Long.toString(longValue);
+      }
+      return text;
+    }
   }
 
   /** A line's one JSON object: its known fields, the rest as text, and whether a name repeats. */
@@ -221,7 +230,7 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
       if (extra == null) {
         extra = new LinkedHashMap<>();
       }
-      extra.put(name, value.token == JsonToken.VALUE_NULL ? null : value.text);
+      extra.put(name, value.token == JsonToken.VALUE_NULL ? null : value.text());
     }
 
     /** A field that is there and not JSON null. */
@@ -244,7 +253,7 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
 
     String text(String name) {
       Value v = get(name);
-      return v == null ? null : v.text;
+      return v == null ? null : v.text();
     }
 
     private static Value readValue(JsonParser parser) throws IOException {
@@ -257,7 +266,6 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
         v.isLong = true;
         v.longValue = parser.getLongValue();
         v.isInt = parser.getNumberType() == JsonParser.NumberType.INT;
-        v.text = Long.toString(v.longValue);
       } else if (v.token != JsonToken.VALUE_NULL) {
         v.text = compactJson(parser); // numbers, booleans, objects, arrays
       }
