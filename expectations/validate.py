@@ -12,7 +12,9 @@ the date's rows are selected and prepared in Spark, and the suite is run against
 DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
 `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
-Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result). One
+Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result; it
+counts unexpected rows without looking up examples, and the expectations that found some are
+run again for up to five, `_add_examples`, so the stored result is a `SUMMARY` one). One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
 definition it holds, so dataframe-backed suites over different tables cannot share one.
 The Data Docs (each result's page, its suite's page, the site index) are built after the
@@ -260,12 +262,9 @@ def _add_examples(suite: Any, batch_definition: Any, suite_result: Any, frame: D
     }
     for each in again:
         new = rerun.get(_key(each.expectation_config))
-        same = (
-            new is not None
-            and new.success == each.success
-            and (new.result or {}).get("unexpected_count") == each.result.get("unexpected_count")
-        )
-        if same:
+        if new is None or new.success != each.success:
+            continue  # kept without examples (the same frame gives the same counts)
+        if (new.result or {}).get("unexpected_count") == each.result.get("unexpected_count"):
             each.result = new.result
             changed = True
     return changed
