@@ -12,7 +12,9 @@ the date's rows are selected and prepared in Spark, and the suite is run against
 DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
 `gx_location`, by default beside the warehouse): Spark datasource `tally` ->
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
-Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result). One
+Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result; it
+counts unexpected rows without looking up examples, and the expectations that found some are
+run again for up to five, `_add_examples`, so the stored result is a `SUMMARY` one). One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
 definition it holds, so dataframe-backed suites over different tables cannot share one.
 The Data Docs (each result's page, its suite's page, the site index) are built after the
@@ -31,6 +33,7 @@ reported in `warnings` and in the table, but do not fail the date.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -62,6 +65,12 @@ GX_QUERY_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.limit.initialNumPartitions": "64",
 }
+# What each expectation's result holds: the counts and up to 5 unexpected values (`SUMMARY`).
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+# The checkpoint runs with no unexpected values (GX's `limit(0)` of them plans no Spark job);
+# only the expectations that found unexpected rows are run again for their examples
+# (`_add_examples`): usually none is, and each lookup was a Spark job over the suite's frame.
+COUNTS_ONLY = {"result_format": "SUMMARY", "partial_unexpected_count": 0}
 
 
 class ValidationError(RuntimeError):
@@ -204,7 +213,7 @@ def run_checkpoint(
             name=f"tally_{suite.name}",
             validation_definitions=[validation],
             actions=[],
-            result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
+            result_format=COUNTS_ONLY,
         )
     )
     result = checkpoint.run(
@@ -212,9 +221,59 @@ def run_checkpoint(
         run_id=RunIdentifier(run_name=run_name, run_time=run_time),
     )
     ((identifier, suite_result),) = result.run_results.items()
+    if _add_examples(suite, batch_definition, suite_result, frame):
+        context.validation_results_store.set(identifier, suite_result)
     if build_docs:
         build_data_docs(context, [identifier])
     return suite_result, identifier
+
+
+def _add_examples(suite: Any, batch_definition: Any, suite_result: Any, frame: DataFrame) -> bool:
+    """Make a `COUNTS_ONLY` result of `suite` what a `RESULT_FORMAT` run gives: the per-row
+    expectations that found unexpected rows are validated again on the same frame with
+    `RESULT_FORMAT` and take those results (the same counts, with the examples:
+    partial_unexpected_list and its counts); the others get the examples' empty counts.
+    True when a result changed (the caller stores the suite result again: the checkpoint
+    stored it as it ran)."""
+    import great_expectations as gx
+
+    again = []
+    changed = False
+    for each in suite_result.results:
+        result = each.result or {}
+        if "partial_unexpected_list" not in result:
+            continue  # not a per-row expectation, or its metric raised
+        if result.get("unexpected_count"):
+            again.append(each)
+        elif "partial_unexpected_counts" not in result:
+            result["partial_unexpected_counts"] = []
+            changed = True
+    if not again:
+        return changed
+    ids = {each.expectation_config.id for each in again}
+    subset = gx.ExpectationSuite(
+        name=suite.name,
+        expectations=[copy.copy(e) for e in suite.expectations if e.id in ids],
+    )
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+    rerun = {
+        _key(r.expectation_config): r
+        for r in batch.validate(subset, result_format=RESULT_FORMAT).results
+    }
+    for each in again:
+        new = rerun.get(_key(each.expectation_config))
+        if new is None or new.success != each.success:
+            continue  # kept without examples (the same frame gives the same counts)
+        if (new.result or {}).get("unexpected_count") == each.result.get("unexpected_count"):
+            each.result = new.result
+            changed = True
+    return changed
+
+
+def _key(config: Any) -> str:
+    """An expectation configuration without its batch (the same expectation in two runs)."""
+    kwargs = {k: v for k, v in dict(config.kwargs).items() if k != "batch_id"}
+    return json.dumps([config.type, kwargs, config.meta], default=str, sort_keys=True)
 
 
 def build_data_docs(context: Any, identifiers: Sequence[Any]) -> None:
