@@ -10,7 +10,9 @@ events and a known current bound the chart says "not computed".
 
 Late events, wherever the report counts them (histogram, estimated curve, partitions), are
 the ones the reconciliation counts: first arrivals of their event_id (`tally.arrivals`), not
-repeats the stream classified as late after its dedup horizon.
+repeats the stream classified as late after its dedup horizon. The reconciliation writes
+these figures (`reconciliation_partitions`, `batch.partitions`); the report takes them for the
+run it reports on (`_recorded_figures`) and reads the pinned log only without them (`_read_log`).
 """
 
 from __future__ import annotations
