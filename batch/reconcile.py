@@ -65,6 +65,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
+from batch.partitions import write_partition_figures
 from batch.sessions import (
     SessionError,
     check_session_width,
@@ -752,6 +753,7 @@ def _write_diff(
     how many late rows repeat an earlier event. The day's late rows are few: cached, so
     counting the repeats does not read the log again."""
     late = run.keep(late)
+    run.written["late"] = late  # for the report's figures (`batch.partitions`)
     diff = run.keep(diff_windows(batch, stream, late_totals(late), run.business_date))
     run.replace(diff, T.RECONCILIATION)
     return diff, late.where(~F.col(FIRST_ARRIVAL)).count()
@@ -909,6 +911,16 @@ def _run(
         recon, repeats = _diff_sessions(run, session_gap_ms)
     else:
         recon, repeats = _diff_fixed(run, window_ms, slide_ms)
+    # The report's figures per source partition, before the run's row that names them.
+    write_partition_figures(
+        run.spark,
+        run.warehouse,
+        business_date,
+        run.events,
+        run.written["late"],
+        run.bounds,
+        now,
+    )
     if repeats:
         log.info(
             "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "

@@ -10,7 +10,9 @@ events and a known current bound the chart says "not computed".
 
 Late events, wherever the report counts them (histogram, estimated curve, partitions), are
 the ones the reconciliation counts: first arrivals of their event_id (`tally.arrivals`), not
-repeats the stream classified as late after its dedup horizon.
+repeats the stream classified as late after its dedup horizon. The reconciliation writes
+these figures (`reconciliation_partitions`, `batch.partitions`); the report takes them for the
+run it reports on (`_recorded_figures`) and reads the pinned log only without them (`_read_log`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from tally import tables as T
 from tally.arrivals import (
     FIRST_ARRIVAL,
     LINE_IDENTITY,
+    event_of_day,
     explaining_late,
     first_line,
     marked_first,
 )
-from tally.dates import DayBounds, business_day_bounds, from_epoch_ms, in_day, window_in_day
+from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
 from tally.settings import (
     LATENESS_AUTO,
     Settings,
@@ -44,7 +47,7 @@ from tally.settings import (
     parse_duration,
 )
 from tally.spark import without_adaptive_execution
-from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE, UNEXPLAINED
+from tally.vocabulary import ARRIVAL_ORDER, LATE, UNEXPLAINED
 from tally.windows import describe_windowing as windowing_text
 
 # Candidate shifts of the lateness bound for the estimated curve.
@@ -382,13 +385,7 @@ _GROUP = "struct<kind:int,partition:int,event_id:string>"
 
 def _in_date(bounds: DayBounds) -> Column:
     """An event of the date (not a `duplicate`), as the partitions' counts take them."""
-    first_day = from_epoch_ms(bounds[0]).date()
-    last_day = from_epoch_ms(bounds[1]).date()
-    return (
-        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
-        & in_day(bounds, "event_time")
-        & (F.col("arrival_status") != DUPLICATE)
-    )
+    return event_of_day(bounds)
 
 
 def _grouped_log(
@@ -640,6 +637,87 @@ def _late_counts(late: DataFrame, allowed_ms: int | None) -> _LateCounts:
     )
 
 
+@dataclass(frozen=True)
+class _Figures:
+    """What the report shows of the event log, as the reconciliation wrote it
+    (`reconciliation_partitions`, `batch.partitions`): the late events' counts and the
+    partition rows (`_partition_rates`' figures)."""
+
+    counts: _LateCounts
+    partitions: list[dict[str, Any]]
+
+
+def _late_rows_where(condition: str) -> str:
+    """SQL: a `reconciliation_partitions` row's late rows whose `x.lateness_ms` matches."""
+    return f"aggregate(lateness, 0L, (a, x) -> a + IF({condition}, x.late_rows, 0L))"
+
+
+def _bin_condition(i: int) -> str:
+    """SQL: `x.lateness_ms` falls in bin `i` of `LATENESS_BINS_MS` (`_lateness_bucket`)."""
+    edges = LATENESS_BINS_MS
+    if i == len(edges) - 1:
+        return f"x.lateness_ms IS NULL OR x.lateness_ms >= {edges[i]}"
+    below = f"x.lateness_ms < {edges[i + 1]}"
+    return below if i == 0 else f"x.lateness_ms >= {edges[i]} AND {below}"
+
+
+def _recorded_figures(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    rec: _Reconciliation,
+    options: ReportOptions,
+) -> _Figures | None:
+    """The log's figures from the date's `reconciliation_partitions` rows of the recorded
+    run (same `run_time`): one small read, where the pinned log took a pass over every row.
+    None when there are none (a run from before the table, or a date with neither events nor
+    late rows): the caller reads the log."""
+    name = T.RECONCILIATION_PARTITIONS.name
+    run_time = (rec.run or {}).get("run_time")
+    if run_time is None or not _exists(spark, warehouse, name):
+        return None
+    current_bound_ms = _current_bound(options, rec.settings)
+    allowed_ms = _curve_allowed_ms(options.curve, True, current_bound_ms, rec.settings)
+    shifts = [] if allowed_ms is None else [allowed_ms + d for d in CURVE_SHIFTS_MS]
+    labels = _lateness_labels()
+    rows = [
+        r
+        for r in _of_date(spark, warehouse, name, business_date)
+        .selectExpr(
+            "run_time",
+            "partition",
+            "events",
+            "late_events",
+            *[f"{_late_rows_where(_bin_condition(i))} AS b{i}" for i in range(len(labels))],
+            *[
+                f"{_late_rows_where(f'x.lateness_ms >= {ms}')} AS d{i}"
+                for i, ms in enumerate(shifts)
+            ],
+        )
+        .collect()
+        if r["run_time"] == run_time
+    ]
+    if not rows:
+        return None
+    counts = _LateCounts(
+        [(label, sum(int(r[f"b{i}"]) for r in rows)) for i, label in enumerate(labels)],
+        None
+        if allowed_ms is None
+        else [sum(int(r[f"d{i}"]) for r in rows) for i in range(len(shifts))],
+    )
+    partitions = [
+        {
+            "partition": r["partition"],
+            "events": int(r["events"]),
+            "late": int(r["late_events"]),
+            "rate": int(r["late_events"]) / int(r["events"]),
+        }
+        for r in sorted(rows, key=lambda r: (r["partition"] is not None, r["partition"]))
+        if r["events"]  # rows of partitions with only late rows of the windows, or only repeats
+    ]
+    return _Figures(counts, partitions)
+
+
 def _current_bound(options: ReportOptions, settings: dict[str, Any]) -> int | None:
     """The caller's bound, else the run's recorded `lateness`, else the fallback."""
     if options.current_bound_ms is not None:
@@ -677,12 +755,12 @@ def _estimated_curve(
 
 def _curve_allowed_ms(
     given: Sequence[dict[str, Any]] | None,
-    late: DataFrame | None,
+    late: object | None,
     current_bound_ms: int | None,
     settings: dict[str, Any],
 ) -> int | None:
     """The allowed lateness the estimated curve counts from; None when it is not estimated
-    (a curve given, or no late rows or no current bound)."""
+    (a curve given, or no late rows (`late` None) or no current bound)."""
     if given or late is None or current_bound_ms is None:
         return None
     allowed_ms = recorded_duration(settings, "allowed_lateness")
@@ -909,7 +987,14 @@ def _report_data(
     rec: _Reconciliation,
     recon: DataFrame,
 ) -> ReportData:
-    """`collect_report_data` once the reconciliation is read (`recon`: its rows, cached)."""
+    """`collect_report_data` once the reconciliation is read (`recon`: its rows, cached).
+    The event log's figures come from the run's `reconciliation_partitions` rows when it
+    wrote them (`_recorded_figures`), else from the pinned log itself."""
+    figures = _recorded_figures(spark, warehouse, business_date, rec, options)
+    if figures is not None:
+        return _assemble(
+            spark, warehouse, (business_date, now), options, rec, recon, None, None, figures
+        )
     events_all = _events_of(spark, warehouse, rec)
     late_rows = _late_rows(spark, warehouse, rec, recon)
     # The event log in one pass: the partitions' counts and the late ids' first arrivals.
@@ -931,8 +1016,10 @@ def _assemble(
     recon: DataFrame,
     late: DataFrame | None,
     log: _LogFigures | None,
+    figures: _Figures | None = None,
 ) -> ReportData:
-    """The report's figures from the read tables; `when` is (business date, now)."""
+    """The report's figures from the read tables; `when` is (business date, now); the late
+    rows and the log's figures from `late` and `log`, or all of them from `figures`."""
     from expectations.validate import read_results
 
     business_date, now = when
@@ -945,8 +1032,13 @@ def _assemble(
         )
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
-    allowed_ms = _curve_allowed_ms(options.curve, late, current_bound_ms, rec.settings)
-    counts = None if late is None else _late_counts(late, allowed_ms)
+    if figures is not None:
+        counts: _LateCounts | None = figures.counts
+        partitions = figures.partitions
+    else:
+        allowed_ms = _curve_allowed_ms(options.curve, late, current_bound_ms, rec.settings)
+        counts = None if late is None else _late_counts(late, allowed_ms)
+        partitions = _partition_rates(log)
     curve, curve_source = _curve(options.curve, counts, headline["batch_count"], current_bound_ms)
     recommended_bound_ms = options.recommended_bound_ms
     if recommended_bound_ms is None and curve:
@@ -967,7 +1059,7 @@ def _assemble(
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
         worst_keys=worst,
-        partitions=_partition_rates(log),
+        partitions=partitions,
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
         provenance=_provenance(now, rec, window_ms, validation),

@@ -17,7 +17,8 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from tally.vocabulary import ARRIVAL_ORDER, LATE_ARRIVAL_ORDER
+from tally.dates import DayBounds, from_epoch_ms, in_day
+from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE_ARRIVAL_ORDER
 
 # The input line a row of `events` or `late_events` came from (and its event_id).
 LINE_IDENTITY = ("event_id", "app_id", "batch_id", "source_file", "source_line")
@@ -78,3 +79,17 @@ def explaining_late(late: DataFrame) -> DataFrame:
     several of its windows, one row each."""
     firsts = late.where(F.col(FIRST_ARRIVAL)).drop(FIRST_ARRIVAL)
     return first_arrivals(firsts, LATE_ARRIVAL_ORDER, per=("event_id", *WINDOW_BOUNDS))
+
+
+def event_of_day(bounds: DayBounds) -> Column:
+    """A row of the event log that counts as an event of the date for the per-partition
+    figures (the report's partition table, `reconciliation_partitions`): its `event_time` is
+    in the day (read from the `event_date` partitions the day touches) and it is not a
+    `duplicate`. Null (an `arrival_status` of null) is no: wrap it in `coalesce(.., false)`."""
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    return (
+        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        & in_day(bounds, "event_time")
+        & (F.col("arrival_status") != DUPLICATE)
+    )

@@ -200,6 +200,18 @@ RECONCILIATION_RUNS = Table(
     partition_by=("business_date",),
     order_by=("business_date",),
 )
+RECONCILIATION_PARTITIONS = Table(
+    "reconciliation_partitions",
+    "business_date DATE, run_time TIMESTAMP, partition INT, events BIGINT, late_events BIGINT, "
+    "lateness ARRAY<STRUCT<lateness_ms: BIGINT, late_rows: BIGINT>>",
+    "Per business date and source partition, what the report shows of the event log, "
+    "written by the reconciliation (run_time: its reconciliation_runs row's): the date's "
+    "events and late events on the partition (event time in the day; duplicates and late "
+    "rows repeating an earlier event left out), and the late side-output rows explaining "
+    "the date's windows (first arrivals) counted per lateness_ms.",
+    partition_by=("business_date",),
+    order_by=("business_date", "partition"),
+)
 VALIDATION_RESULTS = Table(
     "validation_results",
     "business_date DATE, suite STRING, check_name STRING, expectation STRING, "
@@ -266,7 +278,13 @@ STREAMING_TABLES = (
     STREAM_AGGREGATES,
     STREAM_PROGRESS,
 )
-RECONCILE_TABLES = (BATCH_AGGREGATES, RECONCILIATION, RECONCILIATION_SUMMARY, RECONCILIATION_RUNS)
+RECONCILE_TABLES = (
+    BATCH_AGGREGATES,
+    RECONCILIATION,
+    RECONCILIATION_SUMMARY,
+    RECONCILIATION_RUNS,
+    RECONCILIATION_PARTITIONS,
+)
 ALL_TABLES = (
     *STREAMING_TABLES,
     *RECONCILE_TABLES,

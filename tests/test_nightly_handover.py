@@ -7,6 +7,7 @@ reconciliation scenario (every status, late events, a day-late event, a straddli
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from batch_fixtures import write_inputs
@@ -134,3 +135,72 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
     finally:
         frames.release()
     assert not frames.reconciliation.is_cached
+
+
+def test_the_report_takes_the_reconciliations_figures_as_the_log_gives_them(
+    spark, warehouse, monkeypatch
+) -> None:
+    """The reconciliation writes what the report shows of the event log
+    (`reconciliation_partitions`: events and late events per partition, the explaining late
+    rows by lateness); the report takes them instead of a pass over the log, and gets the
+    same figures as from the log: when the run wrote none (a warehouse of an earlier
+    version: no table), when they belong to another run, and with late rows of the log the
+    side output lacks (the repeats: looked up in the log)."""
+    import shutil
+
+    from expectations import report_data
+
+    events, stream, late_rows = scenario()
+    events += _repeats(events)
+    write_inputs(spark, warehouse, W, events, stream, late_rows)
+    options = ReportOptions(current_bound_ms=30_000)
+    reconcile(spark, warehouse, DAY, W, now=NOW, settings={"window": "7m"})
+    figures = _of_day(spark, warehouse, T.RECONCILIATION_PARTITIONS.name)
+    run = recorded_run(spark, warehouse, DAY)
+    assert run is not None and {f["run_time"] for f in figures} == {run["run_time"]}
+
+    def no_log(*_: Any) -> None:
+        raise AssertionError("the report read the event log")
+
+    with monkeypatch.context() as m:
+        m.setattr(report_data, "_events_of", no_log)
+        from_figures, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+        rows.unpersist()
+    assert from_figures.partitions == _partition_rates(events)
+    assert sum(n for _, n in from_figures.lateness_hist) == from_figures.headline["explained_count"]
+    with monkeypatch.context() as m:  # the same figures from the log
+        m.setattr(report_data, "_recorded_figures", lambda *_: None)
+        from_log, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+        rows.unpersist()
+    assert from_figures == from_log and from_figures.curve is not None
+
+    # a re-run replaces the date's figures; figures of another run are not taken
+    reconcile(spark, warehouse, DAY, W, now=NOW + timedelta(hours=1), settings={"window": "7m"})
+    again = _of_day(spark, warehouse, T.RECONCILIATION_PARTITIONS.name)
+    assert len(again) == len(figures) and {f["run_time"] for f in again} != {run["run_time"]}
+    T.write_table(
+        T.read_table(spark, warehouse, T.RECONCILIATION_PARTITIONS.name)
+        .selectExpr("*", "run_time - INTERVAL 1 SECOND AS _t")
+        .drop("run_time")
+        .withColumnRenamed("_t", "run_time"),
+        warehouse,
+        T.RECONCILIATION_PARTITIONS,
+        replace_where=f"business_date = DATE'{DAY}'",
+    )
+    read_log = []
+    events_of = report_data._events_of
+    with monkeypatch.context() as m:
+        m.setattr(report_data, "_events_of", lambda *a: read_log.append(1) or events_of(*a))
+        stale, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+        rows.unpersist()
+    assert (
+        read_log
+        and stale.partitions == from_log.partitions
+        and stale.lateness_hist == from_log.lateness_hist
+    )
+
+    # a warehouse reconciled before the table existed: the report reads the log
+    shutil.rmtree(T.table_path(warehouse, T.RECONCILIATION_PARTITIONS.name))
+    old, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+    rows.unpersist()
+    assert old.partitions == from_log.partitions and old.curve == from_log.curve
