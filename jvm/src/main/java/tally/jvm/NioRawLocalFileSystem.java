@@ -267,35 +267,33 @@ public class NioRawLocalFileSystem extends RawLocalFileSystem {
       return !super.getOwner().isEmpty();
     }
 
-    @Override
-    public FsPermission getPermission() {
+    private void loadOnce() {
       if (!loaded()) {
         load();
       }
+    }
+
+    @Override
+    public FsPermission getPermission() {
+      loadOnce();
       return super.getPermission();
     }
 
     @Override
     public String getOwner() {
-      if (!loaded()) {
-        load();
-      }
+      loadOnce();
       return super.getOwner();
     }
 
     @Override
     public String getGroup() {
-      if (!loaded()) {
-        load();
-      }
+      loadOnce();
       return super.getGroup();
     }
 
     @Override
     public void write(DataOutput out) throws IOException {
-      if (!loaded()) {
-        load();
-      }
+      loadOnce();
       super.write(out);
     }
 
