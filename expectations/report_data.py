@@ -383,16 +383,11 @@ class _LogFigures:
 _GROUP = "struct<kind:int,partition:int,event_id:string>"
 
 
-def _in_date(bounds: DayBounds) -> Column:
-    """An event of the date (not a `duplicate`), as the partitions' counts take them."""
-    return event_of_day(bounds)
-
-
 def _grouped_log(
     spark: SparkSession, events_all: DataFrame, bounds: DayBounds, ids: DataFrame
 ) -> tuple[DataFrame, list[Any]]:
     """ONE aggregate over the pinned log: each row adds to its partition's counts if it is an
-    event of the date (`_in_date`), and to its event_id's group if that id is one of `ids`
+    event of the date (`event_of_day`), and to its event_id's group if that id is one of `ids`
     (a broadcast set of id hashes; ids that only share a hash form groups nothing joins). An
     id's group holds its first arrival's line (`first`) and the lines of its late rows of the
     date (`day_late`); a partition's, its counts, and the date's late rows no group holds
@@ -409,7 +404,7 @@ def _grouped_log(
             *order,
             "partition",
             "arrival_status",
-            F.coalesce(_in_date(bounds), F.lit(False)).alias("_in_date"),
+            F.coalesce(event_of_day(bounds), F.lit(False)).alias("_in_date"),
         )
         .withColumn("_h", F.xxhash64("event_id"))
         .join(F.broadcast(hashes), "_h", "left")
@@ -468,7 +463,7 @@ def _read_log(
             return _from_groups(grouped, counts)
         grouped.unpersist()
     day_late = (
-        events_all.where(_in_date(bounds) & (F.col("arrival_status") == LATE))
+        events_all.where(event_of_day(bounds) & (F.col("arrival_status") == LATE))
         .select(*LINE_IDENTITY, "partition")
         .persist()
     )
