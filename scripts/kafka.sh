@@ -50,6 +50,10 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Keep every record: a record's timestamp is its file's arrival time (tally_tools/produce.py),
+# days old in test, demo and benchmark data, and the default 7-day time retention deletes
+# such records within 30 s of a start (the data of 2026-11-20 vanished on 2026-11-27).
+log.retention.ms=-1
 EOF
 }
 

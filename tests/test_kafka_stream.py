@@ -242,6 +242,18 @@ def test_kafka_and_files_give_the_same_tables(one_record_per_batch: dict[str, An
 
 
 @pytest.mark.slow
+def test_the_broker_keeps_records_however_old_their_timestamp(broker: Broker) -> None:
+    """Records carry their file's arrival time, days old in test data: a time retention would
+    delete them under a running stream (Kafka's default of 7 days did, on 2026-11-27)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert config["log.retention.ms"].value == "-1"
+
+
+@pytest.mark.slow
 def test_records_keep_their_topic_partition_offset_and_timestamp(
     one_record_per_batch: dict[str, Any],
 ) -> None:
