@@ -76,7 +76,13 @@ from batch.sessions import (
     stream_reach_ms,
 )
 from tally import tables as T
-from tally.arrivals import FIRST_ARRIVAL, explaining_late, first_arrivals, with_first_arrival
+from tally.arrivals import (
+    FIRST_ARRIVAL,
+    LINE_IDENTITY,
+    explaining_late,
+    first_arrivals,
+    marked_first,
+)
 from tally.dates import (
     DayBounds,
     business_day_bounds,
@@ -89,6 +95,7 @@ from tally.spark import without_adaptive_execution
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     EXPLAINED_BY_LATE,
+    LATE_ARRIVAL_ORDER,
     MATCH,
     MISSING_IN_STREAM,
     UNEXPLAINED,
@@ -107,6 +114,24 @@ log = logging.getLogger("tally.reconcile")
 WORST_KEYS = 5
 BATCH_TABLES = T.RECONCILE_TABLES
 INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
+
+
+# The columns of `late_events` the diff reads (`late_arrivals`, `late_totals`) and the figures
+# per partition (`batch.partitions`).
+LATE_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *WINDOW_KEY,
+            "event_id",
+            "amount",
+            "event_time",
+            "partition",
+            "lateness_ms",
+            *LINE_IDENTITY,
+            *LATE_ARRIVAL_ORDER,
+        )
+    )
+)
 
 
 class ReconcileError(RuntimeError):
@@ -230,11 +255,21 @@ def late_arrivals(late_events: DataFrame, events: DataFrame, bounds: DayBounds) 
     the stream no longer recognized (beyond its dedup horizon): the batch does not count it.
 
     Only the log's copies of the late ids are looked at: a broadcast set of their hashes
-    filters the log where it is read (no shuffle of the log's arrival columns)."""
+    filters the log where it is read (no shuffle of the log's arrival columns). The copies of
+    an id that only shares a hash with a late id are ranked too (`with_first_arrival` without
+    its exact semi-join on event_id, a shuffle of the copies and of the ids): their first
+    lines match no late row (a different event_id), and ids of null are left out as there."""
     rows = late_events.where(window_in_day(bounds))
     late_ids = F.broadcast(rows.select(id_hash().alias(ID_HASH)).distinct())
-    copies = events.withColumn(ID_HASH, id_hash()).join(late_ids, ID_HASH, "left_semi")
-    return with_first_arrival(rows, copies.drop(ID_HASH))
+    columns = list(dict.fromkeys((*LINE_IDENTITY, *ARRIVAL_ORDER)))
+    copies = (
+        events.select(*columns, id_hash().alias(ID_HASH))
+        .join(late_ids, ID_HASH, "left_semi")
+        .where(F.col("event_id").isNotNull())
+        .drop(ID_HASH)
+    )
+    first = first_arrivals(copies).select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
+    return marked_first(rows, first)
 
 
 def late_totals(late: DataFrame) -> DataFrame:
@@ -776,9 +811,11 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFr
     truth = run.keep(batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms))
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # planned (persisted) and run so
-        # the date's late rows, few, are read three times (rows, their ids' hashes, their
-        # ids): kept, one scan of `late_events` and one Delta file filtering instead of three
-        rows = run.keep(run.late_events.where(window_in_day(bounds)))
+        # the date's late rows, few, are read twice (rows, their ids' hashes): kept, one
+        # scan of `late_events` and one Delta file filtering instead of two; only the
+        # columns the diff and the figures read (`LATE_COLUMNS`: not `extra`, a map, nor the
+        # watermark, delay and reason columns), narrower to read and to cache
+        rows = run.keep(run.late_events.where(window_in_day(bounds)).select(*LATE_COLUMNS))
         late = late_arrivals(rows, run.events, bounds)
         return _write_diff(run, truth, stream, late)
 
