@@ -28,7 +28,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,10 +102,24 @@ def prepare_training(cds_plan: CdsPlan) -> None:
 
 
 def plan_for_run(
-    directory: Path, profile: str, files: list[Path], now: float, pid: int
+    directory: Path,
+    profile: str,
+    files: list[Path],
+    now: float,
+    pid: int,
+    conf_dirs: Iterable[Path] = (),
 ) -> CdsPlan | None:
     """`plan` for the JDK and class path `files`, with a training run's files prepared; None
-    when the directory cannot be used (a run never fails for its archive)."""
+    when one of `conf_dirs` (`launcher_conf_dirs`) is a non-empty directory or the directory
+    cannot be used (a run never fails for its archive)."""
+    blocking = blocking_dir(conf_dirs)
+    if blocking is not None:
+        log.info(
+            "no class data sharing for the driver JVM: %s, a non-empty directory, is on its "
+            "class path",
+            blocking,
+        )
+        return None
     try:
         cds_plan = plan(directory, profile, archive_key(files), now, pid)
         prepare_training(cds_plan)
@@ -151,6 +165,26 @@ def java_home() -> Path | None:
     home = os.environ.get("JAVA_HOME")
     java = Path(home) / "bin" / "java" if home else shutil.which("java")
     return Path(java).resolve().parent.parent if java else None
+
+
+def launcher_conf_dirs(environ: Mapping[str, str], spark_home: Path) -> list[Path]:
+    """The directories Spark's launcher puts on the driver's class path ahead of or among its
+    jars: the configuration directory (SPARK_CONF_DIR, else SPARK_HOME/conf), HADOOP_CONF_DIR
+    and YARN_CONF_DIR."""
+    conf = environ.get("SPARK_CONF_DIR") or str(spark_home / "conf")
+    extra = [environ.get(name) for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")]
+    return [Path(conf), *(Path(d) for d in extra if d)]
+
+
+def blocking_dir(dirs: Iterable[Path]) -> Path | None:
+    """The first non-empty directory of `dirs`: Java 17 writes no archive for a class path with
+    one before a jar its classes came from (at exit: "Cannot have non-empty directory in
+    paths", exit code 1), so a driver with such a class path gets no class data sharing."""
+    for directory in dirs:
+        with contextlib.suppress(OSError):
+            if directory.is_dir() and any(directory.iterdir()):
+                return directory
+    return None
 
 
 def jdk_files(home: Path | None) -> list[Path]:

@@ -158,13 +158,18 @@ def driver_class_path() -> list[Path]:
 def driver_cds_plan(profile: str) -> driver_cds.CdsPlan | None:
     """Class data sharing for the driver JVM of command `profile` (a training run: its files
     prepared), or None when this process already runs a JVM (its options were fixed when it
-    started) or the archive's directory cannot be used (a run never fails for it)."""
+    started), the launcher puts a non-empty configuration directory on its class path
+    (`driver_cds.blocking_dir`) or the archive's directory cannot be used (a run never fails
+    for it)."""
     from pyspark import SparkContext
 
     if SparkContext._gateway is not None:
         return None
+    from pyspark.find_spark_home import _find_spark_home
+
+    conf_dirs = driver_cds.launcher_conf_dirs(os.environ, Path(_find_spark_home()))
     files = driver_cds.jdk_files(driver_cds.java_home()) + driver_class_path()
-    return driver_cds.plan_for_run(cds_dir(), profile, files, time.time(), os.getpid())
+    return driver_cds.plan_for_run(cds_dir(), profile, files, time.time(), os.getpid(), conf_dirs)
 
 
 def build_session(

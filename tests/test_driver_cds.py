@@ -153,3 +153,45 @@ def test_commands_share_two_archives(app_name: str, profile: str) -> None:
     from tally.spark import cds_profile
 
     assert cds_profile(app_name) == profile
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        # no variables: Spark's own conf directory (absent in pip's PySpark)
+        ({}, ["/spark/conf"]),
+        # SPARK_CONF_DIR replaces it; Hadoop's and YARN's directories follow
+        (
+            {"SPARK_CONF_DIR": "/etc/spark", "HADOOP_CONF_DIR": "/etc/hadoop"},
+            ["/etc/spark", "/etc/hadoop"],
+        ),
+        # an empty variable counts as unset
+        ({"SPARK_CONF_DIR": "", "YARN_CONF_DIR": "/etc/yarn"}, ["/spark/conf", "/etc/yarn"]),
+    ],
+)
+def test_the_launchers_conf_directories(environ: dict[str, str], expected: list[str]) -> None:
+    assert driver_cds.launcher_conf_dirs(environ, Path("/spark")) == [Path(e) for e in expected]
+
+
+def test_only_a_non_empty_directory_blocks_the_archive(tmp_path: Path) -> None:
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    full.mkdir()
+    (full / "spark-defaults.conf").write_text("spark.master local[2]\n")
+    assert driver_cds.blocking_dir([tmp_path / "missing", empty]) is None
+    assert driver_cds.blocking_dir([tmp_path / "missing", empty, full]) == full
+
+
+def test_a_conf_directory_on_the_class_path_means_no_archive_for_the_driver(
+    tmp_path: Path,
+) -> None:
+    """Java 17 cannot write an archive for a class path with a non-empty directory ahead of
+    the jars (the training JVM exits 1 at exit, every day): no plan, nothing prepared."""
+    conf, jar = tmp_path / "conf", tmp_path / "a.jar"
+    conf.mkdir()
+    jar.write_bytes(b"jar")
+    assert plan_for_run(tmp_path / "cds", "tally-stream", [jar], time.time(), 5, [conf])
+    (conf / "log4j2.properties").write_text("rootLogger.level = warn\n")
+    cds = tmp_path / "cds2"
+    assert plan_for_run(cds, "tally-stream", [jar], time.time(), 5, [conf]) is None
+    assert not cds.exists()
