@@ -467,13 +467,7 @@ def nightly_stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
 
 
 def _stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
-    from tally_app.nightly import (
-        preload_later_stages,
-        stage_reaggregate,
-        stage_report,
-        stage_validate,
-        wait_condition,
-    )
+    from tally_app.nightly import stage_reaggregate, stage_report, stage_validate, wait_condition
 
     now = datetime.now(UTC)
     out: dict[str, Any] = {}
@@ -483,12 +477,8 @@ def _stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
         waited = wait_condition(settings, BUSINESS_DATE, spark)
     out["wait_ready"] = waited.ready
     marks: dict[str, float] = {}
-    # As `tally reconcile` (run_nightly) does: validation's and the report's libraries are
-    # imported in a thread while the re-aggregation runs, at every size (a no-op once they
-    # are), so no size's validate pays the process's one-time ~3 s import alone.
     with _timed_replace_date(marks), _jobs_of(spark, "reconcile", jobs):
         start = time.monotonic()
-        preloading = preload_later_stages()
         result = stage_reaggregate(settings, BUSINESS_DATE, now, spark)
         end = time.monotonic()
     out["reaggregate_s"] = marks[T.BATCH_AGGREGATES.name] - start
@@ -497,7 +487,6 @@ def _stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     out["balanced"] = bool(result["balanced"])
     out["windows"] = int(result["windows"])
     with stopwatch() as t, _jobs_of(spark, "validate", jobs):
-        preloading.join()  # an import still running is validate's wait, as in run_nightly
         outcome = stage_validate(settings, BUSINESS_DATE, now, spark)
     out["validate_s"] = t["s"]
     out["validation_passed"] = bool(outcome.success)

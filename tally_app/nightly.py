@@ -292,7 +292,7 @@ class NightlyOutcome:
         return None
 
 
-def preload_later_stages() -> threading.Thread:
+def _preload_later_stages() -> threading.Thread:
     """Import the libraries of validation and report (Great Expectations, matplotlib: ~3 s of
     Python) in a thread while the re-aggregation runs: the driver's Python mostly waits for
     the JVM then. An import that fails here fails again, with its error, where it is used.
@@ -316,7 +316,7 @@ def run_nightly(
     """Re-aggregate + diff, validate, write the report, publish: the DAG's stage sequence in
     one process. Every stage runs even when an earlier one found a problem, so nothing of a
     failed date is lost; the caller decides the exit code from `failure`."""
-    preloading = preload_later_stages()
+    preloading = _preload_later_stages()
     reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
     frames = reconciliation.frames
     assert frames is not None
