@@ -81,6 +81,7 @@ from tally.arrivals import (
     LINE_IDENTITY,
     explaining_late,
     first_arrivals,
+    first_lines,
     marked_first,
 )
 from tally.dates import (
@@ -261,15 +262,12 @@ def late_arrivals(late_events: DataFrame, events: DataFrame, bounds: DayBounds) 
     lines match no late row (a different event_id), and ids of null are left out as there."""
     rows = late_events.where(window_in_day(bounds))
     late_ids = F.broadcast(rows.select(id_hash().alias(ID_HASH)).distinct())
-    columns = list(dict.fromkeys((*LINE_IDENTITY, *ARRIVAL_ORDER)))
     copies = (
-        events.select(*columns, id_hash().alias(ID_HASH))
+        events.withColumn(ID_HASH, id_hash())
         .join(late_ids, ID_HASH, "left_semi")
         .where(F.col("event_id").isNotNull())
-        .drop(ID_HASH)
     )
-    first = first_arrivals(copies).select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
-    return marked_first(rows, first)
+    return marked_first(rows, first_lines(copies))
 
 
 def late_totals(late: DataFrame) -> DataFrame:

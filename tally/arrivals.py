@@ -35,6 +35,10 @@ def first_arrivals(
     return events.withColumn("_arrival_rank", rank).where("_arrival_rank = 1").drop("_arrival_rank")
 
 
+# A log line's identity and its arrival order: what ranking copies reads.
+_ARRIVAL_LINE = list(dict.fromkeys((*LINE_IDENTITY, *ARRIVAL_ORDER)))
+
+
 def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
     """`rows` (with the `LINE_IDENTITY` columns) plus a BOOLEAN `first_arrival`: whether the
     row's line is the first arrival of its `event_id` in the event log `events`.
@@ -42,12 +46,17 @@ def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
     Only the copies of the ids in `rows` are ranked (a semi-join on the log), so the cost is
     one scan of the log's arrival columns plus a sort of those few copies.
     """
-    columns = list(dict.fromkeys((*LINE_IDENTITY, *ARRIVAL_ORDER)))
-    copies = events.select(*columns).join(
+    copies = events.select(*_ARRIVAL_LINE).join(
         rows.select("event_id").distinct(), "event_id", "left_semi"
     )
-    first = first_arrivals(copies).select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
-    return marked_first(rows, first)
+    return marked_first(rows, first_lines(copies))
+
+
+def first_lines(copies: DataFrame) -> DataFrame:
+    """The `first` of `marked_first` from `copies`, lines of a log (event_id not null): one row
+    per event_id with its first arrival's line as `_first_<column>`."""
+    ranked = first_arrivals(copies.select(*_ARRIVAL_LINE))
+    return ranked.select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
 
 
 def first_line() -> Column:
