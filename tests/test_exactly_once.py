@@ -7,7 +7,8 @@ warehouse's Delta logs, and restarted each time:
 1. mid-batch: `events` committed batch 0, `stream_progress` did not;
 2. after a fresh batch wrote its state files in the checkpoint, before its progress row (the
    replay must read the state of the previous batch, not the new one);
-3. at a random-ish moment (seeded) after a batch completed;
+3. at a random-ish moment (seeded) after a batch completed, by batch 2's progress commit at the
+   latest (so that run 4 has two batches to commit before the last one);
 4. right after a fresh batch's `stream_progress` commit; the batch's Spark commit-log entry
    is then removed, as if the kill came before Spark recorded it, so the next run replays a
    batch that already wrote everything;
@@ -55,6 +56,9 @@ pytestmark = pytest.mark.slow
 WINDOW_MS = 60_000
 FILES = 12
 FILES_PER_BATCH = 2
+BATCHES = FILES // FILES_PER_BATCH
+# Run 3 is killed by the progress commit of this batch at the latest (see the scenario).
+RUN3_LAST_BATCH = BATCHES - 4
 # Generous: the job is slow on a loaded machine; a stuck run still fails.
 STEP_TIMEOUT_S = 1200.0
 # Waiting out this ttl would fail the test (STEP_TIMEOUT_S): a restart must prove the holder gone.
@@ -163,12 +167,21 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         assert delta_version(wh, "stream_progress") == seen["progress"]
         assert _state_written(wh, seen["progress"])
 
-        # 3. random-ish: some seconds after this run's first batch completed.
+        # 3. random-ish: some seconds after this run's first batch completed, but no later than
+        # the progress commit of batch RUN3_LAST_BATCH: run 4 must find two batches to commit
+        # before the last one, or it would end cleanly (and release the lease) before its kill.
         p = start(wh, "run3.log")
         delay = random.Random(7).uniform(1.0, 12.0)
-        killed = p.kill_when(seconds_after_next_batch(wh, delay), STEP_TIMEOUT_S)
+        some_seconds_later = seconds_after_next_batch(wh, delay)
+        killed = p.kill_when(
+            lambda: (
+                some_seconds_later() or delta_version(wh, "stream_progress") >= RUN3_LAST_BATCH + 1
+            ),
+            STEP_TIMEOUT_S,
+        )
         s.kills.append(_kill_log(f"random, {delay:.1f} s after a batch", wh, killed))
         assert killed, p.tail()
+        assert delta_version(wh, "stream_progress") <= RUN3_LAST_BATCH + 1
 
         # 4. right after a fresh batch's progress commit (the run's first batch is a replay).
         p = start(wh, "run4.log")
@@ -177,6 +190,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             lambda: delta_version(wh, "stream_progress") >= base + 2, STEP_TIMEOUT_S, poll=0.005
         )
         last_batch = delta_version(wh, "stream_progress") - 1  # progress v1 is batch 0
+        assert killed and last_batch < BATCHES - 1, p.tail()  # run 5 has a batch left
         entry = _kill_log("right after progress", wh, killed)
         entry["dropped_commit_log_entry"] = _drop_commit_log_entry(wh, last_batch)
         entry["replayed_batch"] = last_batch
