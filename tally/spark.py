@@ -410,6 +410,19 @@ def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, previous)
 
 
+# A batch job's persisted frames (the nightly's: a day of events for its checks, the
+# reconciliation rows for its report) are built once and read a few times. Compressing Spark's
+# in-memory columns cost about as much CPU as building them, for ~30 % less memory: a 5M-event
+# day's checked events cached in 3.4 s to 220 MB compressed, in 1.6 s to 306 MB not.
+UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+
+
+def batch_caching(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """Run the block with Spark's in-memory columns uncompressed (`UNCOMPRESSED_CACHE`, read
+    when a persisted frame is first computed: the block holds the stage, not one persist)."""
+    return session_conf(spark, UNCOMPRESSED_CACHE)
+
+
 def without_adaptive_execution(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
     """Run the block's queries without adaptive query execution (`session_conf`).
 

@@ -25,7 +25,7 @@ from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
 from tally.dates import business_day_end, epoch_ms, iso_ms
 from tally.settings import Settings
-from tally.spark import session_for
+from tally.spark import batch_caching, session_for
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,8 @@ def stage_reaggregate(
 ) -> dict[str, Any]:
     """Re-aggregate the date from the pinned event log and diff it against the stream."""
     spark = spark or session_for(settings, "tally-nightly", short_lived=True)
-    result = reaggregate(settings, business_date, now, spark)
+    with batch_caching(spark):
+        result = reaggregate(settings, business_date, now, spark)
     s = result.summary
     return {
         "business_date": business_date.isoformat(),
@@ -177,16 +178,17 @@ def stage_validate(
     holds, `validate_date`); returns the ValidationOutcome (the caller decides what a failure
     does)."""
     spark = spark or session_for(settings, "tally-nightly", short_lived=True)
-    return validate_date(
-        spark,
-        settings.warehouse,
-        business_date,
-        Thresholds.from_settings(settings),
-        now=now,
-        report_timezone=settings.report_timezone,
-        gx_root=settings.gx_location,
-        sources=sources,
-    )
+    with batch_caching(spark):
+        return validate_date(
+            spark,
+            settings.warehouse,
+            business_date,
+            Thresholds.from_settings(settings),
+            now=now,
+            report_timezone=settings.report_timezone,
+            gx_root=settings.gx_location,
+            sources=sources,
+        )
 
 
 def _tuning_curve(spark: Any, settings: Settings, business_date: date) -> dict[str, Any]:
@@ -232,7 +234,8 @@ def stage_report(
         **_tuning_curve(spark, settings, business_date),
     )
     out = out_dir or Path(settings.report_location)
-    return build_report(spark, settings.warehouse, business_date, out, now, options, inputs)
+    with batch_caching(spark):
+        return build_report(spark, settings.warehouse, business_date, out, now, options, inputs)
 
 
 def stage_publish(
@@ -317,7 +320,8 @@ def run_nightly(
     one process. Every stage runs even when an earlier one found a problem, so nothing of a
     failed date is lost; the caller decides the exit code from `failure`."""
     preloading = _preload_later_stages()
-    reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
+    with batch_caching(spark):
+        reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
     frames = reconciliation.frames
     assert frames is not None
     try:

@@ -133,6 +133,33 @@ def test_session_conf_holds_for_the_block_only(spark) -> None:
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
 
 
+def _cached_bytes(spark, frame) -> int:  # type: ignore[no-untyped-def]
+    """The memory of `frame` persisted and computed (Spark's storage status), then freed."""
+    frame.persist()
+    try:
+        frame.count()
+        return sum(info.memSize() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+    finally:
+        frame.unpersist(blocking=True)
+
+
+def test_batch_caching_keeps_cached_columns_uncompressed_in_the_block_only(spark) -> None:
+    """A column of one repeated value: compressed, its cache is a few bytes per batch of
+    rows; in the block it is 8 bytes a row; after the block the session compresses again."""
+    from tally.spark import UNCOMPRESSED_CACHE, batch_caching
+
+    key = "spark.sql.inMemoryColumnarStorage.compressed"
+    assert key in UNCOMPRESSED_CACHE and spark.conf.get(key) == "true"
+    rows = 200_000
+    frame = spark.range(rows, numPartitions=2).select(F.lit(7).cast("long").alias("x"))
+    compressed = _cached_bytes(spark, frame)
+    with batch_caching(spark):
+        assert spark.conf.get(key) == "false"
+        uncompressed = _cached_bytes(spark, frame)
+    assert spark.conf.get(key) == "true"
+    assert uncompressed >= 8 * rows > 100 * compressed
+
+
 def test_functions_calls_skip_the_class_and_member_lookups(spark) -> None:
     """A `functions` call after the first of its name is one Py4J round trip (the call), not
     three (class lookup, member lookup, call): `pin_jvm_classes` in every session."""
