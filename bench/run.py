@@ -384,6 +384,7 @@ class BenchRun:
                 "sizes": sizes,
                 "files_per_batch": p.nightly_files_per_batch,
                 "growth": None,
+                "library_import_s": nightly.import_stage_libraries(),
             }
         for events in p.nightly_sizes if "nightly" in self.only else (p.curve_size,):
             size_dir = self.work / f"nightly_{events}"
