@@ -6,7 +6,8 @@ A generated stream (3,000 events over 3 source partitions, `tally produce`d into
 partitions: one never gets a record) is read 400 records a micro-batch:
 
 1. SIGKILL mid-batch: `events` committed batch 0, `stream_progress` did not;
-2. SIGKILL at a random-ish moment (seeded) after a batch completed;
+2. SIGKILL at a random-ish moment (seeded) after a batch completed, by batch 3's progress commit
+   at the latest (so that the next run has batches left for the broker restart);
 3. the broker is stopped and started again under a running stream, which must carry on;
 
 and that third run, started with `--drain`, completes the stream. An uninterrupted run of the
@@ -52,6 +53,8 @@ from tally_tools.produce import input_files, publish
 pytestmark = pytest.mark.slow
 
 RECORDS_PER_BATCH = 400
+# ~3,090 records: 8 micro-batches; run 2 is killed by this batch's progress commit at the latest.
+RUN2_LAST_BATCH = 3
 STEP_TIMEOUT_S = 1200.0
 TABLES = ("events", "quarantine", "late_events", "stream_aggregates", "stream_progress")
 
@@ -143,10 +146,19 @@ def scenario(
         s.steps.append({"step": "kill mid-batch", "done": killed})
         assert killed, p.tail()
 
-        # 2. random-ish: some seconds after this run's first batch completed.
+        # 2. random-ish: some seconds after this run's first batch completed, but no later than
+        # the progress commit of batch RUN2_LAST_BATCH: with fast batches the seconds could
+        # reach the end of the topic, and the run would end by itself (--available-now) before
+        # its kill; run 3 needs batches left to restart the broker under.
         p = start(wh, "run2.log")
         delay = random.Random(11).uniform(1.0, 8.0)
-        killed = p.kill_when(seconds_after_next_batch(wh, delay), STEP_TIMEOUT_S)
+        some_seconds_later = seconds_after_next_batch(wh, delay)
+        killed = p.kill_when(
+            lambda: (
+                some_seconds_later() or delta_version(wh, "stream_progress") >= RUN2_LAST_BATCH + 1
+            ),
+            STEP_TIMEOUT_S,
+        )
         s.steps.append({"step": f"kill {delay:.1f} s after a batch", "done": killed})
         assert killed, p.tail()
 
