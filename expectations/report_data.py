@@ -750,13 +750,13 @@ def _estimated_curve(
 
 def _curve_allowed_ms(
     given: Sequence[dict[str, Any]] | None,
-    late: object | None,
+    has_late_rows: bool,
     current_bound_ms: int | None,
     settings: dict[str, Any],
 ) -> int | None:
     """The allowed lateness the estimated curve counts from; None when it is not estimated
-    (a curve given, or no late rows (`late` None) or no current bound)."""
-    if given or late is None or current_bound_ms is None:
+    (a curve given, no late rows or no current bound)."""
+    if given or not has_late_rows or current_bound_ms is None:
         return None
     allowed_ms = recorded_duration(settings, "allowed_lateness")
     return ALLOWED_LATENESS_DEFAULT_MS if allowed_ms is None else allowed_ms
@@ -1031,7 +1031,9 @@ def _assemble(
         counts: _LateCounts | None = figures.counts
         partitions = figures.partitions
     else:
-        allowed_ms = _curve_allowed_ms(options.curve, late, current_bound_ms, rec.settings)
+        allowed_ms = _curve_allowed_ms(
+            options.curve, late is not None, current_bound_ms, rec.settings
+        )
         counts = None if late is None else _late_counts(late, allowed_ms)
         partitions = _partition_rates(log)
     curve, curve_source = _curve(options.curve, counts, headline["batch_count"], current_bound_ms)
