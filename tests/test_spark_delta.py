@@ -146,17 +146,19 @@ def _cached_bytes(spark, frame) -> int:  # type: ignore[no-untyped-def]
 def test_batch_caching_keeps_cached_columns_uncompressed_in_the_block_only(spark) -> None:
     """A column of one repeated value: compressed, its cache is a few bytes per batch of
     rows; in the block it is 8 bytes a row; after the block the session compresses again."""
-    from tally.spark import UNCOMPRESSED_CACHE, batch_caching
+    from tally.spark import UNCOMPRESSED_CACHE, batch_caching, session_conf
 
     key = "spark.sql.inMemoryColumnarStorage.compressed"
-    assert key in UNCOMPRESSED_CACHE and spark.conf.get(key) == "true"
+    assert key in UNCOMPRESSED_CACHE
     rows = 200_000
     frame = spark.range(rows, numPartitions=2).select(F.lit(7).cast("long").alias("x"))
-    compressed = _cached_bytes(spark, frame)
-    with batch_caching(spark):
-        assert spark.conf.get(key) == "false"
-        uncompressed = _cached_bytes(spark, frame)
-    assert spark.conf.get(key) == "true"
+    # Spark's default here, whatever an earlier test left (the stream's session sets false)
+    with session_conf(spark, {key: "true"}):
+        compressed = _cached_bytes(spark, frame)
+        with batch_caching(spark):
+            assert spark.conf.get(key) == "false"
+            uncompressed = _cached_bytes(spark, frame)
+        assert spark.conf.get(key) == "true"
     assert uncompressed >= 8 * rows > 100 * compressed
 
 
