@@ -132,18 +132,19 @@ def reaggregate(
 ) -> ReconcileResult:
     """Re-aggregate the date from the pinned event log, diff it against the stream
     (`keep_frames`: the result holds what it read and wrote, for the later stages)."""
-    return reconcile(
-        spark,
-        settings.warehouse,
-        business_date,
-        settings.window,
-        settings.report_timezone,
-        now=now,
-        settings=settings.describe(),
-        window_slide_ms=settings.window_slide or None,
-        session_gap_ms=settings.session_gap,
-        keep_frames=keep_frames,
-    )
+    with batch_caching(spark):
+        return reconcile(
+            spark,
+            settings.warehouse,
+            business_date,
+            settings.window,
+            settings.report_timezone,
+            now=now,
+            settings=settings.describe(),
+            window_slide_ms=settings.window_slide or None,
+            session_gap_ms=settings.session_gap,
+            keep_frames=keep_frames,
+        )
 
 
 def stage_reaggregate(
@@ -151,8 +152,7 @@ def stage_reaggregate(
 ) -> dict[str, Any]:
     """Re-aggregate the date from the pinned event log and diff it against the stream."""
     spark = spark or session_for(settings, "tally-nightly", short_lived=True)
-    with batch_caching(spark):
-        result = reaggregate(settings, business_date, now, spark)
+    result = reaggregate(settings, business_date, now, spark)
     s = result.summary
     return {
         "business_date": business_date.isoformat(),
@@ -320,8 +320,7 @@ def run_nightly(
     one process. Every stage runs even when an earlier one found a problem, so nothing of a
     failed date is lost; the caller decides the exit code from `failure`."""
     preloading = _preload_later_stages()
-    with batch_caching(spark):
-        reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
+    reconciliation = reaggregate(settings, business_date, now, spark, keep_frames=True)
     frames = reconciliation.frames
     assert frames is not None
     try:
