@@ -1,7 +1,7 @@
 """The date's figures per source partition, written by the reconciliation for the report
 (`reconciliation_partitions`), so the report does not read the event log again.
 
-    write_partition_figures(spark, warehouse, business_date, events, late, bounds, now)
+    write_partition_figures(spark, warehouse, business_date, events, copies, late, bounds, now)
 
 One row per source partition of the date (and per partition of a late row that explains a
 window of the date), with the run's `run_time` (the `reconciliation_runs` row written after
@@ -16,17 +16,16 @@ it carries the same one: the report takes the figures only of the run it reports
   (event, window) once: `tally.arrivals.explaining_late`), counted per `lateness_ms` -- the
   report's lateness histogram and estimated completeness curve, at any bound.
 
-Whether a late row of the log is a first arrival comes from the diff's late rows (`late`,
-`late_arrivals`: the first-arrival mark of each line of the side output, already computed):
-a line of the log is marked as the side output's row of the same line. A late row of the log
-with no such line (the stream wrote it to the log only) is looked up in the pinned log
-itself (`with_first_arrival`), which costs a scan of the log only then.
+Whether a late line of the log is a first arrival comes from the run's ranked copies of the
+log (`copies`: `batch.reconcile.log_copies`, already kept for the re-aggregation and the diff):
+a line that is not its event_id's first arrival has a repeated id, and every line without an
+id is ranked there too, so only those few lines are looked at; the log itself is read once,
+narrowly, for the counts.
 """
 
 from __future__ import annotations
 
 from datetime import date, datetime
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -35,10 +34,8 @@ from pyspark.sql import functions as F
 from tally import tables as T
 from tally.arrivals import (
     FIRST_ARRIVAL,
-    LINE_IDENTITY,
     event_of_day,
     explaining_late,
-    with_first_arrival,
 )
 from tally.dates import DayBounds, epoch_ms
 from tally.spark import without_adaptive_execution
@@ -46,33 +43,28 @@ from tally.sql_text import rows_sql
 from tally.vocabulary import LATE
 
 _FIGURES = ("partition", "events", "late_events")
+# The columns of the log's ranked copies the figures read (`_log_counts`), besides the event_id
+# and `first_arrival`.
+FIGURE_COLUMNS = ("partition", "event_date", "event_time", "arrival_status")
 
 
-def _same_line() -> Column:
-    return reduce(
-        lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_l_{c}")) for c in LINE_IDENTITY]
-    )
+def _day_late(bounds: DayBounds) -> Column:
+    return F.coalesce(event_of_day(bounds), F.lit(False)) & (F.col("arrival_status") == LATE)
 
 
-def _log_counts(events: DataFrame, late: DataFrame, bounds: DayBounds) -> list[dict[str, Any]]:
-    """Per source partition: the date's events, its late rows, the late rows that repeat an
-    earlier event (or have no event_id) and those whose line the side output lacks
-    (`unheld`): one job, two narrow scans of the date's partitions of the log."""
+def _log_counts(events: DataFrame, copies: DataFrame, bounds: DayBounds) -> list[dict[str, Any]]:
+    """Per source partition: the date's events, its late rows, and the late rows that repeat
+    an earlier event or have no event_id (from `copies`): one job, one narrow scan of the
+    date's partitions of the log."""
     day = events.where(F.coalesce(event_of_day(bounds), F.lit(False)))
     counts = day.groupBy("partition").agg(
         F.count(F.lit(1)).alias("events"),
         F.count_if(F.col("arrival_status") == LATE).alias("late"),
     )
-    lines = late.select(*[F.col(c).alias(f"_l_{c}") for c in LINE_IDENTITY], FIRST_ARRIVAL)
-    marked = (
-        day.where(F.col("arrival_status") == LATE)
-        .select(*LINE_IDENTITY, "partition")
-        .join(lines.distinct(), _same_line(), "left")
-    )
-    no_id = F.col("event_id").isNull()
-    repeats = marked.groupBy(F.col("partition").alias("_p")).agg(
-        F.count_if(no_id | ~F.coalesce(F.col(FIRST_ARRIVAL), F.lit(True))).alias("repeats"),
-        F.count_if(~no_id & F.col(FIRST_ARRIVAL).isNull()).alias("unheld"),
+    repeats = (
+        copies.where(_day_late(bounds) & ~F.col(FIRST_ARRIVAL))
+        .groupBy(F.col("partition").alias("_p"))
+        .agg(F.count(F.lit(1)).alias("repeats"))
     )
     joined = counts.join(repeats, F.col("partition").eqNullSafe(F.col("_p")), "left")
     return [
@@ -81,43 +73,20 @@ def _log_counts(events: DataFrame, late: DataFrame, bounds: DayBounds) -> list[d
             "events": int(r["events"]),
             "late": int(r["late"]),
             "repeats": int(r["repeats"] or 0),
-            "unheld": int(r["unheld"] or 0),
         }
         for r in joined.drop("_p").collect()
     ]
 
 
-def _unheld_repeats(events: DataFrame, late: DataFrame, bounds: DayBounds) -> dict[Any, int]:
-    """Per partition, the late rows of the date whose line the side output lacks and that are
-    not the first arrival of their event_id, looked up in the log (`with_first_arrival`)."""
-    day_late = events.where(
-        F.coalesce(event_of_day(bounds), F.lit(False)) & (F.col("arrival_status") == LATE)
-    ).select(*LINE_IDENTITY, "partition")
-    lines = late.select(*[F.col(c).alias(f"_l_{c}") for c in LINE_IDENTITY]).distinct()
-    unheld = day_late.where(F.col("event_id").isNotNull()).join(lines, _same_line(), "left_anti")
-    return {
-        r["partition"]: int(r["n"])
-        for r in with_first_arrival(unheld, events)
-        .where(~F.col(FIRST_ARRIVAL))
-        .groupBy("partition")
-        .agg(F.count(F.lit(1)).alias("n"))
-        .collect()
-    }
-
-
 def partition_figures(
-    events: DataFrame, late: DataFrame, bounds: DayBounds
+    events: DataFrame, copies: DataFrame, bounds: DayBounds
 ) -> list[dict[str, Any]]:
     """`partition`, `events`, `late_events` per source partition of the date (see the module
     docstring), by partition."""
-    counts = _log_counts(events, late, bounds)
-    unheld: dict[Any, int] = {}
-    if any(c["unheld"] for c in counts):
-        unheld = _unheld_repeats(events, late, bounds)
     figures = []
-    for c in counts:
+    for c in _log_counts(events, copies, bounds):
         # as the report matched them: a null partition (never written: null means 0) none
-        repeated = 0 if c["partition"] is None else c["repeats"] + unheld.get(c["partition"], 0)
+        repeated = 0 if c["partition"] is None else c["repeats"]
         figures.append(
             {
                 "partition": c["partition"],
@@ -146,16 +115,18 @@ def write_partition_figures(
     warehouse: str,
     business_date: date,
     events: DataFrame,
+    copies: DataFrame,
     late: DataFrame,
     bounds: DayBounds,
     now: datetime,
 ) -> None:
     """Replace the date's `reconciliation_partitions` rows (see the module docstring).
-    `events`: the pinned log; `late`: the diff's late rows with `first_arrival` (persisted
-    by the caller); `now`: the run time `reconciliation_runs` records."""
+    `events`: the pinned log; `copies`: its ranked copies (`batch.reconcile.log_copies`, with
+    `FIGURE_COLUMNS`); `late`: the diff's late rows with `first_arrival` (both persisted by
+    the caller); `now`: the run time `reconciliation_runs` records."""
     table = T.RECONCILIATION_PARTITIONS
     with without_adaptive_execution(spark):  # a few rows per partition: AQE would add jobs
-        figures = partition_figures(events, late, bounds)
+        figures = partition_figures(events, copies, bounds)
         fields = [f for f in table.schema().fields if f.name in _FIGURES]
         lateness = _lateness(late)
         if figures:

@@ -65,7 +65,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
-from batch.partitions import write_partition_figures
+from batch.partitions import FIGURE_COLUMNS, write_partition_figures
 from batch.sessions import (
     SessionError,
     check_session_width,
@@ -78,10 +78,11 @@ from batch.sessions import (
 from tally import tables as T
 from tally.arrivals import (
     FIRST_ARRIVAL,
+    FIRST_COPY,
     LINE_IDENTITY,
     explaining_late,
-    first_arrivals,
     first_lines,
+    marked_copies,
     marked_first,
 )
 from tally.dates import (
@@ -163,6 +164,50 @@ def repeated_ids(events: DataFrame) -> DataFrame:
     )
 
 
+def ranked_hashes(repeated: DataFrame, late_rows: DataFrame) -> DataFrame:
+    """`ID_HASH` of the event_ids whose lines a run ranks (`log_copies`): the `repeated` ones
+    (`repeated_ids` of the log), the id of every row of `late_rows` (a late row is a first
+    arrival only if the log's first line of its id is its line), and a null id (the figures
+    per partition count a late line without an id as a repeat). Small; not made distinct (a
+    hash twice on the broadcast side of a semi-join is harmless)."""
+    late = late_rows.select(id_hash().alias(ID_HASH))
+    no_id = late_rows.sparkSession.range(1).select(
+        F.xxhash64(F.lit(None).cast("string")).alias(ID_HASH)
+    )
+    return repeated.unionByName(late).unionByName(no_id)
+
+
+# The columns of the log's copies a run keeps (`log_copies`): what `day_events` reads, the
+# lines `late_arrivals` compares and what the figures per partition count.
+COPY_COLUMNS = tuple(
+    dict.fromkeys(
+        ("event_id", "key", "amount", "event_time", *ARRIVAL_ORDER, *LINE_IDENTITY, *FIGURE_COLUMNS)
+    )
+)
+
+
+def log_copies(
+    events: DataFrame,
+    hashes: DataFrame,
+    order: Sequence[str] = ARRIVAL_ORDER,
+    columns: Sequence[str] = COPY_COLUMNS,
+) -> DataFrame:
+    """Every line of the log (all of it: an id's copies may lie in any `event_date`) whose
+    `ID_HASH` is in `hashes` (broadcast), its `columns` and `ID_HASH`, ranked per event_id in
+    `order` (`tally.arrivals.marked_copies`: `FIRST_COPY`, `FIRST_ARRIVAL`)."""
+    lines = events.select(*columns, id_hash().alias(ID_HASH))
+    return marked_copies(lines.join(F.broadcast(hashes), ID_HASH, "left_semi"), order)
+
+
+@dataclass(frozen=True)
+class Copies:
+    """`repeated_ids` of a log, and the log's lines of (at least) those ids, ranked
+    (`log_copies`)."""
+
+    repeated: DataFrame
+    lines: DataFrame
+
+
 def day_events(
     events: DataFrame,
     business_date: date,
@@ -170,12 +215,12 @@ def day_events(
     report_timezone: str = "UTC",
     order: Sequence[str] = ARRIVAL_ORDER,
     slide_ms: int | None = None,
-    repeated: DataFrame | None = None,
+    copies: Copies | None = None,
 ) -> DataFrame:
     """Deduplicated events (first arrival wins) whose window belongs to the business date,
     with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
-    per event when they hop (`slide_ms`; None: tumbling). `repeated`: `repeated_ids(events)`
-    if the caller has it.
+    per event when they hop (`slide_ms`; None: tumbling). `copies`: the log's copies ranked
+    in `order`, if the caller has them (None: those of `repeated_ids(events)`).
 
     Equivalent to deduplicating the whole log and then filtering, without moving the wide
     rows: an id with one copy is its own first arrival, so only the copies of the repeated
@@ -186,16 +231,21 @@ def day_events(
     bounds = business_day_bounds(business_date, report_timezone)
     first, last = utc_dates_touching(bounds, window_ms)
     needed = list(dict.fromkeys(["event_id", "key", "amount", "event_time", *order]))
-    hashes = F.broadcast(repeated_ids(events) if repeated is None else repeated)
+    if copies is None:
+        repeated = repeated_ids(events)
+        lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
+        copies = Copies(repeated, lines)
+    repeated = F.broadcast(copies.repeated)
     singles = (
         events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
         .select(*needed, id_hash().alias(ID_HASH))
-        .join(hashes, ID_HASH, "left_anti")
-        .drop(ID_HASH)
+        .join(repeated, ID_HASH, "left_anti")
     )
-    copies = events.select(*needed, id_hash().alias(ID_HASH)).join(hashes, ID_HASH, "left_semi")
+    # the first copies of the repeated ids (`copies` may hold those of other ids too)
+    firsts = copies.lines.where(F.col(FIRST_COPY)).join(repeated, ID_HASH, "left_semi")
     return (
-        singles.unionByName(first_arrivals(copies.drop(ID_HASH), order))
+        singles.unionByName(firsts.select(*needed, ID_HASH))
+        .drop(ID_HASH)
         .transform(lambda df: with_windows(df, window_ms, slide_ms))
         .where(window_in_day(bounds))
     )
@@ -207,9 +257,13 @@ def batch_aggregates(
     window_ms: int,
     report_timezone: str = "UTC",
     slide_ms: int | None = None,
+    copies: Copies | None = None,
 ) -> DataFrame:
-    """Rows of `batch_aggregates` for the date, from the (pinned) event log."""
-    deduped = day_events(events, business_date, window_ms, report_timezone, slide_ms=slide_ms)
+    """Rows of `batch_aggregates` for the date, from the (pinned) event log (`copies`: as
+    `day_events` takes them)."""
+    deduped = day_events(
+        events, business_date, window_ms, report_timezone, slide_ms=slide_ms, copies=copies
+    )
     return aggregate_windows(deduped).select(
         F.lit(business_date).alias("business_date"), *WINDOW_KEY, "event_count", "amount_sum"
     )
@@ -250,24 +304,15 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
     )
 
 
-def late_arrivals(late_events: DataFrame, events: DataFrame, bounds: DayBounds) -> DataFrame:
+def late_arrivals(late_events: DataFrame, copies: DataFrame, bounds: DayBounds) -> DataFrame:
     """The late side-output rows of the day's windows, each with `first_arrival`: whether it is
     the first arrival of its event_id in the (pinned) event log. A row that is not is a repeat
     the stream no longer recognized (beyond its dedup horizon): the batch does not count it.
 
-    Only the log's copies of the late ids are looked at: a broadcast set of their hashes
-    filters the log where it is read (no shuffle of the log's arrival columns). The copies of
-    an id that only shares a hash with a late id are ranked too (`with_first_arrival` without
-    its exact semi-join on event_id, a shuffle of the copies and of the ids): their first
-    lines match no late row (a different event_id), and ids of null are left out as there."""
-    rows = late_events.where(window_in_day(bounds))
-    late_ids = F.broadcast(rows.select(id_hash().alias(ID_HASH)).distinct())
-    copies = (
-        events.withColumn(ID_HASH, id_hash())
-        .join(late_ids, ID_HASH, "left_semi")
-        .where(F.col("event_id").isNotNull())
-    )
-    return marked_first(rows, first_lines(copies))
+    `copies`: the log's lines of (at least) these rows' ids, ranked (`log_copies` of
+    `ranked_hashes`): the log is not read again; ids of null are left out as in
+    `tally.arrivals.with_first_arrival`."""
+    return marked_first(late_events.where(window_in_day(bounds)), first_lines(copies))
 
 
 def late_totals(late: DataFrame) -> DataFrame:
@@ -806,16 +851,30 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFr
     with without_adaptive_execution(run.spark):
         _check_window_size(stream_rows, window_ms, day, slide_ms)
     stream = latest_stream(stream_rows, bounds)
-    truth = run.keep(batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms))
-    run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # planned (persisted) and run so
-        # the date's late rows, few, are read twice (rows, their ids' hashes): kept, one
+        # the date's late rows, few, are read twice (their ids' hashes, the rows): kept, one
         # scan of `late_events` and one Delta file filtering instead of two; only the
         # columns the diff and the figures read (`LATE_COLUMNS`: not `extra`, a map, nor the
         # watermark, delay and reason columns), narrower to read and to cache
         rows = run.keep(run.late_events.where(window_in_day(bounds)).select(*LATE_COLUMNS))
-        late = late_arrivals(rows, run.events, bounds)
+    copies = _kept_copies(run, rows)
+    truth = run.keep(
+        batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms, copies)
+    )
+    run.replace(truth, T.BATCH_AGGREGATES)
+    with without_adaptive_execution(run.spark):  # the late rows and copies are kept
+        late = late_arrivals(rows, copies.lines, bounds)
         return _write_diff(run, truth, stream, late)
+
+
+def _kept_copies(run: _Run, late_rows: DataFrame) -> Copies:
+    """The log's copies the run ranks once (`ranked_hashes` of the log and `late_rows`), kept:
+    the re-aggregation takes its first arrivals from them, the diff its late rows' marks
+    and the figures per partition their repeats, so the log is scanned for them once."""
+    repeated = run.keep(repeated_ids(run.events))
+    copies = Copies(repeated, run.keep(log_copies(run.events, ranked_hashes(repeated, late_rows))))
+    run.written["copies"] = copies.lines
+    return copies
 
 
 def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
@@ -845,9 +904,9 @@ def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
         stream = stream_per_session(
             latest_stream(run.stream_aggregates, read), sessions, run.bounds
         )
-        late = late_per_session(
-            late_arrivals(run.late_events, run.events, read), sessions, run.bounds
-        )
+        rows = run.late_events.where(window_in_day(read))
+        copies = _kept_copies(run, rows)
+        late = late_per_session(late_arrivals(rows, copies.lines, read), sessions, run.bounds)
         return _write_diff(run, truth, stream, late)
     finally:
         sessions.unpersist()
@@ -952,6 +1011,7 @@ def _run(
         run.warehouse,
         business_date,
         run.events,
+        run.written["copies"],
         run.written["late"],
         run.bounds,
         now,

@@ -23,6 +23,8 @@ from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE_ARRIVAL_ORDER
 # The input line a row of `events` or `late_events` came from (and its event_id).
 LINE_IDENTITY = ("event_id", "app_id", "batch_id", "source_file", "source_line")
 FIRST_ARRIVAL = "first_arrival"
+# `marked_copies`: the one line of an event_id that `first_arrivals` keeps.
+FIRST_COPY = "_first_copy"
 WINDOW_BOUNDS = ("window_start", "window_end")
 
 
@@ -49,14 +51,34 @@ def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
     copies = events.select(*_ARRIVAL_LINE).join(
         rows.select("event_id").distinct(), "event_id", "left_semi"
     )
-    return marked_first(rows, first_lines(copies))
+    return marked_first(rows, first_lines(marked_copies(copies)))
 
 
-def first_lines(copies: DataFrame) -> DataFrame:
-    """The `first` of `marked_first` from `copies`, lines of a log (event_id not null): one row
-    per event_id with its first arrival's line as `_first_<column>`."""
-    ranked = first_arrivals(copies.select(*_ARRIVAL_LINE))
-    return ranked.select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
+def marked_copies(copies: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
+    """`copies` (every line of the log of some event_ids, with the `LINE_IDENTITY` and `order`
+    columns) plus two BOOLEANs, from one window over them: `FIRST_COPY`, the one line per
+    event_id that `first_arrivals` keeps, and `FIRST_ARRIVAL`, whether the line is its
+    event_id's first arrival as `with_first_arrival` marks a row (its line is the first
+    line: a line written twice is so both times; a null event_id never is)."""
+    spec = Window.partitionBy("event_id").orderBy(*order)
+    first_line = F.first(F.struct(*LINE_IDENTITY)).over(
+        spec.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    same_line = reduce(
+        lambda a, b: a & b, [F.col(c).eqNullSafe(first_line[c]) for c in LINE_IDENTITY]
+    )
+    return copies.select(
+        "*",
+        (F.row_number().over(spec) == 1).alias(FIRST_COPY),
+        (F.col("event_id").isNotNull() & same_line).alias(FIRST_ARRIVAL),
+    )
+
+
+def first_lines(marked: DataFrame) -> DataFrame:
+    """The `first` of `marked_first` from `marked_copies` output: one row per event_id (not
+    null) with its first arrival's line as `_first_<column>`."""
+    firsts = marked.where(F.col(FIRST_COPY) & F.col("event_id").isNotNull())
+    return firsts.select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
 
 
 def first_line() -> Column:
