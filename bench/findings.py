@@ -344,6 +344,13 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
     if whole["met"] is not None:
         text += f" (target ≤ {whole['target_s']:g} s: {_verdict(whole['met'])})"
     text += f"; the slowest stage is {worst} ({stages[worst]:.1f} s)."
+    if "spark_plain" in big:
+        text += (
+            f" Plain Spark SQL's own query (first arrival as one aggregate, window, count and "
+            f"sum, to Parquet: no pinning, diff or Delta output) took "
+            f"{big['spark_plain']['seconds']:.1f} s = {big['ratio_spark_plain']:.1f}× DuckDB in "
+            f"the same run: Spark's floor for target 1 on this machine."
+        )
     if ni.get("library_import_s") is not None:
         text += (
             f" The process imported the libraries of validate and report once before the "

@@ -863,6 +863,9 @@ def _check_nightly(r: dict[str, Any]) -> None:
         assert size["duckdb_json"]["seconds"] > 0 and size["duckdb_parquet"]["seconds"] > 0
         assert size["same_totals_as_duckdb"], size
         assert size["duckdb_parquet"]["events"] == size["tally_events"]
+        if "spark_plain" in size:  # recorded runs before 2026-11-27 did not time it
+            assert size["spark_plain"]["seconds"] > 0 and size["ratio_spark_plain"] > 0
+            assert size["spark_plain"]["events"] == size["tally_events"]
         assert size["balanced"] and size["report_exists"]
     assert r["curve"]["seconds"] > 0 and r["curve"]["curve_events"] > 0
 
@@ -1000,6 +1003,9 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     # the one-time import is timed apart, and the findings say it is in no stage's time
     assert r["nightly"]["library_import_s"] >= 0
     assert any("libraries of validate and report once" in f for f in r["findings"])
+    # plain Spark SQL's query is timed at every size, and the findings give its ratio
+    assert all("spark_plain" in size for size in r["nightly"]["sizes"])
+    assert any("Plain Spark SQL's own query" in f for f in r["findings"])
     for name in carried:  # the recorded results, as they were, dated when they were measured
         assert r[name] == recorded[name], name
         assert r["measured"][name] == recorded["measured"][name], name

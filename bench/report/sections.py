@@ -798,6 +798,12 @@ def _nightly_sizes(sizes: list[dict[str, Any]]) -> list[str]:
         "peak RSS": lambda s: megabytes(s.get("peak_rss_mb")),
         "DuckDB Parquet s": lambda s: secs(s["duckdb_parquet"]["seconds"]),
         "(re-agg + diff) ÷ DuckDB Parquet": lambda s: f"{s['ratio_parquet']:.1f}×",
+        # runs before 2026-11-27 did not time plain Spark SQL's query
+        "plain Spark SQL s (÷ DuckDB Parquet)": lambda s: (
+            f"{secs(s['spark_plain']['seconds'])} ({s['ratio_spark_plain']:.1f}×)"
+            if "spark_plain" in s
+            else "–"
+        ),
         "DuckDB JSON s": lambda s: secs(s["duckdb_json"]["seconds"]),
         "÷ DuckDB JSON": lambda s: f"{s['ratio_json']:.1f}×",
         "setup: batch load s": lambda s: secs(s["load_s"]),
