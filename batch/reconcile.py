@@ -868,9 +868,10 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFr
 
 
 def _kept_copies(run: _Run, late_rows: DataFrame) -> Copies:
-    """The log's copies the run ranks once (`ranked_hashes` of the log and `late_rows`), kept:
-    the re-aggregation takes its first arrivals from them, the diff its late rows' marks
-    and the figures per partition their repeats, so the log is scanned for them once."""
+    """The log's copies the run ranks once (`ranked_hashes` of the log's repeated ids and of
+    `late_rows`), kept with the repeated ids: the re-aggregation takes its first arrivals
+    from them, the diff its late rows' marks and the figures per partition their repeats,
+    so the log is scanned for them once."""
     repeated = run.keep(repeated_ids(run.events))
     copies = Copies(repeated, run.keep(log_copies(run.events, ranked_hashes(repeated, late_rows))))
     run.written["copies"] = copies.lines

@@ -408,11 +408,17 @@ def spark_plain(
         .first()
     )
     assert totals is not None
+    return _timed_totals(t["s"], tuple(totals))
+
+
+def _timed_totals(seconds: float, totals: tuple[Any, ...]) -> dict[str, Any]:
+    """A query's time and its output's (rows, events, amount)."""
+    rows, events, amount = totals
     return {
-        "seconds": t["s"],
-        "rows": int(totals[0]),
-        "events": int(totals[1] or 0),
-        "amount": int(totals[2] or 0),
+        "seconds": seconds,
+        "rows": int(rows),
+        "events": int(events or 0),
+        "amount": int(amount or 0),
     }
 
 
@@ -430,13 +436,7 @@ def _duckdb_timed(sql: str, out: Path) -> dict[str, Any]:
     finally:
         con.close()
     assert row is not None
-    return {
-        "seconds": t["s"],
-        "rows": int(row[0]),
-        "events": int(row[1] or 0),
-        "amount": int(row[2] or 0),
-        "threads": int(threads[0]) if threads else None,
-    }
+    return {**_timed_totals(t["s"], row), "threads": int(threads[0]) if threads else None}
 
 
 # -- the stages -----------------------------------------------------------------------------------
