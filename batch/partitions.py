@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
@@ -48,21 +48,19 @@ _FIGURES = ("partition", "events", "late_events")
 FIGURE_COLUMNS = ("partition", "event_date", "event_time", "arrival_status")
 
 
-def _day_late(bounds: DayBounds) -> Column:
-    return F.coalesce(event_of_day(bounds), F.lit(False)) & (F.col("arrival_status") == LATE)
-
-
 def _log_counts(events: DataFrame, copies: DataFrame, bounds: DayBounds) -> list[dict[str, Any]]:
     """Per source partition: the date's events, its late rows, and the late rows that repeat
     an earlier event or have no event_id (from `copies`): one job, one narrow scan of the
     date's partitions of the log."""
-    day = events.where(F.coalesce(event_of_day(bounds), F.lit(False)))
-    counts = day.groupBy("partition").agg(
-        F.count(F.lit(1)).alias("events"),
-        F.count_if(F.col("arrival_status") == LATE).alias("late"),
+    of_day = F.coalesce(event_of_day(bounds), F.lit(False))
+    late = F.col("arrival_status") == LATE
+    counts = (
+        events.where(of_day)
+        .groupBy("partition")
+        .agg(F.count(F.lit(1)).alias("events"), F.count_if(late).alias("late"))
     )
     repeats = (
-        copies.where(_day_late(bounds) & ~F.col(FIRST_ARRIVAL))
+        copies.where(of_day & late & ~F.col(FIRST_ARRIVAL))
         .groupBy(F.col("partition").alias("_p"))
         .agg(F.count(F.lit(1)).alias("repeats"))
     )

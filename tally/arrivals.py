@@ -11,7 +11,7 @@ exactly-once stream does) is still seen as twice the same line, never hidden.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
@@ -54,6 +54,11 @@ def with_first_arrival(rows: DataFrame, events: DataFrame) -> DataFrame:
     return marked_first(rows, first_lines(marked_copies(copies)))
 
 
+def _same_line(first: Callable[[str], Column]) -> Column:
+    """Whether a row's `LINE_IDENTITY` columns equal (null-safe) those `first` names."""
+    return reduce(lambda a, b: a & b, [F.col(c).eqNullSafe(first(c)) for c in LINE_IDENTITY])
+
+
 def marked_copies(copies: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> DataFrame:
     """`copies` (every line of the log of some event_ids, with the `LINE_IDENTITY` and `order`
     columns) plus two BOOLEANs, from one window over them: `FIRST_COPY`, the one line per
@@ -64,9 +69,7 @@ def marked_copies(copies: DataFrame, order: Sequence[str] = ARRIVAL_ORDER) -> Da
     first_line = F.first(F.struct(*LINE_IDENTITY)).over(
         spec.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    same_line = reduce(
-        lambda a, b: a & b, [F.col(c).eqNullSafe(first_line[c]) for c in LINE_IDENTITY]
-    )
+    same_line = _same_line(lambda c: first_line[c])
     return copies.select(
         "*",
         (F.row_number().over(spec) == 1).alias(FIRST_COPY),
@@ -94,9 +97,7 @@ def first_line() -> Column:
 def marked_first(rows: DataFrame, first: DataFrame) -> DataFrame:
     """`rows` plus `first_arrival`, given `first`: one row per event_id (not null) with the
     line of its first arrival as `_first_<column>` for each `LINE_IDENTITY` column."""
-    same_line = reduce(
-        lambda a, b: a & b, [F.col(c).eqNullSafe(F.col(f"_first_{c}")) for c in LINE_IDENTITY]
-    )
+    same_line = _same_line(lambda c: F.col(f"_first_{c}"))
     return rows.join(first, same_line, "left").select(
         *rows.columns,
         F.col("_first_event_id").isNotNull().alias(FIRST_ARRIVAL),
