@@ -50,6 +50,11 @@ def quiet_logs(verbose: bool = False) -> Path | None:
     return path
 
 
+def log_file() -> str:
+    """Where this process's JVM writes its log (`quiet_logs`); "" when logs go to stderr."""
+    return _jvm_log["path"]
+
+
 @contextlib.contextmanager
 def _stderr_to(path: str) -> Iterator[None]:
     """Point file descriptor 2 at `path` while a child process (the JVM) is started: the child
@@ -422,6 +427,17 @@ def batch_caching(spark: SparkSession) -> contextlib.AbstractContextManager[None
     """Run the block with Spark's in-memory columns uncompressed (`UNCOMPRESSED_CACHE`, read
     when a persisted frame is first computed: the block holds the stage, not one persist)."""
     return session_conf(spark, UNCOMPRESSED_CACHE)
+
+
+def release_local_checkpoint(checkpointed: DataFrame) -> bool:
+    """Drop the blocks of a frame `localCheckpoint` made, now rather than whenever the JVM's
+    garbage collector lets Spark's cleaner find its RDD (reading the frame afterwards fails).
+    False, and nothing done, for a frame that is not a local checkpoint's."""
+    plan = checkpointed._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() != "LogicalRDD":
+        return False
+    plan.rdd().unpersist(False)
+    return True
 
 
 def without_adaptive_execution(spark: SparkSession) -> contextlib.AbstractContextManager[None]:

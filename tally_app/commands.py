@@ -208,6 +208,11 @@ def stream(args: argparse.Namespace, settings: Settings) -> int:
     except StreamError as exc:
         print(f"tally: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # the query stopped on an error: what failed and what to change
+        from streaming.failures import report_failure
+
+        print(f"tally: {report_failure(exc, settings, os.environ)}", file=sys.stderr)
+        return 1
     print(progress)
     return 0
 
@@ -233,8 +238,21 @@ def reconcile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reproduce",
         action="store_true",
-        help="re-run at the versions, window and zone the date's last run recorded "
-        "(re-aggregation and diff only)",
+        help="recompute the date's latest run (or --run-time's) at the pins, window and zone "
+        "it recorded and compare with what it recorded: MATCH (exit 0) or the windows and "
+        "figures that differ (exit 1); an expired pin exits 2; writes nothing without --write",
+    )
+    parser.add_argument(
+        "--run-time",
+        default=None,
+        help="with --reproduce: the run to reproduce, by its reconciliation_runs.run_time "
+        "(ISO 8601, e.g. 2026-11-21T02:00:00Z; no zone: UTC)",
+    )
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="with --reproduce: also write the recomputation as the date's new run (replaces "
+        "the date's reconciliation rows; re-aggregation and diff only)",
     )
     parser.add_argument(
         "--out",
@@ -248,22 +266,21 @@ def reconcile(args: argparse.Namespace, settings: Settings) -> int:
     written before the exit code is decided: 0 balanced and every critical expectation passed,
     1 UNEXPLAINED windows or a failed expectation (one line says which), 2 bad input. Without
     an explicit window it uses the window the stream recorded."""
-    from batch.reconcile import ReconcileError, reproduce
+    from batch.reconcile import ReconcileError
     from expectations.report_data import ReportError
     from expectations.validate import ValidationError
     from tally_app import nightly
 
     try:
         business_date = parse_business_date(args.date)
+        run_time = _reproduce_flags(args)
     except ValueError as exc:
         return _bad_setting(exc)
     spark = session_for(settings, "tally-reconcile", short_lived=True)
     now = datetime.now(UTC)
     try:
         if args.reproduce:
-            result = reproduce(spark, settings.warehouse, business_date, now=now)
-            print(result.describe())
-            return 0 if result.balanced else 1
+            return _reproduce(spark, settings, business_date, run_time, args.write, now)
         explicit = "window" in getattr(args, "given_settings", ())
         settings = nightly.with_stream_window(settings, spark, explicit, business_date)
         report_to = Path(args.out) if args.out else Path(settings.report_location)
@@ -279,6 +296,59 @@ def reconcile(args: argparse.Namespace, settings: Settings) -> int:
         print(f"tally: {outcome.failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _reproduce_flags(args: argparse.Namespace) -> datetime | None:
+    """--run-time as an aware datetime (no zone: UTC); --run-time and --write need
+    --reproduce (ValueError, one line)."""
+    for flag, given in (("--run-time", args.run_time is not None), ("--write", args.write)):
+        if given and not args.reproduce:
+            raise ValueError(f"{flag}: only with --reproduce")
+    if args.run_time is None:
+        return None
+    try:
+        value = datetime.fromisoformat(args.run_time)
+    except ValueError:
+        raise ValueError(
+            f"--run-time: expected an ISO 8601 time (e.g. 2026-11-21T02:00:00Z), "
+            f"got {args.run_time!r}"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _reproduce(
+    spark: Any,
+    settings: Settings,
+    business_date: date,
+    run_time: datetime | None,
+    write: bool,
+    now: datetime,
+) -> int:
+    """`reconcile --reproduce`: 0 MATCH, 1 differences, 2 an expired pin or no such run (one
+    line on stderr, nothing written); with `write`, the recomputation becomes the date's new
+    run once it is compared."""
+    from batch.reconcile import PinExpired, ReconcileError, reproduce
+    from batch.reproduce import verify
+
+    day = business_date.isoformat()
+    try:
+        verification = verify(spark, settings.warehouse, business_date, run_time)
+        print(verification.describe())
+        if write:
+            written = reproduce(
+                spark, settings.warehouse, business_date, now=now, run_time=run_time
+            )
+            print(written.describe())
+    except PinExpired as exc:
+        print(
+            f"tally: reproduce {day}: {exc}; the signed-off figures are in reconciliation_runs; "
+            "nothing changed",
+            file=sys.stderr,
+        )
+        return 2
+    except ReconcileError as exc:
+        return _fail(f"reproduce {day}", exc, 2)
+    return 0 if verification.matched else 1
 
 
 def validate(args: argparse.Namespace, settings: Settings) -> int:
@@ -440,3 +510,44 @@ def report(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("report", exc, 2)
     print(f"wrote {path} and {path.parent / f'reconciliation-{business_date.isoformat()}.csv'}")
     return 0
+
+
+def maintain(args: argparse.Namespace, settings: Settings) -> int:
+    """`tally maintain`: the stream's housekeeping once, the stream stopped (docs/operations.md)."""
+    from streaming.housekeeping import Clock, Closing, maintain_once
+    from streaming.params import StreamError, wall_clock
+    from streaming.run import warehouse_lease
+    from tally.dates import epoch_ms, window_reach_ms
+    from tally.maintenance import FAILED, Schedule
+    from tally.spark import session_for
+    from tally_app.nightly import stream_position
+
+    try:
+        lease = warehouse_lease(settings, wall_clock)
+    except StreamError as exc:  # the lease's refusal names the live stream holding it
+        return _fail("maintain", str(exc).removeprefix("stream: "), 2)
+    with lease:
+        spark = session_for(settings, "tally-maintain", short_lived=True)
+        position = stream_position(spark, settings.warehouse)
+        if position is None:
+            return _fail("maintain", f"no stream has committed to {settings.warehouse}", 2)
+        now_ms = epoch_ms(wall_clock())
+        clock = Clock(now_ms, position.watermark_ms, position.drained)
+        schedule = Schedule(
+            settings.compact_interval, settings.compact_closed_dates, settings.vacuum_interval
+        )
+        closing = Closing(
+            window_reach_ms(settings.window, settings.session_gap), settings.allowed_lateness
+        )
+        outcomes = maintain_once(
+            spark, settings.warehouse, schedule, closing, clock, lambda: epoch_ms(wall_clock())
+        )
+    for o in outcomes:
+        scope = f"{o.action.table}/{o.action.partition}" if o.action.partition else o.action.table
+        print(
+            f"{o.action.kind} {scope}: {o.outcome}, files {o.before.files} -> {o.after.files}, "
+            f"{o.seconds:.1f} s{f' ({o.detail})' if o.detail else ''}"
+        )
+    if not outcomes:
+        print("nothing to maintain")
+    return 1 if any(o.outcome == FAILED for o in outcomes) else 0

@@ -1,0 +1,154 @@
+"""The one line a stream prints when it stops on an error it cannot recover from
+(streaming.failures.failure_line): what failed, what to change, where the details are."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming.failures import FailureContext, failure_line, root_cause
+
+CONTEXT = FailureContext(
+    batch_id=3,
+    batch_flag="--max-files-per-trigger",
+    batch_limit=25,
+    driver_memory="1g (Spark's default)",
+    log_location="/tmp/tally-logs/tally.log",
+)
+
+# What Spark's errors look like at the bottom of a failed query's text (abridged).
+SORTER_OOM = """pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query
+[id = 1f, runId = 2e] terminated with exception: ...
+py4j.protocol.Py4JJavaError: An error occurred while calling o812.collectToPython.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 41.0 failed
+Caused by: org.apache.spark.memory.SparkOutOfMemoryError: [UNABLE_TO_ACQUIRE_MEMORY] Unable to
+acquire 65536 bytes of memory, got 0. SQLSTATE: 53200
+\tat org.apache.spark.memory.MemoryConsumer.throwOom(MemoryConsumer.java:157)
+\tat org.apache.spark.util.collection.unsafe.sort.UnsafeExternalSorter.insertRecord
+== Physical Plan ==
+Project [event_id#1, key#2]
+"""
+HEAP_OOM = """py4j.protocol.Py4JJavaError: An error occurred while calling o99.save.
+: org.apache.spark.SparkException: Job aborted.
+Caused by: java.lang.OutOfMemoryError: Java heap space
+\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)
+"""
+DISK_FULL = """py4j.protocol.Py4JJavaError: An error occurred while calling o70.save.
+Caused by: java.io.IOException: No space left on device
+"""
+JVM_GONE = """py4j.protocol.Py4JNetworkError: Answer from Java side is empty
+"""
+CONCURRENT = """py4j.protocol.Py4JJavaError: An error occurred while calling o5.save.
+: io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were added
+"""
+MISSING_FILE = """Caused by: java.io.FileNotFoundException: File file:/in/arrival-000007.jsonl does
+not exist
+"""
+OTHER = """Traceback (most recent call last):
+py4j.protocol.Py4JJavaError: An error occurred while calling o1.save.
+: org.apache.spark.SparkException: Job aborted.
+Caused by: org.apache.spark.SparkException: outer
+Caused by: java.lang.IllegalStateException: state file truncated at 4096
+\tat tally.Something
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            SORTER_OOM,
+            "stream: batch 3 ran out of memory (UNABLE_TO_ACQUIRE_MEMORY): rerun with more "
+            "driver memory (SPARK_DRIVER_MEMORY=2g; now 1g (Spark's default)) to get past it, "
+            "and a lower --max-files-per-trigger (now 25) for the batches after it; details "
+            "in /tmp/tally-logs/tally.log",
+        ),
+        (
+            HEAP_OOM,
+            "stream: batch 3 ran out of memory (Java heap space): rerun with more driver memory "
+            "(SPARK_DRIVER_MEMORY=2g; now 1g (Spark's default)) to get past it, and a lower "
+            "--max-files-per-trigger (now 25) for the batches after it; details in "
+            "/tmp/tally-logs/tally.log",
+        ),
+        (
+            DISK_FULL,
+            "stream: batch 3 ran out of disk space (No space left on device): free space on "
+            "the disks of the warehouse, the checkpoint and Spark's local directories "
+            "(spark.local.dir), then rerun: the batch is replayed; details in "
+            "/tmp/tally-logs/tally.log",
+        ),
+        (
+            JVM_GONE,
+            "stream: batch 3 lost its Spark driver (the JVM exited: killed, or out of memory) "
+            "(Py4JNetworkError): check the machine's memory (dmesg) and rerun; with more "
+            "driver memory (SPARK_DRIVER_MEMORY=2g; now 1g (Spark's default)) or a lower "
+            "--max-files-per-trigger (now 25) if it was out of memory; details in "
+            "/tmp/tally-logs/tally.log",
+        ),
+        (
+            CONCURRENT,
+            "stream: batch 3 met another writer on its tables (ConcurrentAppendException): "
+            "run one stream per warehouse (stream_lease on) and nothing else writing its "
+            "tables, then rerun: the batch is replayed; details in /tmp/tally-logs/tally.log",
+        ),
+        (
+            MISSING_FILE,
+            "stream: batch 3 could not find a file it had planned to read "
+            "(FileNotFoundException): keep input files until the stream has read them and "
+            "keep the checkpoint with its warehouse, then rerun; details in "
+            "/tmp/tally-logs/tally.log",
+        ),
+        (
+            OTHER,
+            "stream: batch 3 failed: IllegalStateException: state file truncated at 4096; "
+            "details in /tmp/tally-logs/tally.log",
+        ),
+    ],
+    ids=["sorter-oom", "heap-oom", "disk-full", "jvm-gone", "concurrent", "missing", "other"],
+)
+def test_failure_line_names_what_failed_and_what_to_change(text: str, expected: str) -> None:
+    line = failure_line(text, CONTEXT)
+    assert line == expected
+    assert "\n" not in line
+
+
+def test_a_stream_error_raised_in_a_batch_is_its_own_line() -> None:
+    text = (
+        "StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION_ERROR] ...\n"
+        '  File "/work/streaming/job.py", line 458, in _previous_batch\n'
+        "streaming.params.StreamError: stream: checkpoint was drained at batch 4; new input "
+        "needs a new checkpoint and warehouse\n"
+        "\tat org.apache.spark.sql.execution.streaming.MicroBatchExecution.runBatch\n"
+    )
+    assert failure_line(text, CONTEXT) == (
+        "stream: checkpoint was drained at batch 4; new input needs a new checkpoint and warehouse"
+    )
+
+
+def test_failure_line_without_batch_or_log_file_kafka() -> None:
+    context = FailureContext(None, "--max-records-per-trigger", 200_000, "2g", "")
+    line = failure_line(SORTER_OOM, context)
+    assert line.startswith("stream: the stream ran out of memory (UNABLE_TO_ACQUIRE_MEMORY)")
+    assert "(SPARK_DRIVER_MEMORY=2g; now 2g)" in line
+    assert "a lower --max-records-per-trigger (now 200000)" in line
+    assert line.endswith("; details above")
+
+
+def test_fallback_keeps_a_long_cause_short_and_on_one_line() -> None:
+    text = "Caused by: java.lang.RuntimeException: " + "plan " * 200 + "\tend\n"
+    line = failure_line(text, CONTEXT)
+    assert line.startswith("stream: batch 3 failed: RuntimeException: plan plan")
+    assert "..." in line and len(line) < 300
+    assert line.isprintable()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Caused by: a.b.C: one\nCaused by: d.E: two\n", "E: two"),
+        ("Caused by: a.b.NoMessage\n", "NoMessage"),
+        ("\n  first line\nsecond\n", "first line"),
+        ("", ""),
+    ],
+)
+def test_root_cause(text: str, expected: str) -> None:
+    assert root_cause(text) == expected
