@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from streaming.lateness import MIN_HISTORY_EVENTS
 from streaming.logic import WindowParams
+from tally.maintenance import retention_properties
 from tally.settings import Settings, default_checkpoint
 
 Clock = Callable[[], datetime]
@@ -48,6 +49,8 @@ class StreamParams:
     lateness_min_ms: int = 0
     lateness_max_ms: int = 0
     lateness_min_history: int = MIN_HISTORY_EVENTS  # not a setting: tests lower it
+    # settings kept as properties of the stream's tables (retention; tally.maintenance)
+    table_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def window(self) -> WindowParams:
@@ -94,6 +97,11 @@ class StreamParams:
             completeness_target=settings.completeness_target,
             lateness_min_ms=settings.lateness_min,
             lateness_max_ms=settings.lateness_max,
+            table_properties=(
+                retention_properties(settings.deleted_file_retention, settings.log_retention)
+                if settings.maintenance
+                else {}
+            ),
         )
 
 

@@ -23,6 +23,7 @@ WATERMARK_POLICIES = ("partition-min", "global-max")
 SOURCE_KINDS = ("files", "kafka")
 KAFKA_STARTING_OFFSETS = ("earliest", "latest")
 SPARK_RUNNERS = ("local", "submit")
+MAINTENANCE_MODES = ("thread", "inline")
 
 
 class SettingsError(ValueError):
@@ -328,6 +329,40 @@ class Settings:
         "a stream that stopped renewing its warehouse lease this long may be replaced by "
         "another (at once when its process is provably gone)",
     )
+    # -- housekeeping (docs/operations.md): each writer maintains its own tables
+    maintenance: bool = _setting(
+        True,
+        "the stream (and the nightly) compact, vacuum and set retention on the tables they "
+        "write (false: nothing is maintained; run `tally maintain` yourself)",
+    )
+    maintenance_mode: str = _setting(
+        "thread",
+        "where the stream runs its housekeeping: thread (a background thread beside the "
+        "micro-batches) or inline (between micro-batches, on the stream's own thread)",
+    )
+    compact_interval: int = _duration_field(
+        "15m",
+        "how often (stream processing time) an open events date and each unpartitioned "
+        "stream table have their small files compacted (0s: never)",
+    )
+    compact_closed_dates: bool = _setting(
+        True,
+        "compact each events date to a few files once it is closed (the watermark passed its "
+        "end plus the window and the allowed lateness)",
+    )
+    vacuum_interval: int = _duration_field(
+        "1d", "how often (stream processing time) each table is vacuumed (0s: never)"
+    )
+    deleted_file_retention: int = _duration_field(
+        "7d",
+        "delta.deletedFileRetentionDuration of the tables: VACUUM deletes files removed this "
+        "long ago (at least 1h: longer than any write in flight)",
+    )
+    log_retention: int = _duration_field(
+        "30d",
+        "delta.logRetentionDuration of the tables: commits older than this are cleaned up at "
+        "checkpoints (time travel by version reaches back this far; audit pins do not need it)",
+    )
     # -- Kafka (client options, security included, come from TALLY_KAFKA_OPT_* only:
     # `kafka_client_options`)
     source_kind: str = _setting(
@@ -540,6 +575,16 @@ class Settings:
         for name in ("max_records_per_trigger", "max_record_bytes"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
+        if self.maintenance_mode not in MAINTENANCE_MODES:
+            raise SettingsError(
+                f"maintenance_mode: expected one of {', '.join(MAINTENANCE_MODES)}, "
+                f"got {self.maintenance_mode!r}"
+            )
+        for name in ("deleted_file_retention", "log_retention"):
+            if getattr(self, name) < 3_600_000:
+                raise SettingsError(
+                    f"{name}: must be at least 1h, got {format_duration(getattr(self, name))}"
+                )
         if self.stream_lease and self.lease_ttl < 1_000:
             raise SettingsError(
                 f"lease_ttl: must be at least 1s, got {format_duration(self.lease_ttl)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +52,22 @@ def _schema_json(ddl: str) -> dict[str, Any]:
 _EVERY_BATCH = (("delta.checkpointInterval", "100"),)
 
 
+# The stream's tables are an append-only log: Delta refuses a delete or update of them, so a
+# reconciliation's pin of them survives compaction, VACUUM and log cleanup as a batch frontier
+# (tally/pins.py; NOT row tracking, which made each small append 3-4x slower: measured there).
+APPEND_ONLY_LOG = (("delta.appendOnly", "true"),)
+
+
 def _stats_on(*columns: str) -> tuple[tuple[str, str], ...]:
     """A stream table's properties with file statistics only on `columns`: the stream's replay
     check (app_id, batch_id) and the time ranges readers select by. Statistics on every column
     (Delta's default: the first 32) cost a small append ~0.06 s more (measured: median of 20
     appends of 40 rows 0.28 -> 0.22 s); a micro-batch makes up to five."""
-    return (*_EVERY_BATCH, ("delta.dataSkippingStatsColumns", ",".join(columns)))
+    return (
+        *_EVERY_BATCH,
+        *APPEND_ONLY_LOG,
+        ("delta.dataSkippingStatsColumns", ",".join(columns)),
+    )
 
 
 _SOURCE = (
@@ -159,10 +170,12 @@ RECONCILIATION = Table(
     "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
     "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
     "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
-    "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING",
+    "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING, "
+    "run_time TIMESTAMP",
     "Per window and key of a business date: stream answer vs batch truth vs late side "
     "output; diff = batch - stream, residual = diff - late; status MATCH, "
-    "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED.",
+    "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED; run_time: the reconciliation_runs "
+    "row of the run that wrote them (null in rows of earlier runs).",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key"),
 )
@@ -190,13 +203,19 @@ RECONCILIATION_RUNS = Table(
     "gap_amount BIGINT, late_events BIGINT, unexplained_windows BIGINT, "
     "unexplained_amount BIGINT, balanced BOOLEAN, stream_progress_version BIGINT, "
     "partition_lateness_min_ms MAP<INT, BIGINT>, partition_lateness_max_ms MAP<INT, BIGINT>, "
-    "partition_lateness_last_ms MAP<INT, BIGINT>",
-    "The last reconciliation run of each business date: the Delta versions it read, its "
-    "settings (JSON) and headline numbers; re-running at these versions reproduces it. "
+    "partition_lateness_last_ms MAP<INT, BIGINT>, "
+    "pin_frontiers MAP<STRING, MAP<STRING, BIGINT>>, run_number BIGINT",
+    "Every reconciliation run of each business date (append-only, keyed by business_date "
+    "and run_time; a date's latest run is its answer): the Delta versions it read, its "
+    "settings (JSON) and headline numbers; re-running at these pins reproduces it. "
     "stream_progress_version and partition_lateness_*_ms: the stream_progress version read "
     "and, per partition, the smallest, largest and last lateness bound in force (fixed or "
     "chosen by lateness auto) over the micro-batches that carried the date (null in rows "
-    "of earlier runs and without a stream_progress table).",
+    "of earlier runs and without a stream_progress table). pin_frontiers: per stream table "
+    "read, its batch frontier at the version read (app_id -> newest batch_id; tally.pins), "
+    "which reads the same rows after compaction, VACUUM and log cleanup (null in rows of "
+    "earlier runs: their pins are read by version). run_number: the run's number among its "
+    "date's runs in the order recorded (null in a row from before run history).",
     partition_by=("business_date",),
     order_by=("business_date",),
 )
@@ -271,6 +290,36 @@ LATENESS_RECOMMENDATIONS = Table(
     order_by=("period_start",),
 )
 
+_MAINTENANCE_DDL = (
+    "action_time TIMESTAMP, processing_time TIMESTAMP, table_name STRING, action STRING, "
+    "partition STRING, predicate STRING, files_before BIGINT, files_after BIGINT, "
+    "bytes_before BIGINT, bytes_after BIGINT, seconds DOUBLE, outcome STRING, detail STRING, "
+    "run_by STRING"
+)
+_MAINTENANCE_DESCRIPTION = (
+    "action is compact (an open partition or a whole table), compact_closed (a closed "
+    "event_date) or vacuum; partition the compacted partition (null: the "
+    "whole table); files and bytes of that scope before and after (vacuum: the files it "
+    "deleted are files_before - files_after of the table's directory); outcome done or "
+    "failed (detail: the one-line error); processing_time: the clock the action was "
+    "scheduled by (the stream's processing time); run_by: stream, maintain or nightly."
+)
+MAINTENANCE_LOG = Table(
+    "maintenance_log",
+    _MAINTENANCE_DDL,
+    "One row per maintenance action on a stream table (compaction, VACUUM, retention "
+    "properties), written by the process holding the warehouse's lease (the stream, or "
+    f"`tally maintain` while no stream runs): {_MAINTENANCE_DESCRIPTION}",
+    order_by=("action_time", "table_name", "partition"),
+)
+NIGHTLY_MAINTENANCE_LOG = Table(
+    "nightly_maintenance_log",
+    _MAINTENANCE_DDL,
+    "One row per maintenance action on a table the nightly writes, by the nightly (one "
+    f"writer per table, so not in maintenance_log): {_MAINTENANCE_DESCRIPTION}",
+    order_by=("action_time", "table_name", "partition"),
+)
+
 STREAMING_TABLES = (
     EVENTS,
     QUARANTINE,
@@ -292,6 +341,8 @@ ALL_TABLES = (
     ALERTS,
     SIGNOFFS,
     LATENESS_RECOMMENDATIONS,
+    MAINTENANCE_LOG,
+    NIGHTLY_MAINTENANCE_LOG,
 )
 # Every table tally writes, by name: declared here, never registered at run time.
 CATALOG: dict[str, Table] = {t.name: t for t in ALL_TABLES}
@@ -305,15 +356,21 @@ def table_path(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}"
 
 
-def ensure_table(spark: SparkSession, warehouse: str, table: Table) -> None:
-    """Create the table empty if it does not exist yet (idempotent)."""
+def ensure_table(
+    spark: SparkSession,
+    warehouse: str,
+    table: Table,
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    """Create the table empty if it does not exist yet (idempotent), with its declared
+    properties and `properties` (settings made table properties: retention)."""
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(spark).location(table_path(warehouse, table.name))
     builder = builder.addColumns(table.schema())
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
-    for key, value in table.properties:
+    for key, value in {**dict(table.properties), **(properties or {})}.items():
         builder = builder.property(key, value)
     builder.execute()
 

@@ -18,6 +18,16 @@ from tally.settings import Settings, SettingsError, given_values, parse_duration
 # Shorter flags some settings also answer to.
 FLAG_ALIASES = {"source_kind": ("--source",)}
 
+# The stream's housekeeping (docs/operations.md); `tally maintain` reads them too.
+HOUSEKEEPING_SETTINGS = (
+    "maintenance",
+    "maintenance_mode",
+    "compact_interval",
+    "compact_closed_dates",
+    "vacuum_interval",
+    "deleted_file_retention",
+    "log_retention",
+)
 STREAM_SETTINGS = (
     "window",
     "window_slide",
@@ -51,6 +61,18 @@ STREAM_SETTINGS = (
     "max_record_bytes",
     "stream_lease",
     "lease_ttl",
+    *HOUSEKEEPING_SETTINGS,
+)
+MAINTAIN_SETTINGS = (
+    "warehouse",
+    "spark_master",
+    "window",
+    "session_gap",
+    "allowed_lateness",
+    "checkpoint",
+    "stream_lease",
+    "lease_ttl",
+    *HOUSEKEEPING_SETTINGS,
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "kafka_connect_timeout", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
@@ -138,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub, "stream", c.stream, STREAM_SETTINGS, help="run the speed layer over the input"
     )
     c.stream_flags(stream)
+    _command(
+        sub,
+        "maintain",
+        c.maintain,
+        MAINTAIN_SETTINGS,
+        help="compact and vacuum the stream's tables once, while no stream runs",
+    )
     show = _command(sub, "show", c.show, SHOW_SETTINGS, help="print a tally table")
     c.show_flags(show)
     reconcile = _command(

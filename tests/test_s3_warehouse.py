@@ -133,6 +133,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
             manifest,
         )
         d.commands["stream"] = tally(d, *stream_argv(d, d.warehouse))
+        d.commands["maintain"] = tally(d, "maintain", "--warehouse", d.warehouse)
         d.commands["reconcile"] = tally(d, *reconcile_argv(d.warehouse, root / "reports"))
         d.commands["report"] = tally(
             d, "report", "--date", DAY, "--warehouse", d.warehouse, "--out", str(root / "report")
@@ -283,3 +284,21 @@ def test_no_unexplained_window(s3_spark: SparkSession, day: Day) -> None:
     assert summary["gap_count"] == summary["explained_count"] > 0
     suites = read(s3_spark, day.warehouse, "validation_results").select("suite").distinct()
     assert suites.count() > 0
+
+
+def test_the_stream_and_maintain_keep_the_tables_small_on_s3(
+    s3_spark: SparkSession, day: Day
+) -> None:
+    """The stream's housekeeping ran in the bucket (the drained run packed its closed date and
+    compacted its small tables before it exited), and `tally maintain` took the lease there
+    and found the same tables with nothing left to do but a VACUUM."""
+    from tally.maintenance import live_files
+
+    maintain = day.commands["maintain"]
+    assert maintain.returncode == 0, maintain.describe()
+    log = [r.asDict() for r in read(s3_spark, day.warehouse, "maintenance_log").collect()]
+    assert [r for r in log if r["outcome"] != "done"] == [], log
+    by_run = {(r["run_by"], r["action"]) for r in log}
+    assert ("stream", "compact_closed") in by_run and ("maintain", "vacuum") in by_run, by_run
+    per_date = live_files(s3_spark, f"{day.warehouse}/events", "event_date")
+    assert per_date and all(stats.files == 1 for stats in per_date.values()), per_date

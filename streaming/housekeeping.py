@@ -1,0 +1,261 @@
+"""The stream's housekeeping: it is the only writer of its tables (the warehouse's lease), so
+it compacts and vacuums them itself, off the micro-batch's critical path.
+
+After each committed batch the housekeeper learns the batch's processing time and watermark.
+It plans (`tally.maintenance`) when a date closed, or when an interval passed on that clock
+(the stream's own processing time, so a backlog replayed under the arrival clock is maintained
+as it would have been live), and runs the actions one at a time: in a background thread whose
+Spark jobs go to a low-weight scheduler pool (`thread`), or right after the batch, before the
+next one starts (`inline`). Every action lands in `maintenance_log`. An action that fails is
+logged as failed and retried when next due; it never stops the stream. A lost lease stops
+housekeeping with the stream (the guard runs before each action).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+
+from pyspark.sql import SparkSession
+
+from tally import maintenance as M
+from tally import tables as T
+from tally.dates import closed_through
+
+log = logging.getLogger("tally.housekeeping")
+
+# The Spark scheduler pool of housekeeping jobs (weight 1 against the stream's 10 when the
+# session runs the FAIR scheduler: tally.spark.STREAM_POOLS).
+POOL = "tally-housekeeping"
+
+# The tables the stream writes and maintains: (table, its date partition column or None).
+STREAM_MAINTAINED: tuple[tuple[T.Table, str | None], ...] = (
+    (T.EVENTS, "event_date"),
+    (T.QUARANTINE, None),
+    (T.LATE_EVENTS, None),
+    (T.STREAM_AGGREGATES, None),
+    (T.STREAM_PROGRESS, None),
+    (T.MAINTENANCE_LOG, None),
+)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Where the stream is after a committed batch."""
+
+    processing_ms: int
+    watermark_ms: int | None
+    drained: bool
+
+
+@dataclass(frozen=True)
+class Closing:
+    """The closing rule's inputs for `event_date` (UTC dates): how far a date's windows reach
+    past its end and the allowed lateness (tally.dates.date_closed_at)."""
+
+    reach_ms: int
+    allowed_lateness_ms: int
+
+    def closed_through(self, clock: Clock) -> date | None:
+        if clock.watermark_ms is None:
+            return None
+        return closed_through(clock.watermark_ms, "UTC", self.reach_ms, self.allowed_lateness_ms)
+
+
+class Housekeeper:
+    """Plans and runs the maintenance of the stream's tables (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        warehouse: str,
+        schedule: M.Schedule,
+        closing: Closing,
+        *,
+        mode: str = "thread",
+        wall_ms: Callable[[], int],
+        guard: Callable[[], None] = lambda: None,
+        run_by: str = "stream",
+        forget_schedule: bool = False,
+    ):
+        self.spark = spark
+        self.warehouse = warehouse
+        self.schedule = schedule
+        self.closing = closing
+        self.mode = mode
+        self.wall_ms = wall_ms
+        self.guard = guard
+        self.run_by = run_by
+        self.outcomes: list[M.Outcome] = []  # this process's actions, in order
+        # when each action last succeeded, read from the log on the first plan; `tally
+        # maintain` forgets it: everything runs that has something to do
+        self._last: dict[tuple[str, str, str | None], int] | None = {} if forget_schedule else None
+        self._forget = forget_schedule
+        self._first_ms: int | None = None  # the clock of this writer's first plan
+        self._planned: tuple[int, date | None] | None = None  # clock and closed date planned at
+        self._latest: Clock | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # one plan at a time (thread, finish)
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None  # what stopped the thread, if anything did
+
+    # -- the stream's side ---------------------------------------------------------------------
+    def start(self) -> Housekeeper:
+        if self.mode == "thread":
+            self._thread = threading.Thread(
+                target=self._loop, name="tally-housekeeping", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def after_batch(self, clock: Clock) -> None:
+        """A batch committed: plan (inline now; in the thread as soon as it is free)."""
+        self._latest = clock
+        if self.mode == "thread":
+            self._wake.set()
+        else:
+            self.run_due(clock)
+
+    def stop(self) -> None:
+        """Stop the thread after the action it runs (nothing new starts)."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def finish(self) -> list[M.Outcome]:
+        """Stop the thread, then run what fell due by the last batch (a stream run as a job,
+        `--available-now`, leaves nothing due behind)."""
+        self.stop()
+        return self.run_due(self._latest, force_plan=True) if self._latest else []
+
+    # -- planning and running ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            clock = self._latest
+            if clock is None or self._stopping.is_set():
+                continue
+            try:
+                self.run_due(clock, stopping=self._stopping)
+            except BaseException as exc:  # the guard (lease lost) or a Spark shutdown
+                self.error = exc
+                log.warning("housekeeping stopped: %s", M.first_line(exc))
+                return
+
+    def _plan_needed(self, clock: Clock, closed: date | None) -> bool:
+        if self._planned is None:
+            return True
+        planned_ms, planned_closed = self._planned
+        if closed != planned_closed or clock.drained:
+            return True
+        every = (self.schedule.compact_interval_ms, self.schedule.vacuum_interval_ms)
+        positive = [i for i in every if i > 0]
+        return bool(positive) and clock.processing_ms - planned_ms >= min(positive)
+
+    def plan(self, clock: Clock) -> list[M.Action]:
+        """The actions due at this clock, over every maintained table."""
+        if self._last is None:
+            self._last = M.last_done(self.spark, self.warehouse, T.MAINTENANCE_LOG)
+        closed = M.date_closed_by(self.closing.closed_through(clock), clock.drained)
+        actions: list[M.Action] = []
+        present = [
+            (t, c) for t, c in STREAM_MAINTAINED if T.exists(self.spark, self.warehouse, t.name)
+        ]
+        for table, column in present:
+            layout = M.live_files(self.spark, T.table_path(self.warehouse, table.name), column)
+            actions += M.compactions_due(
+                table.name, column, layout, closed, self.schedule, clock.processing_ms, self._last
+            )
+        names = [t.name for t, _ in present]
+        if self._first_ms is None:
+            self._first_ms = clock.processing_ms
+        first = (
+            clock.processing_ms - self.schedule.vacuum_interval_ms
+            if self._forget
+            else self._first_ms
+        )
+        actions += M.vacuums_due(names, self.schedule, clock.processing_ms, self._last, first)
+        return actions
+
+    def run_due(
+        self,
+        clock: Clock,
+        force_plan: bool = False,
+        stopping: threading.Event | None = None,
+    ) -> list[M.Outcome]:
+        """Plan at this clock (when due) and run the actions, each logged."""
+        with self._lock:
+            closed = self.closing.closed_through(clock)
+            if not (force_plan or self._plan_needed(clock, closed)):
+                return []
+            sc = self.spark.sparkContext
+            sc.setLocalProperty("spark.scheduler.pool", POOL)
+            try:
+                actions = self.plan(clock)
+                self._planned = (clock.processing_ms, closed)
+                done = []
+                for action in actions:
+                    if stopping is not None and stopping.is_set():
+                        break
+                    self.guard()
+                    sc.setJobDescription(f"tally housekeeping: {action.kind} {_scope(action)}")
+                    done.append(self._run(action, clock))
+                return done
+            finally:  # Py4J passes None as null: Spark then removes the thread's property
+                sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+                sc.setJobDescription(None)  # type: ignore[arg-type]
+
+    def _run(self, action: M.Action, clock: Clock) -> M.Outcome:
+        outcome = M.run_action(
+            self.spark, self.warehouse, action, clock.processing_ms, self.wall_ms
+        )
+        M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, [outcome], self.run_by)
+        assert self._last is not None
+        if outcome.outcome == M.DONE:
+            self._last[action.key] = clock.processing_ms
+        self.outcomes.append(outcome)
+        log.info(
+            "housekeeping: %s %s %s: files %d -> %d, %.1f s%s",
+            action.kind,
+            _scope(action),
+            outcome.outcome,
+            outcome.before.files,
+            outcome.after.files,
+            outcome.seconds,
+            f" ({outcome.detail})" if outcome.detail else "",
+        )
+        return outcome
+
+
+def _scope(action: M.Action) -> str:
+    return f"{action.table}/{action.partition}" if action.partition else action.table
+
+
+def maintain_once(
+    spark: SparkSession,
+    warehouse: str,
+    schedule: M.Schedule,
+    closing: Closing,
+    clock: Clock,
+    wall_ms: Callable[[], int],
+) -> list[M.Outcome]:
+    """`tally maintain`: every compaction and VACUUM of the stream's tables that has something
+    to do, once, whatever the schedule (the caller holds the warehouse's lease)."""
+    housekeeper = Housekeeper(
+        spark,
+        warehouse,
+        schedule,
+        closing,
+        mode="inline",
+        wall_ms=wall_ms,
+        run_by="maintain",
+        forget_schedule=True,
+    )
+    return housekeeper.run_due(clock, force_plan=True)

@@ -1,0 +1,244 @@
+"""The stream maintains its own tables: compaction beside the running stream, closed dates
+packed, a pinned read unchanged, `tally maintain` and its refusal, and a SIGKILL during
+housekeeping that loses nothing (docs/operations.md).
+
+Two dates of tiny files, one file a micro-batch, replayed under the arrival clock: the
+housekeeper's schedule follows that clock (`compact_interval` 1h of event time), so it
+compacts while the batches keep coming, and the drain closes both dates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from stream_tables import (
+    StreamProcess,
+    delta_version,
+    read,
+    read_input,
+    stream_command,
+)
+
+from tally import tables as T
+from tally.maintenance import live_files
+from tally.pins import frontier_of, read_at_frontier
+from tally_tools.generate import generate
+
+pytestmark = pytest.mark.slow
+
+FILES = 10
+UNPARTITIONED = ("stream_progress", "stream_aggregates", "late_events", "quarantine")
+HOUSEKEEPING = {"TALLY_COMPACT_INTERVAL": "1h", "TALLY_MAINTENANCE_MODE": "thread"}
+STEP_TIMEOUT_S = 1200.0
+
+
+def two_dates(root: Path, seed: int) -> Path:
+    generate(
+        out=str(root / "in"),
+        events=1500,
+        partitions=2,
+        seed=seed,
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        duration_ms=2 * 86_400_000,
+        files=FILES,
+        keys=10,
+        progress=False,
+    )
+    return root / "in"
+
+
+def stream_argv(input_dir: Path, warehouse: Path, *extra: str) -> list[str]:
+    return [
+        "stream",
+        "--input",
+        str(input_dir),
+        "--warehouse",
+        str(warehouse),
+        "--window",
+        "60s",
+        "--lateness",
+        "30s",
+        "--idle-timeout",
+        "10m",
+        "--max-files-per-trigger",
+        "1",
+        "--clock",
+        "arrival",
+        "--available-now",
+        *extra,
+    ]
+
+
+def valid_lines(input_dir: Path) -> Counter[tuple[str, int]]:
+    return Counter((line.file, line.number) for line in read_input(input_dir) if line.obj)
+
+
+def logged(spark: SparkSession, warehouse: Path) -> list[dict[str, Any]]:
+    return [r.asDict() for r in read(spark, str(warehouse), "maintenance_log").collect()]
+
+
+def events_files_per_date(spark: SparkSession, warehouse: Path) -> dict[str | None, int]:
+    layout = live_files(spark, T.table_path(str(warehouse), "events"), "event_date")
+    return {date: stats.files for date, stats in layout.items()}
+
+
+@pytest.fixture(scope="module")
+def maintained(tmp_path_factory, spark: SparkSession) -> dict[str, Any]:
+    """One stream over two dates with housekeeping in its thread, drained; in this process."""
+    from tally_app.cli import main
+
+    root = tmp_path_factory.mktemp("housekeeping")
+    input_dir, wh = two_dates(root, seed=11), root / "warehouse"
+    env = {"TALLY_SPARK_MASTER": "local[2]", "TALLY_SHUFFLE_PARTITIONS": "2", **HOUSEKEEPING}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        rc = main(stream_argv(input_dir, wh, "--drain"))
+    return {"rc": rc, "input": input_dir, "warehouse": wh}
+
+
+def test_the_stream_compacted_while_it_ran(maintained, spark):
+    assert maintained["rc"] == 0
+    rows = logged(spark, maintained["warehouse"])
+    assert [r for r in rows if r["outcome"] != "done"] == []
+    by_action = Counter((r["table_name"], r["action"]) for r in rows)
+    # open dates and the unpartitioned tables were compacted during the run, before the drain
+    assert by_action[("events", "compact")] >= 1, by_action
+    assert sum(by_action[(t, "compact")] for t in UNPARTITIONED) >= 2, by_action
+    progress = read(spark, str(maintained["warehouse"]), "stream_progress")
+    first_done = min(r["processing_time"] for r in rows)
+    assert progress.where(F.col("processing_time") > F.lit(first_done)).count() >= 2, (
+        "housekeeping ran beside the stream, with batches after it"
+    )
+    assert {r["run_by"] for r in rows} == {"stream"}
+    for r in rows:
+        if r["action"] in ("compact", "compact_closed"):
+            assert r["files_after"] < r["files_before"], r
+
+
+def test_each_closed_date_is_a_few_files_and_the_small_tables_stay_small(maintained, spark):
+    wh = maintained["warehouse"]
+    batches = read(spark, str(wh), "stream_progress").count()
+    assert batches >= FILES
+    per_date = events_files_per_date(spark, wh)
+    assert set(per_date) == {"2026-11-20", "2026-11-21"}
+    assert all(files <= 4 for files in per_date.values()), per_date
+    rows = logged(spark, wh)
+    packed = {r["partition"] for r in rows if r["action"] == "compact_closed"}
+    assert packed == {"2026-11-20", "2026-11-21"}
+    for name in UNPARTITIONED:
+        layout = live_files(spark, T.table_path(str(wh), name), None)
+        assert layout[None].files <= 3, (name, layout)
+
+
+def test_compaction_changed_no_row(maintained, spark):
+    wh, expected = maintained["warehouse"], valid_lines(maintained["input"])
+    events = read(spark, str(wh), "events")
+    got = Counter(
+        (Path(r["source_file"]).name, r["source_line"])
+        for r in events.select("source_file", "source_line").collect()
+    )
+    assert got == expected and sum(expected.values()) > 1000
+
+
+def test_a_pinned_read_is_unchanged_by_compaction(maintained, spark):
+    wh = str(maintained["warehouse"])
+    pins = (
+        read(spark, wh, "stream_progress")
+        .where(F.col("batch_id") == 3)
+        .select("events_version")
+        .first()
+    )
+    assert pins is not None
+    version = int(pins["events_version"])
+    compacted_after = [
+        r for r in logged(spark, maintained["warehouse"]) if r["table_name"] == "events"
+    ]
+    assert compacted_after, "events was compacted after the pinned version"
+    as_of = T.read_table(spark, wh, "events", version)
+    frontier = frontier_of(as_of)
+    assert set(frontier.values()) == {3}
+    again = read_at_frontier(spark, wh, "events", frontier)
+    assert as_of.count() == again.count() > 0
+    assert as_of.exceptAll(again).isEmpty() and again.exceptAll(as_of).isEmpty()
+
+
+def test_maintain_refuses_while_a_live_stream_holds_the_lease(tmp_path, tally_cli, capsys):
+    from streaming.lease import WarehouseLease, lease_store, this_process
+    from tally.dates import epoch_ms
+
+    wh = tmp_path / "warehouse"
+    lease = WarehouseLease(
+        lease_store(str(wh), "", "", True),
+        str(wh),
+        this_process(str(wh / "_checkpoints" / "stream")),
+        60_000,
+        now_ms=lambda: epoch_ms(datetime.now(UTC)),
+    )
+    lease.acquire()
+    try:
+        rc = tally_cli(["maintain", "--warehouse", str(wh)])
+    finally:
+        lease.release()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and "is owned by a running stream" in err[0], err
+    assert err[0].startswith("tally: maintain: ")
+
+
+def test_sigkill_during_housekeeping_loses_nothing(tmp_path_factory, spark):
+    """Housekeeping between batches (inline), killed once its first action is logged: the
+    next action is under way or the next batch is; the restart finishes the stream and its
+    housekeeping, and every valid line is in `events` exactly once."""
+    root = tmp_path_factory.mktemp("housekeeping_kill")
+    input_dir, wh = two_dates(root, seed=23), root / "warehouse"
+    env = {**HOUSEKEEPING, "TALLY_MAINTENANCE_MODE": "inline", "TALLY_LEASE_TTL": "1h"}
+    command = stream_command(str(input_dir), str(wh))
+    command[command.index("--max-files-per-trigger") + 1] = "1"
+    run1 = StreamProcess(command, root / "run1.log", env=env)
+    killed = run1.kill_when(lambda: delta_version(wh, "maintenance_log") >= 0, STEP_TIMEOUT_S)
+    assert killed, run1.tail()
+    first = logged(spark, wh)
+    assert len(first) >= 1
+    run2 = StreamProcess([*command, "--drain"], root / "run2.log", env=env)
+    assert run2.wait(STEP_TIMEOUT_S) == 0, run2.tail()
+
+    events = read(spark, str(wh), "events")
+    got = Counter(
+        (Path(r["source_file"]).name, r["source_line"])
+        for r in events.select("source_file", "source_line").collect()
+    )
+    assert got == valid_lines(input_dir)
+    rows = logged(spark, wh)
+    assert len(rows) > len(first), "the restart ran housekeeping again"
+    assert [r for r in rows if r["outcome"] != "done"] == []
+    assert all(files <= 4 for files in events_files_per_date(spark, wh).values())
+
+
+def test_the_nightly_maintains_the_tables_it_writes(maintained, tally_cli, spark, tmp_path):
+    """After the date's run, the date's partitions are compacted where they hold small files
+    and every table it writes is vacuumed (never before: due); a re-run of the date after
+    that reads and writes the same."""
+    wh = str(maintained["warehouse"])
+    argv = ["reconcile", "--date", "2026-11-20", "--warehouse", wh, "--out", str(tmp_path)]
+    assert tally_cli(argv, TALLY_WINDOW="60s") in (0, 1)  # 1: the feed's planted faults
+    first = read(spark, wh, "reconciliation_summary").collect()
+    rows = [r.asDict() for r in read(spark, wh, "nightly_maintenance_log").collect()]
+    assert [r for r in rows if r["outcome"] != "done"] == []
+    assert {r["run_by"] for r in rows} == {"nightly"}
+    vacuumed = {r["table_name"] for r in rows if r["action"] == "vacuum"}
+    assert {"reconciliation", "batch_aggregates", "reconciliation_runs"} <= vacuumed
+    for r in rows:
+        if r["action"] == "compact":
+            assert r["partition"] == "2026-11-20" and r["files_after"] < r["files_before"], r
+    for name in ("reconciliation", "batch_aggregates"):
+        layout = live_files(spark, T.table_path(wh, name), "business_date")
+        assert layout["2026-11-20"].files <= 2, (name, layout)
+    assert tally_cli(argv, TALLY_WINDOW="60s") in (0, 1)
+    assert read(spark, wh, "reconciliation_summary").collect() == first
