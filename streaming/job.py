@@ -41,6 +41,7 @@ from streaming.logic import (
     source_watermark_stats,
 )
 from streaming.params import Clock, StreamError, StreamParams, wall_clock
+from streaming.progress import Progress, read_columns
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark, fixed_bounds
 from tally import tables as T
@@ -56,7 +57,6 @@ from tally.events import (
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.spark import jvm_class, without_adaptive_execution
-from tally.sql_text import sql_string
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
@@ -206,7 +206,7 @@ class BatchProcessor:
         self._app_id_ready = threading.Event()
         # The last batch this process committed, so the next batch need not read it back.
         # A replay after a crash runs in a new process and reads stream_progress instead.
-        self._committed: dict[str, Any] | None = None
+        self._committed: Progress | None = None
         self._kept: KeptState | None = None
         self._batches_seen = 0
         # Whether this batch may repeat an attempt that already appended: only the first batch
@@ -278,10 +278,10 @@ class BatchProcessor:
     def _read(self, table: T.Table, version: int | None = None) -> DataFrame:
         return T.read_table(self.spark, self.params.warehouse, table.name, version)
 
-    def previous_progress(self, before_batch: int | None = None) -> dict[str, Any] | None:
-        """The last committed batch of this query (a small row, with times as epoch ms)."""
+    def previous_progress(self, before_batch: int | None = None) -> Progress | None:
+        """The last committed batch of this query (one small row)."""
         if before_batch is None and self._committed is not None:
-            return dict(self._committed)  # the last commit of the query is this process's own
+            return self._committed  # the last commit of the query is this process's own
         if T.STREAM_PROGRESS.name in self._created and self._committed is None:
             return None  # this process created the table and has not committed to it yet
         progress = self._read(T.STREAM_PROGRESS).where(F.col("app_id") == self.app_id)
@@ -289,35 +289,14 @@ class BatchProcessor:
             progress = progress.where(F.col("batch_id") < before_batch)
         row = (
             progress.orderBy(F.col("batch_id").desc())
-            .select(
-                "batch_id",
-                "drained",
-                F.unix_millis("processing_time").alias("processing_ms"),
-                F.unix_millis("watermark_after").alias("watermark_ms"),
-                F.transform_values("partition_high_water", lambda _k, v: F.unix_millis(v)).alias(
-                    "high_water"
-                ),
-                F.transform_values("partition_last_seen", lambda _k, v: F.unix_millis(v)).alias(
-                    "last_seen"
-                ),
-                F.transform_values(
-                    "partition_source_watermark", lambda _k, v: F.unix_millis(v)
-                ).alias("source_watermark"),
-                F.transform_values("partition_unheard", lambda _k, v: F.unix_millis(v)).alias(
-                    "unheard"
-                ),
-                F.col("window_state_version").alias("state_batch"),
-                "events_version",
-                F.col("partition_delay_weights").alias("delay_weights"),
-                F.col("partition_delays_measured").alias("delays_measured"),
-            )
+            .selectExpr(*read_columns())
             .limit(1)
             .collect()
         )
-        return row[0].asDict() if row else None
+        return Progress.from_row(row[0]) if row else None
 
     def _batch_now_ms(
-        self, batch_id: int, newest_input_ms: int | None, prev: dict[str, Any] | None
+        self, batch_id: int, newest_input_ms: int | None, prev: Progress | None
     ) -> int:
         """Processing time of this batch, the same in any replay of it.
 
@@ -327,7 +306,7 @@ class BatchProcessor:
         first), so only it looks for a record. Either clock is recorded: the record is also
         the mark that an attempt of the batch may have written (see `_replaying`).
         """
-        prev_ms = prev["processing_ms"] if prev else None
+        prev_ms = prev.processing_time_ms if prev else None
         recorded = self.store.recorded_clock(batch_id) if self._may_be_replay else None
         self._replaying = recorded is not None
         if self.params.arrival_clock:
@@ -438,11 +417,12 @@ class BatchProcessor:
         self._label(batch_id, "write")
         state, kept = self._write_batch(ctx, batch, classified, out, fold.get)
         phases.done("write")
-        progress = self._progress_values(ctx, batch, classified, step, state)
+        progress = self._progress(ctx, batch, classified, step, state)
         self._label(batch_id, "progress")
-        self._append(self._progress_row(progress), T.STREAM_PROGRESS, batch_id)
+        # one SQL query of literals: one Py4J call for the row's DataFrame
+        self._append(self.spark.sql(progress.to_sql()), T.STREAM_PROGRESS, batch_id)
         phases.done("progress")
-        self._finish(ctx, step, state, kept)
+        self._finish(progress, kept)
         self.store.forget_before(batch_id)
         for frame in (classified.events, *batch.cached):
             frame.unpersist()
@@ -459,17 +439,17 @@ class BatchProcessor:
         )
 
     # -- phases of a batch, in the order `process` runs them ------------------------------
-    def _previous_batch(self, batch_id: int) -> dict[str, Any] | None:
+    def _previous_batch(self, batch_id: int) -> Progress | None:
         """The batch before `batch_id` (kept from this process or read back); refuses input
         to a drained checkpoint."""
         cached = self._committed
-        if cached is not None and cached["batch_id"] == batch_id - 1:
-            prev: dict[str, Any] | None = cached
+        if cached is not None and cached.batch_id == batch_id - 1:
+            prev: Progress | None = cached
         else:
             prev = self.previous_progress(before_batch=batch_id)
-        if prev and prev["drained"]:
+        if prev and prev.drained:
             raise StreamError(
-                f"stream: checkpoint was drained at batch {prev['batch_id']}; new input needs "
+                f"stream: checkpoint was drained at batch {prev.batch_id}; new input needs "
                 "a new checkpoint and warehouse"
             )
         return prev
@@ -513,7 +493,7 @@ class BatchProcessor:
             cached=cached,
         )
 
-    def _prior_state(self, prev: dict[str, Any] | None) -> PriorState:
+    def _prior_state(self, prev: Progress | None) -> PriorState:
         """The watermark state and the open windows and remembered ids after the previous
         batch: kept in memory by this process, else read from the checkpoint's state files."""
         if prev is None:
@@ -523,22 +503,22 @@ class BatchProcessor:
                 T.empty_of(self.spark, DEDUP_DDL),
             )
         watermark = WatermarkState(
-            prev["watermark_ms"],
-            dict(prev["high_water"] or {}),
-            dict(prev["last_seen"] or {}),
-            dict(prev.get("source_watermark") or {}),
-            dict(prev.get("unheard") or {}),
+            prev.watermark_after_ms,
+            dict(prev.partition_high_water_ms),
+            dict(prev.partition_last_seen_ms),
+            dict(prev.partition_source_watermark_ms),
+            dict(prev.partition_unheard_ms),
         )
-        measured = dict(prev.get("delays_measured") or {})
+        measured = prev.partition_delays_measured
         delays = {
-            int(part): DelayHistogram(dict(weights), int(measured.get(part, 0)))
-            for part, weights in (prev.get("delay_weights") or {}).items()
+            part: DelayHistogram(dict(weights), measured.get(part, 0))
+            for part, weights in prev.partition_delay_weights.items()
         }
         kept = self._kept
-        if kept is not None and kept.batch_id == prev["batch_id"]:
+        if kept is not None and kept.batch_id == prev.batch_id:
             return PriorState(watermark, kept.windows, kept.dedup, delays)
         try:
-            windows, dedup = self.store.read(int(prev["state_batch"]))
+            windows, dedup = self.store.read(prev.window_state_version)
         except FileNotFoundError as exc:
             raise StreamError(f"stream: {exc}") from None
         return PriorState(watermark, windows, dedup, delays)
@@ -698,78 +678,58 @@ class BatchProcessor:
         # them once for the write is cheaper than a checkpoint in memory and then the write.
         return committed, KeptState(batch_id, out.window_state, self.store.read_dedup(batch_id))
 
-    def _progress_values(
+    def _progress(
         self,
         ctx: BatchContext,
         batch: BatchInput,
         classified: Classified,
         step: WatermarkStep,
         state: CommittedState,
-    ) -> dict[str, Any]:
-        """The batch's `stream_progress` row (times as epoch ms; see `_progress_row`)."""
+    ) -> Progress:
+        """The batch's `stream_progress` row."""
         after = step.after
         active_hw = [hw for part, hw in after.high_water_ms.items() if not step.idle.get(part)]
-        counts = {s: classified.count(s) for s in (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)}
         wm_after, now_ms = step.after_ms, ctx.now_ms
-        return {
-            "batch_id": ctx.batch_id,
-            "app_id": self.app_id,
-            "processing_ms": now_ms,
-            "wm_before": step.before.watermark_ms,
-            "wm_after": wm_after,
-            "high_water": dict(after.high_water_ms),
-            "last_seen": dict(after.last_seen_ms),
-            "partition_idle": dict(step.idle),
-            "input_lines": batch.input_lines,
-            "valid_events": classified.valid,
-            "on_time_events": counts[ON_TIME],
-            "allowed_late_events": counts[ALLOWED_LATE],
-            "late_events": counts[LATE],
-            "duplicate_events": counts[DUPLICATE],
-            "quarantined_lines": classified.quarantined(batch.input_lines),
-            "control_records": classified.control_records,
-            "source_watermark": dict(after.source_watermark_ms),
-            "unheard": dict(after.unheard_since_ms),
-            "source_regressions": dict(classified.source_regressions),
-            "source_regression_ms": dict(classified.source_regression_ms),
-            "lateness": dict(step.lateness_ms),
-            "delay_weights": {part: dict(h.weights) for part, h in step.delays.items()},
-            "delays_measured": {part: h.measured for part, h in step.delays.items()},
-            "clock_skewed_events": classified.count("skewed"),
-            "windows_emitted": state.windows_emitted,
-            "open_windows": state.open_windows,
-            "watermark_lag_ms": (
-                now_ms - wm_after if wm_after is not None and not ctx.drain else None
-            ),
-            "partition_spread_ms": max(active_hw) - min(active_hw) if active_hw else None,
-            "batch_duration_ms": int((time.monotonic() - ctx.started) * 1000),
-            "drained": ctx.drain,
-            # The state is a set of files named by batch id (streaming.state): both columns
-            # name the batch whose files hold the state after this batch.
-            "window_state_version": state.state_batch,
-            "dedup_state_version": state.state_batch,
-            "events_version": state.events_version,
-        }
+        return Progress(
+            batch_id=ctx.batch_id,
+            app_id=self.app_id,
+            processing_time_ms=now_ms,
+            watermark_before_ms=step.before.watermark_ms,
+            watermark_after_ms=wm_after,
+            partition_high_water_ms=dict(after.high_water_ms),
+            partition_last_seen_ms=dict(after.last_seen_ms),
+            partition_idle=dict(step.idle),
+            input_lines=batch.input_lines,
+            valid_events=classified.valid,
+            on_time_events=classified.count(ON_TIME),
+            allowed_late_events=classified.count(ALLOWED_LATE),
+            late_events=classified.count(LATE),
+            duplicate_events=classified.count(DUPLICATE),
+            quarantined_lines=classified.quarantined(batch.input_lines),
+            clock_skewed_events=classified.count("skewed"),
+            windows_emitted=state.windows_emitted,
+            open_windows=state.open_windows,
+            watermark_lag_ms=now_ms - wm_after if wm_after is not None and not ctx.drain else None,
+            partition_spread_ms=max(active_hw) - min(active_hw) if active_hw else None,
+            batch_duration_ms=int((time.monotonic() - ctx.started) * 1000),
+            drained=ctx.drain,
+            window_state_version=state.state_batch,
+            dedup_state_version=state.state_batch,
+            events_version=state.events_version,
+            control_records=classified.control_records,
+            partition_source_watermark_ms=dict(after.source_watermark_ms),
+            partition_unheard_ms=dict(after.unheard_since_ms),
+            source_watermark_regressions=dict(classified.source_regressions),
+            source_watermark_regression_ms=dict(classified.source_regression_ms),
+            partition_lateness_ms=dict(step.lateness_ms),
+            partition_delay_weights={part: dict(h.weights) for part, h in step.delays.items()},
+            partition_delays_measured={part: h.measured for part, h in step.delays.items()},
+        )
 
-    def _finish(
-        self, ctx: BatchContext, step: WatermarkStep, state: CommittedState, kept: KeptState
-    ) -> None:
+    def _finish(self, progress: Progress, kept: KeptState) -> None:
         """The batch is committed: remember it, so the next batch need not read it back."""
         self._batches_seen += 1
-        self._committed = {
-            "batch_id": ctx.batch_id,
-            "drained": ctx.drain,
-            "processing_ms": ctx.now_ms,
-            "watermark_ms": step.after_ms,
-            "high_water": dict(step.after.high_water_ms),
-            "last_seen": dict(step.after.last_seen_ms),
-            "source_watermark": dict(step.after.source_watermark_ms),
-            "unheard": dict(step.after.unheard_since_ms),
-            "delay_weights": {part: dict(h.weights) for part, h in step.delays.items()},
-            "delays_measured": {part: h.measured for part, h in step.delays.items()},
-            "state_batch": state.state_batch,
-            "events_version": state.events_version,
-        }
+        self._committed = progress
         self._kept = kept
 
     @staticmethod
@@ -790,18 +750,13 @@ class BatchProcessor:
             .collect()
         )
 
-    def _progress_row(self, p: dict[str, Any]) -> DataFrame:
-        """The progress row as one SQL query of literals, built in the JVM in one Py4J call
-        (a Column per value and map entry took hundreds of round trips; `_progress_sql`)."""
-        return self.spark.sql(_progress_sql(p))
-
     def drain(self) -> bool:
         """Close every open window (end of input), as one more idempotent batch; its progress
         row has `drained` true and no watermark."""
         prev = self.previous_progress()
         if prev is None:
             return False
-        if prev["drained"]:
+        if prev.drained:
             return True
         empty = self.spark.range(0).selectExpr(
             "CAST(NULL AS STRING) AS raw_line",
@@ -809,64 +764,5 @@ class BatchProcessor:
             "CAST(NULL AS TIMESTAMP) AS source_mtime",
             f"CAST(NULL AS BIGINT) AS {SPLIT_START}",
         )
-        self.process(empty, int(prev["batch_id"]) + 1, drain=True)
+        self.process(empty, prev.batch_id + 1, drain=True)
         return True
-
-
-# -- the progress row as SQL text -----------------------------------------------------------
-def _sql_value(v: Any) -> str:
-    """A Python scalar of a progress row as a Spark SQL literal (ints as BIGINT)."""
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return f"{v}L"
-    if isinstance(v, str):
-        return sql_string(v)
-    raise TypeError(f"progress value {v!r} has no SQL literal")
-
-
-def _sql_ts(ms: int | None) -> str:
-    return "NULL" if ms is None else f"timestamp_millis({int(ms)}L)"
-
-
-def _sql_map(entries: Mapping[int, Any], sql_type: str, value: Callable[[Any], str]) -> str:
-    """A map literal (int keys, sorted), typed `sql_type` (also when empty)."""
-    if not entries:
-        return f"CAST(map() AS {sql_type})"
-    pairs = ", ".join(f"{int(k)}, {value(v)}" for k, v in sorted(entries.items()))
-    return f"CAST(map({pairs}) AS {sql_type})"
-
-
-def _progress_sql(p: Mapping[str, Any]) -> str:
-    """`SELECT <literals> FROM range(0, 1, 1, 1)`: the `stream_progress` row of the values
-    `_progress_values` computed (times as epoch ms), one partition (one task and one file)."""
-    p = dict(p)
-    longs = "map<int,bigint>"
-    special = {
-        "processing_time": _sql_ts(p.pop("processing_ms")),
-        "watermark_before": _sql_ts(p.pop("wm_before")),
-        "watermark_after": _sql_ts(p.pop("wm_after")),
-        "partition_high_water": _sql_map(p.pop("high_water"), "map<int,timestamp>", _sql_ts),
-        "partition_last_seen": _sql_map(p.pop("last_seen"), "map<int,timestamp>", _sql_ts),
-        "partition_source_watermark": _sql_map(
-            p.pop("source_watermark"), "map<int,timestamp>", _sql_ts
-        ),
-        "partition_unheard": _sql_map(p.pop("unheard"), "map<int,timestamp>", _sql_ts),
-        "source_watermark_regressions": _sql_map(p.pop("source_regressions"), longs, _sql_value),
-        "source_watermark_regression_ms": _sql_map(
-            p.pop("source_regression_ms"), longs, _sql_value
-        ),
-        "partition_idle": _sql_map(p.pop("partition_idle"), "map<int,boolean>", _sql_value),
-        "partition_lateness_ms": _sql_map(p.pop("lateness"), longs, _sql_value),
-        "partition_delay_weights": _sql_map(
-            p.pop("delay_weights"),
-            "map<int,map<int,bigint>>",
-            lambda inner: _sql_map(inner, longs, _sql_value),
-        ),
-        "partition_delays_measured": _sql_map(p.pop("delays_measured"), longs, _sql_value),
-    }
-    columns = {**{k: _sql_value(v) for k, v in p.items()}, **special}
-    select = ", ".join(f"{value} AS `{name}`" for name, value in columns.items())
-    return f"SELECT {select} FROM range(0, 1, 1, 1)"

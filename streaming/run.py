@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from pyspark.sql import SparkSession
 
 from streaming.job import BatchProcessor
 from streaming.lease import LeaseError, WarehouseLease, lease_store, this_process
 from streaming.params import Clock, StreamError, StreamParams, wall_clock
+from streaming.progress import Progress
 from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
 from tally.dates import epoch_ms, iso_ms
 from tally.settings import Settings, kafka_client_options
@@ -90,8 +90,8 @@ def run_stream(
             raise
     if last is None:
         return "no input processed"
-    watermark = "end of input (drained)" if last["drained"] else iso_ms(last["watermark_ms"])
-    return f"batch {last['batch_id']}: watermark {watermark}; tables in {settings.warehouse}"
+    watermark = "end of input (drained)" if last.drained else iso_ms(last.watermark_after_ms)
+    return f"batch {last.batch_id}: watermark {watermark}; tables in {settings.warehouse}"
 
 
 def _run_query(
@@ -104,7 +104,7 @@ def _run_query(
     spark: SparkSession | None,
     wall: Clock,
     lease: WarehouseLease | None,
-) -> dict[str, Any] | None:
+) -> Progress | None:
     """Start the streaming query, wait for it as asked, drain; the last committed batch."""
     spark = spark or session_for(settings, "tally-stream")
     # The stream commits small appends every batch: replaying a table's Delta log with one
