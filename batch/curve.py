@@ -60,7 +60,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from batch.reconcile import ReconcileError, day_events
+from batch.diff import day_events
+from batch.reconcile import ReconcileError
 from tally import tables as T
 from tally.arrivals import first_arrivals
 from tally.events import parse_events, read_jsonl_lines

@@ -17,7 +17,7 @@ it carries the same one: the report takes the figures only of the run it reports
   report's lateness histogram and estimated completeness curve, at any bound.
 
 Whether a late line of the log is a first arrival comes from the run's ranked copies of the
-log (`copies`: `batch.reconcile.log_copies`, already kept for the re-aggregation and the diff):
+log (`copies`: `batch.diff.log_copies`, already kept for the re-aggregation and the diff):
 a line that is not its event_id's first arrival has a repeated id, and every line without an
 id is ranked there too, so only those few lines are looked at; the log itself is read once,
 narrowly, for the counts.
@@ -119,7 +119,7 @@ def write_partition_figures(
     now: datetime,
 ) -> None:
     """Replace the date's `reconciliation_partitions` rows (see the module docstring).
-    `events`: the pinned log; `copies`: its ranked copies (`batch.reconcile.log_copies`, with
+    `events`: the pinned log; `copies`: its ranked copies (`batch.diff.log_copies`, with
     `FIGURE_COLUMNS`); `late`: the diff's late rows with `first_arrival` (both persisted by
     the caller); `now`: the run time `reconciliation_runs` records."""
     table = T.RECONCILIATION_PARTITIONS

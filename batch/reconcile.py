@@ -1,29 +1,23 @@
-"""The batch layer: re-aggregate a business date from the event log and audit the stream.
+"""The batch layer's run: pin the inputs, diff a business date, write and record it.
 
     reconcile(spark, warehouse, business_date, window_ms, report_timezone="UTC",
               events_version=None, stream_versions=None, *, now, settings=None)
         -> ReconcileResult
 
-1. **Re-aggregation.** The `events` log is read AS OF a pinned Delta version, deduplicated by
-   `event_id` (the first arrival wins; arrival order = `ingest_time`, `batch_id`,
-   `source_mtime`, `source_file`, `source_line`), windowed and aggregated with the shared
-   `tally.windows` code, and written to `batch_aggregates` for the date.
-2. **Diff.** Per `(window_start, window_end, key)` of the date: the batch totals, the stream's
-   answer (highest final `revision` in `stream_aggregates`, pinned version) and the late side
-   output totals (`late_events`, pinned version) are full-outer-joined into `reconciliation`, with a
-   status; `reconciliation_summary` holds the day's totals. A late row counts only if it is
-   the first arrival of its `event_id` in the pinned `events` log (the rule of step 1), each
-   `event_id` once: a repeat the stream no longer recognized (beyond its dedup horizon) lands
-   in `late_events`, but the batch does not count it, so neither do the late totals. The
-   number of such repeats is `ReconcileResult.late_repeats` (logged and described; no table
-   column).
-3. **Provenance.** `reconciliation_runs` records the versions read and the settings, so a run
-   can be reproduced exactly (`reproduce`), whatever was appended since.
+The diff itself (first arrivals, the stream's answer, late totals, the status rule, the
+summary) is `batch.diff`, pure DataFrame -> DataFrame; this module reads and writes around it:
 
-Business date of a window: the date, in `report_timezone`, on which its `window_start` falls.
-A window that straddles midnight (possible when the window size does not divide the day, or
-with a zone whose offset is not a multiple of it) therefore belongs to the *earlier* date,
-together with all its events, including those timed after midnight.
+1. **Pinning.** `events`, `stream_aggregates` and `late_events` (and `stream_progress`, for
+   the bounds in force) are read at a pinned Delta version each, the latest unless given.
+2. **Re-aggregation.** The date's first arrivals, windowed and aggregated, are written to
+   `batch_aggregates`.
+3. **Diff.** The batch totals, the stream's answer and the late totals are diffed into
+   `reconciliation`; `reconciliation_summary` holds the day's totals, and
+   `reconciliation_partitions` the report's figures per source partition. Late rows that
+   repeat an earlier event are counted in `ReconcileResult.late_repeats` (logged and
+   described; no table column).
+4. **Provenance.** `reconciliation_runs` records the versions read and the settings, so a run
+   can be reproduced exactly (`reproduce`), whatever was appended since.
 
 Session windows (`session_gap_ms`; docs/semantics.md, "Session windows", "In the nightly";
 `batch.sessions`): the truth is the sessions of first arrivals that start on the date, read
@@ -37,35 +31,36 @@ session is its own UNEXPLAINED row (batch 0) on the date its start falls on.
 Every output table is partitioned by `business_date` and written with Delta `replaceWhere`
 on that date: re-running a date replaces exactly that date, atomically. The date partitions
 do not record the time zone: use one `report_timezone` per warehouse.
-
-Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
-
-* `MATCH`: the stream has the window, stream == batch (count and amount), no late events.
-* `EXPLAINED_BY_LATE`: the stream has the window and batch − stream == late totals (count and
-  amount) exactly, with at least one late event.
-* `MISSING_IN_STREAM`: the stream has no row for the window and batch == late totals exactly
-  (the whole window arrived late), with at least one late event.
-* `UNEXPLAINED`: anything else. Exactly these rows have a nonzero residual
-  (`residual = (batch − stream) − late`), shown in `residual_count` / `residual_amount`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from functools import reduce
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
-from batch.partitions import FIGURE_COLUMNS, write_partition_figures
+from batch.diff import (
+    LATE_COLUMNS,
+    Copies,
+    batch_aggregates,
+    diff_windows,
+    late_arrivals,
+    late_totals,
+    latest_stream,
+    log_copies,
+    ranked_hashes,
+    repeated_ids,
+    summarize,
+)
+from batch.partitions import write_partition_figures
 from batch.sessions import (
     SessionError,
     check_session_width,
@@ -76,409 +71,20 @@ from batch.sessions import (
     stream_reach_ms,
 )
 from tally import tables as T
-from tally.arrivals import (
-    FIRST_ARRIVAL,
-    FIRST_COPY,
-    LINE_IDENTITY,
-    explaining_late,
-    first_lines,
-    marked_copies,
-    marked_first,
-)
-from tally.dates import (
-    DayBounds,
-    business_day_bounds,
-    epoch_ms,
-    utc_dates_touching,
-    window_in_day,
-)
+from tally.arrivals import FIRST_ARRIVAL
+from tally.dates import DayBounds, business_day_bounds, epoch_ms, window_in_day
 from tally.settings import windowing_problem
 from tally.spark import without_adaptive_execution
-from tally.vocabulary import (
-    ARRIVAL_ORDER,
-    EXPLAINED_BY_LATE,
-    LATE_ARRIVAL_ORDER,
-    MATCH,
-    MISSING_IN_STREAM,
-    UNEXPLAINED,
-)
-from tally.windows import (
-    WINDOW_KEY,
-    aggregate_windows,
-    describe_windowing,
-    slide_of,
-    window_kind,
-    with_windows,
-)
+from tally.windows import describe_windowing, slide_of, window_kind
 
 log = logging.getLogger("tally.reconcile")
 
-WORST_KEYS = 5
 BATCH_TABLES = T.RECONCILE_TABLES
 INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
 
 
-# The columns of `late_events` the diff reads (`late_arrivals`, `late_totals`) and the figures
-# per partition (`batch.partitions`).
-LATE_COLUMNS = tuple(
-    dict.fromkeys(
-        (
-            *WINDOW_KEY,
-            "event_id",
-            "amount",
-            "event_time",
-            "partition",
-            "lateness_ms",
-            *LINE_IDENTITY,
-            *LATE_ARRIVAL_ORDER,
-        )
-    )
-)
-
-
 class ReconcileError(RuntimeError):
     """The run cannot start (missing table, bad argument): a one-line message."""
-
-
-# -- pure DataFrame logic --------------------------------------------------------------------
-
-
-ID_HASH = "_id_hash"
-
-
-def id_hash() -> Column:
-    """A 64-bit hash of `event_id`: ids are counted by it (8 bytes a row on the shuffle
-    instead of the id). Distinct ids that share a hash only take the exact path together."""
-    return F.xxhash64("event_id")
-
-
-def repeated_ids(events: DataFrame) -> DataFrame:
-    """`ID_HASH` of every event_id with more than one copy in the log (and of distinct ids
-    that share a hash): one column, one row per hash, small (duplicates are few)."""
-    return (
-        events.select(id_hash().alias(ID_HASH))
-        .groupBy(ID_HASH)
-        .count()
-        .where(F.col("count") > 1)
-        .select(ID_HASH)
-    )
-
-
-def ranked_hashes(repeated: DataFrame, late_rows: DataFrame) -> DataFrame:
-    """`ID_HASH` of the event_ids whose lines a run ranks (`log_copies`): the `repeated` ones
-    (`repeated_ids` of the log), the id of every row of `late_rows` (a late row is a first
-    arrival only if the log's first line of its id is its line), and a null id (the figures
-    per partition count a late line without an id as a repeat). Small; not made distinct (a
-    hash twice on the broadcast side of a semi-join is harmless)."""
-    late = late_rows.select(id_hash().alias(ID_HASH))
-    no_id = late_rows.sparkSession.range(1).select(
-        F.xxhash64(F.lit(None).cast("string")).alias(ID_HASH)
-    )
-    return repeated.unionByName(late).unionByName(no_id)
-
-
-# The columns of the log's copies a run keeps (`log_copies`): what `day_events` reads, the
-# lines `late_arrivals` compares and what the figures per partition count.
-COPY_COLUMNS = tuple(
-    dict.fromkeys(
-        ("event_id", "key", "amount", "event_time", *ARRIVAL_ORDER, *LINE_IDENTITY, *FIGURE_COLUMNS)
-    )
-)
-
-
-def log_copies(
-    events: DataFrame,
-    hashes: DataFrame,
-    order: Sequence[str] = ARRIVAL_ORDER,
-    columns: Sequence[str] = COPY_COLUMNS,
-) -> DataFrame:
-    """Every line of the log (all of it: an id's copies may lie in any `event_date`) whose
-    `ID_HASH` is in `hashes` (broadcast), its `columns` and `ID_HASH`, ranked per event_id in
-    `order` (`tally.arrivals.marked_copies`: `FIRST_COPY`, `FIRST_ARRIVAL`)."""
-    lines = events.select(*columns, id_hash().alias(ID_HASH))
-    return marked_copies(lines.join(F.broadcast(hashes), ID_HASH, "left_semi"), order)
-
-
-@dataclass(frozen=True)
-class Copies:
-    """`repeated_ids` of a log, and the log's lines of (at least) those ids, ranked
-    (`log_copies`)."""
-
-    repeated: DataFrame
-    lines: DataFrame
-
-
-def day_events(
-    events: DataFrame,
-    business_date: date,
-    window_ms: int,
-    report_timezone: str = "UTC",
-    order: Sequence[str] = ARRIVAL_ORDER,
-    slide_ms: int | None = None,
-    copies: Copies | None = None,
-) -> DataFrame:
-    """Deduplicated events (first arrival wins) whose window belongs to the business date,
-    with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
-    per event when they hop (`slide_ms`; None: tumbling). `copies`: the log's copies ranked
-    in `order`, if the caller has them (None: those of `repeated_ids(events)`).
-
-    Equivalent to deduplicating the whole log and then filtering, without moving the wide
-    rows: an id with one copy is its own first arrival, so only the copies of the repeated
-    ids (a broadcast set of hashes, a few per cent of the log) are ranked by the window
-    function; the single copies stream through from the date's partitions (a single copy
-    can only belong to the day if it is in them).
-    """
-    bounds = business_day_bounds(business_date, report_timezone)
-    first, last = utc_dates_touching(bounds, window_ms)
-    needed = list(dict.fromkeys(["event_id", "key", "amount", "event_time", *order]))
-    if copies is None:
-        repeated = repeated_ids(events)
-        lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
-        copies = Copies(repeated, lines)
-    repeated = F.broadcast(copies.repeated)
-    singles = (
-        events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
-        .select(*needed, id_hash().alias(ID_HASH))
-        .join(repeated, ID_HASH, "left_anti")
-    )
-    # the first copies of the repeated ids (`copies` may hold those of other ids too)
-    firsts = copies.lines.where(F.col(FIRST_COPY)).join(repeated, ID_HASH, "left_semi")
-    return (
-        singles.unionByName(firsts.select(*needed, ID_HASH))
-        .drop(ID_HASH)
-        .transform(lambda df: with_windows(df, window_ms, slide_ms))
-        .where(window_in_day(bounds))
-    )
-
-
-def batch_aggregates(
-    events: DataFrame,
-    business_date: date,
-    window_ms: int,
-    report_timezone: str = "UTC",
-    slide_ms: int | None = None,
-    copies: Copies | None = None,
-) -> DataFrame:
-    """Rows of `batch_aggregates` for the date, from the (pinned) event log (`copies`: as
-    `day_events` takes them)."""
-    deduped = day_events(
-        events, business_date, window_ms, report_timezone, slide_ms=slide_ms, copies=copies
-    )
-    return aggregate_windows(deduped).select(
-        F.lit(business_date).alias("business_date"), *WINDOW_KEY, "event_count", "amount_sum"
-    )
-
-
-def final_rows(stream_aggregates: DataFrame) -> DataFrame:
-    """The final rows of `stream_aggregates` (a version from before early firings has no
-    `final` column: every row of it is final; so is a row whose `final` is null)."""
-    if "final" not in stream_aggregates.columns:
-        return stream_aggregates
-    return stream_aggregates.where(F.coalesce(F.col("final"), F.lit(True)))
-
-
-def not_retracted(rows: DataFrame) -> DataFrame:
-    """Rows that do not withdraw a session (`retracted` is null in rows from before session
-    windows, and false in every fixed-window row)."""
-    if "retracted" not in rows.columns:
-        return rows
-    return rows.where(~F.coalesce(F.col("retracted"), F.lit(False)))
-
-
-def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
-    """The stream's answer per window and key of the day: its highest final revision (early
-    rows, `final = false`, are speculative: superseded by the final ones; rows from before
-    early firings have no `final` and are final), unless that row is `retracted` (session
-    windows: what is left is the stream's current set of final sessions)."""
-    rank = F.row_number().over(
-        Window.partitionBy(*WINDOW_KEY).orderBy(
-            F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
-        )
-    )
-    return (
-        final_rows(stream_aggregates.where(window_in_day(bounds)))
-        .withColumn("_rank", rank)
-        .where("_rank = 1")
-        .transform(not_retracted)
-        .select(*WINDOW_KEY, "event_count", "amount_sum")
-    )
-
-
-def late_arrivals(late_events: DataFrame, copies: DataFrame, bounds: DayBounds) -> DataFrame:
-    """The late side-output rows of the day's windows, each with `first_arrival`: whether it is
-    the first arrival of its event_id in the (pinned) event log. A row that is not is a repeat
-    the stream no longer recognized (beyond its dedup horizon): the batch does not count it.
-
-    `copies`: the log's lines of (at least) these rows' ids, ranked (`log_copies` of
-    `ranked_hashes`): the log is not read again; ids of null are left out as in
-    `tally.arrivals.with_first_arrival`."""
-    return marked_first(late_events.where(window_in_day(bounds)), first_lines(copies))
-
-
-def late_totals(late: DataFrame) -> DataFrame:
-    """Late side output totals per window and key, with the largest lateness, from
-    `late_arrivals`: only rows that are first arrivals explain a gap, each event_id once (so
-    a repeated write could not inflate the explanation either). The count and sum are
-    `aggregate_windows`' expressions; the windows are the ones the stream recorded."""
-    return (
-        explaining_late(late)
-        .groupBy(*WINDOW_KEY)
-        .agg(
-            F.count(F.lit(1)).alias("event_count"),
-            F.sum("amount").cast("long").alias("amount_sum"),
-            F.max("lateness_ms").cast("long").alias("max_lateness"),
-        )
-    )
-
-
-def status_column(
-    in_stream: Column,
-    stream: tuple[Column, Column],
-    batch: tuple[Column, Column],
-    late: tuple[Column, Column],
-) -> Column:
-    """The status of a window from its (count, amount) pairs; all non-null BIGINT."""
-    (s_count, s_amount), (b_count, b_amount), (l_count, l_amount) = stream, batch, late
-    no_late = (l_count == 0) & (l_amount == 0)
-    diff_is_late = ((b_count - s_count) == l_count) & ((b_amount - s_amount) == l_amount)
-    batch_is_late = (b_count == l_count) & (b_amount == l_amount)
-    return (
-        F.when(in_stream & (s_count == b_count) & (s_amount == b_amount) & no_late, F.lit(MATCH))
-        .when(in_stream & diff_is_late & ~no_late, F.lit(EXPLAINED_BY_LATE))
-        .when(~in_stream & batch_is_late & ~no_late, F.lit(MISSING_IN_STREAM))
-        .otherwise(F.lit(UNEXPLAINED))
-    )
-
-
-def diff_windows(
-    batch: DataFrame, stream: DataFrame, late: DataFrame, business_date: date
-) -> DataFrame:
-    """Rows of `reconciliation`: batch (WINDOW_KEY, event_count, amount_sum) vs the stream's
-    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic.
-
-    Each side has at most one row per window and key, so the full outer join of the three is
-    their union grouped by WINDOW_KEY: one shuffle and a hash aggregate instead of two sort-
-    merge joins (each side's columns are null in the other sides' rows)."""
-    sides = [
-        batch.select(
-            *WINDOW_KEY,
-            F.col("event_count").alias("_b_count"),
-            F.col("amount_sum").alias("_b_amount"),
-        ),
-        stream.select(
-            *WINDOW_KEY,
-            F.col("event_count").alias("_s_count"),
-            F.col("amount_sum").alias("_s_amount"),
-            F.lit(True).alias("_in_stream"),
-        ),
-        late.select(
-            *WINDOW_KEY,
-            F.col("event_count").alias("_l_count"),
-            F.col("amount_sum").alias("_l_amount"),
-            F.col("max_lateness").alias("max_lateness_ms"),
-        ),
-    ]
-    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), sides)
-    side_columns = [c for side in sides for c in side.columns if c not in WINDOW_KEY]
-    joined = union.groupBy(*WINDOW_KEY).agg(*[F.max(c).alias(c) for c in side_columns])
-
-    def zero(name: str) -> Column:
-        return F.coalesce(F.col(name), F.lit(0)).cast("long")
-
-    stream_pair = (zero("_s_count"), zero("_s_amount"))
-    batch_pair = (zero("_b_count"), zero("_b_amount"))
-    late_pair = (zero("_l_count"), zero("_l_amount"))
-    in_stream = F.col("_in_stream").isNotNull()
-    diff_count = batch_pair[0] - stream_pair[0]
-    diff_amount = batch_pair[1] - stream_pair[1]
-    return joined.select(
-        F.lit(business_date).alias("business_date"),
-        *WINDOW_KEY,
-        stream_pair[0].alias("stream_count"),
-        stream_pair[1].alias("stream_amount"),
-        batch_pair[0].alias("batch_count"),
-        batch_pair[1].alias("batch_amount"),
-        diff_count.alias("diff_count"),
-        diff_amount.alias("diff_amount"),
-        late_pair[0].alias("late_count"),
-        late_pair[1].alias("late_amount"),
-        (diff_count - late_pair[0]).alias("residual_count"),
-        (diff_amount - late_pair[1]).alias("residual_amount"),
-        F.col("max_lateness_ms").cast("long").alias("max_lateness_ms"),
-        status_column(in_stream, stream_pair, batch_pair, late_pair).alias("status"),
-    )
-
-
-def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
-    """The one `reconciliation_summary` row of the date (one row even with no windows).
-
-    gap = batch − stream; explained = the late side output totals of the date's windows;
-    unexplained = the sum of residuals (signed; nonzero only on UNEXPLAINED rows), so
-    gap = explained + unexplained exactly; `unexplained_abs_amount` = sum of |residual_amount|
-    (residuals of opposite sign cannot hide each other there); `unexplained_windows` = number
-    of UNEXPLAINED rows. worst_keys: up to 5 keys with a nonzero residual or diff, by
-    sum |residual_amount| desc, then sum |diff_amount| desc, then key.
-    """
-    r = reconciliation
-
-    def total(name: str) -> Column:
-        return F.coalesce(F.sum(name), F.lit(0)).cast("long")
-
-    def windows_with(status: str) -> Column:
-        return F.count_if(F.col("status") == status).cast("long")
-
-    per_key = r.groupBy("key").agg(
-        F.sum(F.abs("residual_amount")).alias("abs_residual"),
-        F.sum(F.abs("diff_amount")).alias("abs_diff"),
-        F.sum(F.abs("residual_count") + F.abs("diff_count")).alias("abs_counts"),
-    )
-    off = (F.col("abs_residual") != 0) | (F.col("abs_diff") != 0) | (F.col("abs_counts") != 0)
-    ranked = F.array_sort(
-        F.collect_list(
-            F.struct(
-                (-F.col("abs_residual")).alias("r"),
-                (-F.col("abs_diff")).alias("d"),
-                F.col("key").alias("k"),
-            )
-        )
-    )
-    worst = (
-        per_key.where(off)
-        .agg(ranked.alias("ranked"))
-        .select(F.slice(F.col("ranked.k"), 1, WORST_KEYS).alias("worst_keys"))
-    )
-    totals = r.agg(
-        F.count(F.lit(1)).cast("long").alias("windows"),
-        total("stream_count").alias("stream_count"),
-        total("stream_amount").alias("stream_amount"),
-        total("batch_count").alias("batch_count"),
-        total("batch_amount").alias("batch_amount"),
-        total("diff_count").alias("gap_count"),
-        total("diff_amount").alias("gap_amount"),
-        total("late_count").alias("explained_count"),
-        total("late_amount").alias("explained_amount"),
-        windows_with(UNEXPLAINED).alias("unexplained_windows"),
-        total("residual_count").alias("unexplained_count"),
-        total("residual_amount").alias("unexplained_amount"),
-        F.coalesce(F.sum(F.abs("residual_amount")), F.lit(0))
-        .cast("long")
-        .alias("unexplained_abs_amount"),
-        total("late_count").alias("late_events"),
-        total("late_amount").alias("late_amount"),
-        F.max("max_lateness_ms").cast("long").alias("max_lateness_ms"),
-        windows_with(MATCH).alias("match_windows"),
-        windows_with(EXPLAINED_BY_LATE).alias("explained_by_late_windows"),
-        windows_with(MISSING_IN_STREAM).alias("missing_in_stream_windows"),
-    )
-    rate = F.when(
-        F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
-    )
-    return totals.crossJoin(worst).select(
-        F.lit(business_date).alias("business_date"),
-        *totals.columns,
-        rate.alias("late_event_rate"),
-        F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
-    )
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -804,9 +410,8 @@ class _Run:
     late_events: DataFrame
     # Frames persisted for the run (`keep`); `reconcile` unpersists them at its end.
     kept: list[DataFrame] = field(default_factory=list)
-    # `keep_frames`: what `_run` wrote, for `ReconcileFrames` ("reconciliation" rows, "run" row)
+    # `keep_frames`: the run hands what it wrote over (`ReconcileFrames`)
     hand_over: bool = False
-    written: dict[str, Any] = field(default_factory=dict)
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -823,24 +428,46 @@ class _Run:
         _replace_date(df, self.warehouse, table, self.business_date)
 
 
+@dataclass(frozen=True)
+class Diff:
+    """What the re-aggregation and diff of a run give its later phases (all kept):
+    the date's `reconciliation` rows, its late rows (`late_arrivals`: the report's figures),
+    the log's ranked copies (`log_copies`: the figures' repeats) and how many late rows
+    repeat an earlier event."""
+
+    reconciliation: DataFrame
+    late: DataFrame
+    copies: DataFrame
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a run recorded: its `reconciliation_summary` row, and (when it hands its frames
+    over) its `reconciliation_runs` row as the table holds it and the `stream_progress`
+    version it read."""
+
+    summary: Row
+    run: dict[str, Any] | None = None
+    stream_progress: DataFrame | None = None
+
+
 def _write_diff(
-    run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame
-) -> tuple[DataFrame, int]:
+    run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame, copies: Copies
+) -> Diff:
     """Write the date's `reconciliation` rows from the batch side, the stream's answer and the
-    late rows (`late_arrivals`); returns them (kept: the summary is computed from them) and
-    how many late rows repeat an earlier event. The day's late rows are few: cached, so
-    counting the repeats does not read the log again."""
+    late rows (`late_arrivals`); returns them (kept: the summary is computed from them) with
+    the late rows and how many of them repeat an earlier event. The day's late rows are few:
+    cached, so counting the repeats does not read the log again."""
     late = run.keep(late)
-    run.written["late"] = late  # for the report's figures (`batch.partitions`)
     diff = run.keep(diff_windows(batch, stream, late_totals(late), run.business_date))
     run.replace(diff, T.RECONCILIATION)
-    return diff, late.where(~F.col(FIRST_ARRIVAL)).count()
+    return Diff(diff, late, copies.lines, late.where(~F.col(FIRST_ARRIVAL)).count())
 
 
-def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFrame, int]:
+def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     """Fixed windows: re-aggregate the date into `batch_aggregates` (persisted while it is
-    written, so the diff reuses the dedup instead of reading the table back), then the diff;
-    returns the reconciliation rows (persisted) and the late repeats."""
+    written, so the diff reuses the dedup instead of reading the table back), then the diff."""
     day, bounds = run.business_date, run.bounds
     stream_rows = run.stream_aggregates.where(window_in_day(bounds))
     # The window check and the diff run without adaptive execution (`without_adaptive_
@@ -864,7 +491,7 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> tuple[DataFr
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
         late = late_arrivals(rows, copies.lines, bounds)
-        return _write_diff(run, truth, stream, late)
+        return _write_diff(run, truth, stream, late, copies)
 
 
 def _kept_copies(run: _Run, late_rows: DataFrame) -> Copies:
@@ -873,15 +500,12 @@ def _kept_copies(run: _Run, late_rows: DataFrame) -> Copies:
     from them, the diff its late rows' marks and the figures per partition their repeats,
     so the log is scanned for them once."""
     repeated = run.keep(repeated_ids(run.events))
-    copies = Copies(repeated, run.keep(log_copies(run.events, ranked_hashes(repeated, late_rows))))
-    run.written["copies"] = copies.lines
-    return copies
+    return Copies(repeated, run.keep(log_copies(run.events, ranked_hashes(repeated, late_rows))))
 
 
-def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
+def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
     """Session windows: the date's sessions into `batch_aggregates`, then the diff per batch
-    session (`batch.sessions`); returns the reconciliation rows (persisted) and the late
-    repeats."""
+    session (`batch.sessions`)."""
     try:
         check_session_width(
             run.stream_aggregates.where(window_in_day(run.bounds)), gap_ms, run.business_date
@@ -908,7 +532,7 @@ def _diff_sessions(run: _Run, gap_ms: int) -> tuple[DataFrame, int]:
         rows = run.late_events.where(window_in_day(read))
         copies = _kept_copies(run, rows)
         late = late_per_session(late_arrivals(rows, copies.lines, read), sessions, run.bounds)
-        return _write_diff(run, truth, stream, late)
+        return _write_diff(run, truth, stream, late, copies)
     finally:
         sessions.unpersist()
 
@@ -963,28 +587,27 @@ def reconcile(
         T.read_table(spark, warehouse, "late_events", lv),
         hand_over=keep_frames,
     )
-
     try:
-        result = _run(run, (ev, sv, lv), pv, windowing, now, settings)
-        return dataclasses.replace(result, frames=_handed_over(run)) if keep_frames else result
+        return _run(run, (ev, sv, lv), pv, windowing, now, settings)
     finally:
         run.release()
 
 
-def _handed_over(run: _Run) -> ReconcileFrames:
+def _handed_over(run: _Run, diff: Diff, recorded: Recorded) -> ReconcileFrames:
     """The run's `ReconcileFrames`: its reconciliation rows leave `run.kept` (still persisted)
     and become the caller's to release."""
-    recon = run.written["reconciliation"]
+    recon = diff.reconciliation
     if not recon.is_cached:
         recon.persist()
     run.kept[:] = [df for df in run.kept if df is not recon]
+    assert recorded.run is not None  # a run that hands over records its row
     return ReconcileFrames(
         run.events,
         run.stream_aggregates,
         run.late_events,
-        run.written["stream_progress"],
+        recorded.stream_progress,
         recon,
-        run.written["run"],
+        recorded.run,
     )
 
 
@@ -1001,34 +624,36 @@ def _run(
     frames are the caller's to release."""
     business_date, report_timezone = run.business_date, run.report_timezone
     window_ms, slide_ms, session_gap_ms = windowing
-    # 1.-2. Re-aggregation and diff.
+    # 2.-3. Re-aggregation and diff.
     if session_gap_ms:
-        recon, repeats = _diff_sessions(run, session_gap_ms)
+        diff = _diff_sessions(run, session_gap_ms)
     else:
-        recon, repeats = _diff_fixed(run, window_ms, slide_ms)
+        diff = _diff_fixed(run, window_ms, slide_ms)
     # The report's figures per source partition, before the run's row that names them.
     write_partition_figures(
         run.spark,
         run.warehouse,
         business_date,
         run.events,
-        run.written["copies"],
-        run.written["late"],
+        diff.copies,
+        diff.late,
         run.bounds,
         now,
     )
-    if repeats:
+    if diff.repeats:
         log.info(
             "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "
             "the stream's dedup horizon); counted neither in the truth nor as late",
             business_date.isoformat(),
-            repeats,
+            diff.repeats,
         )
     # The summary of the rows just written (kept: not read back from the table), itself kept
     # for its row and the provenance; it and the run's row are small (one row each, from
     # persisted frames): planned without AQE, which made a Spark job of each shuffle stage.
     with without_adaptive_execution(run.spark):
-        row = _write_summary_and_run(run, recon, versions, pv, windowing, now, settings)
+        recorded = _write_summary_and_run(
+            run, diff.reconciliation, versions, pv, windowing, now, settings
+        )
     ev, sv, lv = versions
     return ReconcileResult(
         business_date,
@@ -1037,11 +662,12 @@ def _run(
         lv,
         window_ms,
         report_timezone,
-        row.asDict(),
-        repeats,
+        recorded.summary.asDict(),
+        diff.repeats,
         slide_ms or None,
         session_gap_ms,
         pv,
+        frames=_handed_over(run, diff, recorded) if run.hand_over else None,
     )
 
 
@@ -1053,21 +679,20 @@ def _write_summary_and_run(
     windowing: tuple[int, int | None, int],
     now: datetime,
     settings: Mapping[str, Any] | None,
-) -> Row:
+) -> Recorded:
     """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
-    its `reconciliation_runs` row (`_provenance`); returns the summary row."""
+    its `reconciliation_runs` row (`_provenance`)."""
     business_date, warehouse, report_timezone = (
         run.business_date,
         run.warehouse,
         run.report_timezone,
     )
-    run.written["reconciliation"] = recon
     summary_df = run.keep(summarize(recon, business_date))
     _replace_date(summary_df, warehouse, T.RECONCILIATION_SUMMARY, business_date)
     row = summary_df.first()
     assert row is not None
 
-    # 3. Provenance: what was read, with which settings.
+    # 4. Provenance: what was read, with which settings.
     provenance = _provenance(summary_df, versions, windowing, report_timezone, now, settings)
     progress = (
         None if pv is None else T.read_table(run.spark, warehouse, T.STREAM_PROGRESS.name, pv)
@@ -1078,11 +703,11 @@ def _write_summary_and_run(
     if run.hand_over:  # the row as the table holds it, kept while written, for the caller
         provenance = run.keep(T.conform(provenance, T.RECONCILIATION_RUNS))
     _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
-    if run.hand_over:
-        written = provenance.first()
-        assert written is not None
-        run.written.update(run=written.asDict(), stream_progress=progress)
-    return row
+    if not run.hand_over:
+        return Recorded(row)
+    written = provenance.first()
+    assert written is not None
+    return Recorded(row, written.asDict(), progress)
 
 
 def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:

@@ -1,0 +1,418 @@
+"""The diff of a business date, as DataFrame -> DataFrame transforms (no reads, no writes).
+
+The run (`batch.reconcile`) pins the inputs, chains these and writes what they return:
+
+1. **Copies and first arrivals.** An event counts once, by its first arrival in the log
+   (`tally.arrivals`; arrival order = `ingest_time`, `batch_id`, `source_mtime`,
+   `source_file`, `source_line`). Only the copies of repeated ids are ranked (`repeated_ids`,
+   `ranked_hashes`, `log_copies`); `day_events` takes the date's first arrivals, windowed
+   with the shared `tally.windows` code, and `batch_aggregates` aggregates them.
+2. **The stream's answer** per window and key: its highest final revision (`latest_stream`).
+3. **The late totals** (`late_arrivals`, `late_totals`): a late row counts only if it is the
+   first arrival of its `event_id` in the pinned log, each `event_id` once: a repeat the
+   stream no longer recognized (beyond its dedup horizon) lands in `late_events`, but the
+   batch does not count it, so neither do the late totals.
+4. **The diff** (`diff_windows`): per `(window_start, window_end, key)`, batch vs stream vs
+   late, with a status (`status_column`); `summarize` gives the day's totals.
+
+Business date of a window: the date, in the report's time zone, on which its `window_start`
+falls. A window that straddles midnight therefore belongs to the *earlier* date, together
+with all its events, including those timed after midnight.
+
+Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
+
+* `MATCH`: the stream has the window, stream == batch (count and amount), no late events.
+* `EXPLAINED_BY_LATE`: the stream has the window and batch − stream == late totals (count and
+  amount) exactly, with at least one late event.
+* `MISSING_IN_STREAM`: the stream has no row for the window and batch == late totals exactly
+  (the whole window arrived late), with at least one late event.
+* `UNEXPLAINED`: anything else. Exactly these rows have a nonzero residual
+  (`residual = (batch − stream) − late`), shown in `residual_count` / `residual_amount`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from batch.partitions import FIGURE_COLUMNS
+from tally.arrivals import (
+    FIRST_COPY,
+    LINE_IDENTITY,
+    explaining_late,
+    first_lines,
+    marked_copies,
+    marked_first,
+)
+from tally.dates import DayBounds, business_day_bounds, utc_dates_touching, window_in_day
+from tally.vocabulary import (
+    ARRIVAL_ORDER,
+    EXPLAINED_BY_LATE,
+    LATE_ARRIVAL_ORDER,
+    MATCH,
+    MISSING_IN_STREAM,
+    UNEXPLAINED,
+)
+from tally.windows import WINDOW_KEY, aggregate_windows, with_windows
+
+WORST_KEYS = 5
+
+# The columns of `late_events` the diff reads (`late_arrivals`, `late_totals`) and the figures
+# per partition (`batch.partitions`).
+LATE_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *WINDOW_KEY,
+            "event_id",
+            "amount",
+            "event_time",
+            "partition",
+            "lateness_ms",
+            *LINE_IDENTITY,
+            *LATE_ARRIVAL_ORDER,
+        )
+    )
+)
+
+
+ID_HASH = "_id_hash"
+
+
+def id_hash() -> Column:
+    """A 64-bit hash of `event_id`: ids are counted by it (8 bytes a row on the shuffle
+    instead of the id). Distinct ids that share a hash only take the exact path together."""
+    return F.xxhash64("event_id")
+
+
+def repeated_ids(events: DataFrame) -> DataFrame:
+    """`ID_HASH` of every event_id with more than one copy in the log (and of distinct ids
+    that share a hash): one column, one row per hash, small (duplicates are few)."""
+    return (
+        events.select(id_hash().alias(ID_HASH))
+        .groupBy(ID_HASH)
+        .count()
+        .where(F.col("count") > 1)
+        .select(ID_HASH)
+    )
+
+
+def ranked_hashes(repeated: DataFrame, late_rows: DataFrame) -> DataFrame:
+    """`ID_HASH` of the event_ids whose lines a run ranks (`log_copies`): the `repeated` ones
+    (`repeated_ids` of the log), the id of every row of `late_rows` (a late row is a first
+    arrival only if the log's first line of its id is its line), and a null id (the figures
+    per partition count a late line without an id as a repeat). Small; not made distinct (a
+    hash twice on the broadcast side of a semi-join is harmless)."""
+    late = late_rows.select(id_hash().alias(ID_HASH))
+    no_id = late_rows.sparkSession.range(1).select(
+        F.xxhash64(F.lit(None).cast("string")).alias(ID_HASH)
+    )
+    return repeated.unionByName(late).unionByName(no_id)
+
+
+# The columns of the log's copies a run keeps (`log_copies`): what `day_events` reads, the
+# lines `late_arrivals` compares and what the figures per partition count.
+COPY_COLUMNS = tuple(
+    dict.fromkeys(
+        ("event_id", "key", "amount", "event_time", *ARRIVAL_ORDER, *LINE_IDENTITY, *FIGURE_COLUMNS)
+    )
+)
+
+
+def log_copies(
+    events: DataFrame,
+    hashes: DataFrame,
+    order: Sequence[str] = ARRIVAL_ORDER,
+    columns: Sequence[str] = COPY_COLUMNS,
+) -> DataFrame:
+    """Every line of the log (all of it: an id's copies may lie in any `event_date`) whose
+    `ID_HASH` is in `hashes` (broadcast), its `columns` and `ID_HASH`, ranked per event_id in
+    `order` (`tally.arrivals.marked_copies`: `FIRST_COPY`, `FIRST_ARRIVAL`)."""
+    lines = events.select(*columns, id_hash().alias(ID_HASH))
+    return marked_copies(lines.join(F.broadcast(hashes), ID_HASH, "left_semi"), order)
+
+
+@dataclass(frozen=True)
+class Copies:
+    """`repeated_ids` of a log, and the log's lines of (at least) those ids, ranked
+    (`log_copies`)."""
+
+    repeated: DataFrame
+    lines: DataFrame
+
+
+def day_events(
+    events: DataFrame,
+    business_date: date,
+    window_ms: int,
+    report_timezone: str = "UTC",
+    order: Sequence[str] = ARRIVAL_ORDER,
+    slide_ms: int | None = None,
+    copies: Copies | None = None,
+) -> DataFrame:
+    """Deduplicated events (first arrival wins) whose window belongs to the business date,
+    with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
+    per event when they hop (`slide_ms`; None: tumbling). `copies`: the log's copies ranked
+    in `order`, if the caller has them (None: those of `repeated_ids(events)`).
+
+    Equivalent to deduplicating the whole log and then filtering, without moving the wide
+    rows: an id with one copy is its own first arrival, so only the copies of the repeated
+    ids (a broadcast set of hashes, a few per cent of the log) are ranked by the window
+    function; the single copies stream through from the date's partitions (a single copy
+    can only belong to the day if it is in them).
+    """
+    bounds = business_day_bounds(business_date, report_timezone)
+    first, last = utc_dates_touching(bounds, window_ms)
+    needed = list(dict.fromkeys(["event_id", "key", "amount", "event_time", *order]))
+    if copies is None:
+        repeated = repeated_ids(events)
+        lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
+        copies = Copies(repeated, lines)
+    repeated = F.broadcast(copies.repeated)
+    singles = (
+        events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
+        .select(*needed, id_hash().alias(ID_HASH))
+        .join(repeated, ID_HASH, "left_anti")
+    )
+    # the first copies of the repeated ids (`copies` may hold those of other ids too)
+    firsts = copies.lines.where(F.col(FIRST_COPY)).join(repeated, ID_HASH, "left_semi")
+    return (
+        singles.unionByName(firsts.select(*needed, ID_HASH))
+        .drop(ID_HASH)
+        .transform(lambda df: with_windows(df, window_ms, slide_ms))
+        .where(window_in_day(bounds))
+    )
+
+
+def batch_aggregates(
+    events: DataFrame,
+    business_date: date,
+    window_ms: int,
+    report_timezone: str = "UTC",
+    slide_ms: int | None = None,
+    copies: Copies | None = None,
+) -> DataFrame:
+    """Rows of `batch_aggregates` for the date, from the (pinned) event log (`copies`: as
+    `day_events` takes them)."""
+    deduped = day_events(
+        events, business_date, window_ms, report_timezone, slide_ms=slide_ms, copies=copies
+    )
+    return aggregate_windows(deduped).select(
+        F.lit(business_date).alias("business_date"), *WINDOW_KEY, "event_count", "amount_sum"
+    )
+
+
+def final_rows(stream_aggregates: DataFrame) -> DataFrame:
+    """The final rows of `stream_aggregates` (a version from before early firings has no
+    `final` column: every row of it is final; so is a row whose `final` is null)."""
+    if "final" not in stream_aggregates.columns:
+        return stream_aggregates
+    return stream_aggregates.where(F.coalesce(F.col("final"), F.lit(True)))
+
+
+def not_retracted(rows: DataFrame) -> DataFrame:
+    """Rows that do not withdraw a session (`retracted` is null in rows from before session
+    windows, and false in every fixed-window row)."""
+    if "retracted" not in rows.columns:
+        return rows
+    return rows.where(~F.coalesce(F.col("retracted"), F.lit(False)))
+
+
+def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
+    """The stream's answer per window and key of the day: its highest final revision (early
+    rows, `final = false`, are speculative: superseded by the final ones; rows from before
+    early firings have no `final` and are final), unless that row is `retracted` (session
+    windows: what is left is the stream's current set of final sessions)."""
+    rank = F.row_number().over(
+        Window.partitionBy(*WINDOW_KEY).orderBy(
+            F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
+        )
+    )
+    return (
+        final_rows(stream_aggregates.where(window_in_day(bounds)))
+        .withColumn("_rank", rank)
+        .where("_rank = 1")
+        .transform(not_retracted)
+        .select(*WINDOW_KEY, "event_count", "amount_sum")
+    )
+
+
+def late_arrivals(late_events: DataFrame, copies: DataFrame, bounds: DayBounds) -> DataFrame:
+    """The late side-output rows of the day's windows, each with `first_arrival`: whether it is
+    the first arrival of its event_id in the (pinned) event log. A row that is not is a repeat
+    the stream no longer recognized (beyond its dedup horizon): the batch does not count it.
+
+    `copies`: the log's lines of (at least) these rows' ids, ranked (`log_copies` of
+    `ranked_hashes`): the log is not read again; ids of null are left out as in
+    `tally.arrivals.with_first_arrival`."""
+    return marked_first(late_events.where(window_in_day(bounds)), first_lines(copies))
+
+
+def late_totals(late: DataFrame) -> DataFrame:
+    """Late side output totals per window and key, with the largest lateness, from
+    `late_arrivals`: only rows that are first arrivals explain a gap, each event_id once (so
+    a repeated write could not inflate the explanation either). The count and sum are
+    `aggregate_windows`' expressions; the windows are the ones the stream recorded."""
+    return (
+        explaining_late(late)
+        .groupBy(*WINDOW_KEY)
+        .agg(
+            F.count(F.lit(1)).alias("event_count"),
+            F.sum("amount").cast("long").alias("amount_sum"),
+            F.max("lateness_ms").cast("long").alias("max_lateness"),
+        )
+    )
+
+
+def status_column(
+    in_stream: Column,
+    stream: tuple[Column, Column],
+    batch: tuple[Column, Column],
+    late: tuple[Column, Column],
+) -> Column:
+    """The status of a window from its (count, amount) pairs; all non-null BIGINT."""
+    (s_count, s_amount), (b_count, b_amount), (l_count, l_amount) = stream, batch, late
+    no_late = (l_count == 0) & (l_amount == 0)
+    diff_is_late = ((b_count - s_count) == l_count) & ((b_amount - s_amount) == l_amount)
+    batch_is_late = (b_count == l_count) & (b_amount == l_amount)
+    return (
+        F.when(in_stream & (s_count == b_count) & (s_amount == b_amount) & no_late, F.lit(MATCH))
+        .when(in_stream & diff_is_late & ~no_late, F.lit(EXPLAINED_BY_LATE))
+        .when(~in_stream & batch_is_late & ~no_late, F.lit(MISSING_IN_STREAM))
+        .otherwise(F.lit(UNEXPLAINED))
+    )
+
+
+def diff_windows(
+    batch: DataFrame, stream: DataFrame, late: DataFrame, business_date: date
+) -> DataFrame:
+    """Rows of `reconciliation`: batch (WINDOW_KEY, event_count, amount_sum) vs the stream's
+    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic.
+
+    Each side has at most one row per window and key, so the full outer join of the three is
+    their union grouped by WINDOW_KEY: one shuffle and a hash aggregate instead of two sort-
+    merge joins (each side's columns are null in the other sides' rows)."""
+    sides = [
+        batch.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_b_count"),
+            F.col("amount_sum").alias("_b_amount"),
+        ),
+        stream.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_s_count"),
+            F.col("amount_sum").alias("_s_amount"),
+            F.lit(True).alias("_in_stream"),
+        ),
+        late.select(
+            *WINDOW_KEY,
+            F.col("event_count").alias("_l_count"),
+            F.col("amount_sum").alias("_l_amount"),
+            F.col("max_lateness").alias("max_lateness_ms"),
+        ),
+    ]
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), sides)
+    side_columns = [c for side in sides for c in side.columns if c not in WINDOW_KEY]
+    joined = union.groupBy(*WINDOW_KEY).agg(*[F.max(c).alias(c) for c in side_columns])
+
+    def zero(name: str) -> Column:
+        return F.coalesce(F.col(name), F.lit(0)).cast("long")
+
+    stream_pair = (zero("_s_count"), zero("_s_amount"))
+    batch_pair = (zero("_b_count"), zero("_b_amount"))
+    late_pair = (zero("_l_count"), zero("_l_amount"))
+    in_stream = F.col("_in_stream").isNotNull()
+    diff_count = batch_pair[0] - stream_pair[0]
+    diff_amount = batch_pair[1] - stream_pair[1]
+    return joined.select(
+        F.lit(business_date).alias("business_date"),
+        *WINDOW_KEY,
+        stream_pair[0].alias("stream_count"),
+        stream_pair[1].alias("stream_amount"),
+        batch_pair[0].alias("batch_count"),
+        batch_pair[1].alias("batch_amount"),
+        diff_count.alias("diff_count"),
+        diff_amount.alias("diff_amount"),
+        late_pair[0].alias("late_count"),
+        late_pair[1].alias("late_amount"),
+        (diff_count - late_pair[0]).alias("residual_count"),
+        (diff_amount - late_pair[1]).alias("residual_amount"),
+        F.col("max_lateness_ms").cast("long").alias("max_lateness_ms"),
+        status_column(in_stream, stream_pair, batch_pair, late_pair).alias("status"),
+    )
+
+
+def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
+    """The one `reconciliation_summary` row of the date (one row even with no windows).
+
+    gap = batch − stream; explained = the late side output totals of the date's windows;
+    unexplained = the sum of residuals (signed; nonzero only on UNEXPLAINED rows), so
+    gap = explained + unexplained exactly; `unexplained_abs_amount` = sum of |residual_amount|
+    (residuals of opposite sign cannot hide each other there); `unexplained_windows` = number
+    of UNEXPLAINED rows. worst_keys: up to 5 keys with a nonzero residual or diff, by
+    sum |residual_amount| desc, then sum |diff_amount| desc, then key.
+    """
+    r = reconciliation
+
+    def total(name: str) -> Column:
+        return F.coalesce(F.sum(name), F.lit(0)).cast("long")
+
+    def windows_with(status: str) -> Column:
+        return F.count_if(F.col("status") == status).cast("long")
+
+    per_key = r.groupBy("key").agg(
+        F.sum(F.abs("residual_amount")).alias("abs_residual"),
+        F.sum(F.abs("diff_amount")).alias("abs_diff"),
+        F.sum(F.abs("residual_count") + F.abs("diff_count")).alias("abs_counts"),
+    )
+    off = (F.col("abs_residual") != 0) | (F.col("abs_diff") != 0) | (F.col("abs_counts") != 0)
+    ranked = F.array_sort(
+        F.collect_list(
+            F.struct(
+                (-F.col("abs_residual")).alias("r"),
+                (-F.col("abs_diff")).alias("d"),
+                F.col("key").alias("k"),
+            )
+        )
+    )
+    worst = (
+        per_key.where(off)
+        .agg(ranked.alias("ranked"))
+        .select(F.slice(F.col("ranked.k"), 1, WORST_KEYS).alias("worst_keys"))
+    )
+    totals = r.agg(
+        F.count(F.lit(1)).cast("long").alias("windows"),
+        total("stream_count").alias("stream_count"),
+        total("stream_amount").alias("stream_amount"),
+        total("batch_count").alias("batch_count"),
+        total("batch_amount").alias("batch_amount"),
+        total("diff_count").alias("gap_count"),
+        total("diff_amount").alias("gap_amount"),
+        total("late_count").alias("explained_count"),
+        total("late_amount").alias("explained_amount"),
+        windows_with(UNEXPLAINED).alias("unexplained_windows"),
+        total("residual_count").alias("unexplained_count"),
+        total("residual_amount").alias("unexplained_amount"),
+        F.coalesce(F.sum(F.abs("residual_amount")), F.lit(0))
+        .cast("long")
+        .alias("unexplained_abs_amount"),
+        total("late_count").alias("late_events"),
+        total("late_amount").alias("late_amount"),
+        F.max("max_lateness_ms").cast("long").alias("max_lateness_ms"),
+        windows_with(MATCH).alias("match_windows"),
+        windows_with(EXPLAINED_BY_LATE).alias("explained_by_late_windows"),
+        windows_with(MISSING_IN_STREAM).alias("missing_in_stream_windows"),
+    )
+    rate = F.when(
+        F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
+    )
+    return totals.crossJoin(worst).select(
+        F.lit(business_date).alias("business_date"),
+        *totals.columns,
+        rate.alias("late_event_rate"),
+        F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
+    )
