@@ -27,8 +27,9 @@ from tally.dates import closed_through
 
 log = logging.getLogger("tally.housekeeping")
 
-# The Spark scheduler pool of housekeeping jobs (weight 1 against the stream's 10 when the
-# session runs the FAIR scheduler: tally.spark.STREAM_POOLS).
+# The Spark scheduler pool of housekeeping jobs: under Spark's default FIFO scheduler it only
+# names them (the UI, the event log); a session run with `spark.scheduler.mode=FAIR` and an
+# allocation file can give it a low weight.
 POOL = "tally-housekeeping"
 
 # The tables the stream writes and maintains: (table, its date partition column or None).

@@ -56,6 +56,7 @@ from tally.events import (
     with_row_ids,
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
+from tally.maintenance import upgrade_properties
 from tally.spark import jvm_class, without_adaptive_execution
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -238,7 +239,13 @@ class BatchProcessor:
         for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES):
             if table.name not in created:
                 T.add_missing_columns(self.spark, warehouse, table)
-        creating = [self._writers.submit(T.ensure_table, self.spark, warehouse, t) for t in missing]
+        extra = dict(self.params.table_properties)
+        for table in T.STREAMING_TABLES:  # before the first append: a property change is a
+            if table.name not in created:  # metadata commit, concurrent appends fail on it
+                upgrade_properties(self.spark, T.table_path(warehouse, table.name), table, extra)
+        creating = [
+            self._writers.submit(T.ensure_table, self.spark, warehouse, t, extra) for t in missing
+        ]
         return created, creating
 
     def await_tables(self) -> None:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from streaming.housekeeping import Clock as HousekeepingClock
+from streaming.housekeeping import Closing, Housekeeper
 from streaming.job import BatchProcessor
 from streaming.lease import LeaseError, WarehouseLease, lease_store, this_process
 from streaming.params import Clock, StreamError, StreamParams, wall_clock
 from streaming.progress import Progress
 from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, open_source
-from tally.dates import epoch_ms, iso_ms
+from tally.dates import epoch_ms, iso_ms, window_reach_ms
+from tally.maintenance import Schedule
 from tally.settings import Settings, kafka_client_options
 from tally.spark import UNCOMPRESSED_CACHE, session_for
 
@@ -135,11 +138,12 @@ def _run_query(
     spark.conf.set("parquet.enable.dictionary#event_id", "false")
     guard = lease.check if lease is not None else None
     processor = BatchProcessor(spark, params, clock=wall, guard=guard)
+    housekeeper = stream_housekeeper(settings, spark, wall, guard)
     source = open_source(
         spark, settings.source_kind, settings.input, settings.max_files_per_trigger, kafka=kafka
     )
     writer = (
-        source.writeStream.foreachBatch(processor)
+        source.writeStream.foreachBatch(with_housekeeping(processor, housekeeper))
         .option("checkpointLocation", settings.checkpoint_location)
         .queryName("tally_stream")
     )
@@ -148,7 +152,7 @@ def _run_query(
         if available_now or drain
         else writer.trigger(processingTime=f"{settings.trigger} milliseconds")
     )
-    with processor:
+    with processor, _stopping(housekeeper):
         query = writer.start()
         processor.set_app_id(str(query.id))
         if lease is not None:
@@ -162,7 +166,64 @@ def _run_query(
             if query.isActive:
                 query.stop()
         processor.await_tables()  # a stream that got no batch has created them all the same
-        if drain:
-            processor.drain()
+        if drain and processor.drain() and housekeeper is not None:
+            housekeeper.after_batch(housekeeping_clock(processor.previous_progress()))
+        if housekeeper is not None and (available_now or drain):
+            housekeeper.finish()  # a stream run as a job leaves no housekeeping due behind
         last = processor.previous_progress()
     return last
+
+
+def stream_housekeeper(
+    settings: Settings, spark: SparkSession, wall: Clock, guard: Callable[[], None] | None
+) -> Housekeeper | None:
+    """The housekeeper of the stream's tables (None when `maintenance` is off), started."""
+    if not settings.maintenance:
+        return None
+    schedule = Schedule(
+        settings.compact_interval, settings.compact_closed_dates, settings.vacuum_interval
+    )
+    closing = Closing(
+        window_reach_ms(settings.window, settings.session_gap), settings.allowed_lateness
+    )
+    return Housekeeper(
+        spark,
+        settings.warehouse,
+        schedule,
+        closing,
+        mode=settings.maintenance_mode,
+        wall_ms=lambda: epoch_ms(wall()),
+        guard=guard or (lambda: None),
+    ).start()
+
+
+def housekeeping_clock(progress: Progress | None) -> HousekeepingClock:
+    assert progress is not None, "a committed batch has a progress row"
+    return HousekeepingClock(
+        progress.processing_time_ms, progress.watermark_after_ms, progress.drained
+    )
+
+
+def with_housekeeping(
+    processor: BatchProcessor, housekeeper: Housekeeper | None
+) -> Callable[[DataFrame, int], None]:
+    """The foreachBatch function: the batch, then (once it committed) the housekeeper's turn
+    (in its thread, or here between batches in inline mode)."""
+    if housekeeper is None:
+        return processor
+
+    def each_batch(raw_batch: DataFrame, batch_id: int) -> None:
+        processor(raw_batch, batch_id)
+        housekeeper.after_batch(housekeeping_clock(processor.previous_progress()))
+
+    return each_batch
+
+
+@contextlib.contextmanager
+def _stopping(housekeeper: Housekeeper | None) -> Iterator[None]:
+    """Stop the housekeeper's thread however the stream ends (after its current action)."""
+    try:
+        yield
+    finally:
+        if housekeeper is not None:
+            housekeeper.stop()
