@@ -57,7 +57,7 @@ from tally.events import (
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.maintenance import upgrade_properties
-from tally.spark import jvm_class, without_adaptive_execution
+from tally.spark import jvm_class, release_local_checkpoint, without_adaptive_execution
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
 log = logging.getLogger("tally.stream")
@@ -209,6 +209,9 @@ class BatchProcessor:
         # A replay after a crash runs in a new process and reads stream_progress instead.
         self._committed: Progress | None = None
         self._kept: KeptState | None = None
+        # The fold's local checkpoints not released yet, oldest first: the newest holds the
+        # kept windows, older ones are released once the batch after them committed.
+        self._checkpoints: list[DataFrame] = []
         self._batches_seen = 0
         # Whether this batch may repeat an attempt that already appended: only the first batch
         # a process runs can (`_may_be_replay`), and only if it found an earlier attempt's
@@ -256,6 +259,7 @@ class BatchProcessor:
     def close(self) -> None:
         """Let go of the kept state and the writer threads (the tables are already written)."""
         self._writers.shutdown(wait=True)
+        self._release_checkpoints(keep=0)
         self._kept = None
         self._committed = None
 
@@ -415,9 +419,9 @@ class BatchProcessor:
             now_ms,
             self.params.window,
             drain=drain,
-            materialize=lambda df: df.observe(
-                fold, *fold_counts(self.params.window)
-            ).localCheckpoint(eager=True),
+            materialize=lambda df: self._checkpoint(
+                df.observe(fold, *fold_counts(self.params.window))
+            ),
         )
         phases.done("windows")
         self.guard()
@@ -433,6 +437,7 @@ class BatchProcessor:
         self.store.forget_before(batch_id)
         for frame in (classified.events, *batch.cached):
             frame.unpersist()
+        self._release_checkpoints(keep=1)  # the previous batch's: nothing kept reads it now
         self.last_phases = phases.seconds
         log.debug("batch %d phases: %s", batch_id, phases)
         log.info(
@@ -444,6 +449,19 @@ class BatchProcessor:
             "drained" if drain else step.after_ms,
             time.monotonic() - started,
         )
+
+    def _checkpoint(self, df: DataFrame) -> DataFrame:
+        """`df` computed once into Spark's blocks (a local checkpoint), released by
+        `_release_checkpoints` once no kept state reads it."""
+        done = df.localCheckpoint(eager=True)
+        self._checkpoints.append(done)
+        return done
+
+    def _release_checkpoints(self, keep: int) -> None:
+        """Release all but the newest `keep` fold checkpoints now: left to the JVM's garbage
+        collector, a five-day batch's lingered up to two batches past its last reader."""
+        while len(self._checkpoints) > keep:
+            release_local_checkpoint(self._checkpoints.pop(0))
 
     # -- phases of a batch, in the order `process` runs them ------------------------------
     def _previous_batch(self, batch_id: int) -> Progress | None:
