@@ -23,6 +23,7 @@ def findings(r: dict[str, Any]) -> list[str]:
         ("windows", _windows),
         ("bigfile", _bigfile),
         ("nightly", _nightly),
+        ("backlog", _backlog),
     )
     for name, describe in sections:
         section = r.get(name)
@@ -300,6 +301,26 @@ def _bigfile(bf: dict[str, Any]) -> list[str]:
         + ("bounded" if bf["memory_bounded"] else "NOT bounded")
         + f"); wall {single['seconds']:.0f} s vs {split['seconds']:.0f} s. Target: "
         f"{_verdict(bf['met'])}."
+    )
+    return [text]
+
+
+# -- 12. catch-up after an outage -----------------------------------------------------------------
+
+
+def _backlog(bl: dict[str, Any]) -> list[str]:
+    batch_s = bl["batch_s"]
+    text = (
+        f"Catch-up ({bl['days']} days of {bl['events_per_day']:,} events, {bl['days_per_batch']} "
+        f"days a micro-batch, driver memory {bl['driver_memory']}): {len(bl['batches'])} "
+        f"batches, {batch_s['p50']:.1f} s median and {batch_s['max']:.1f} s at most a batch, "
+        f"peak JVM RSS {bl['peak_jvm_rss_mb']:,.0f} MB; "
+        + (
+            "every line counted"
+            if bl["all_lines_counted"]
+            else f"LINES MISSING ({bl['input_lines']:,} of {bl['lines']:,} counted)"
+        )
+        + f". Target: {_verdict(bl['met'])}."
     )
     return [text]
 

@@ -5,11 +5,12 @@
 
 Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
 scaleout (a standalone cluster and S3), windows (tumbling and hopping on one input), bigfile
-(5), nightly, curve, lateness (adaptive lateness against fixed bounds). Full mode writes into
-`docs/` by default and takes over an hour on a
+(5), nightly, curve, lateness (adaptive lateness against fixed bounds), backlog (catch-up
+after an outage: 40 days, five a micro-batch). Full mode writes into `docs/` by default and
+takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
-windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, bigfile ~15-20 min, run
-last); `--quick`
+windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, bigfile
+~15-20 min, run last); `--quick`
 (~7-13 min; the smoke test runs some of its sections, the others carried over from a
 recorded quick run) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
@@ -37,10 +38,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import Backlog, SteadyRate, StreamShape, load_average, log, machine_info
 from bench.findings import findings
+
+if TYPE_CHECKING:  # bench.backlog imports Spark: the command line loads this module without it
+    from bench.backlog import CatchUp
 
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
 
@@ -56,6 +60,7 @@ SECTIONS = (
     "nightly",
     "curve",
     "lateness",
+    "backlog",
 )
 
 
@@ -101,6 +106,11 @@ class Preset:
     lateness_rate: int
     lateness_phase_s: tuple[int, int, int]
     lateness_file_s: int
+    # 12. catch-up after an outage (bench.backlog)
+    backlog_days: int
+    backlog_events_per_day: int
+    backlog_files_per_day: int
+    backlog_days_per_batch: int
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -138,6 +148,17 @@ class Preset:
         return Backlog(self.windows_events, self.windows_files, seed=31)
 
     @property
+    def catch_up(self) -> CatchUp:
+        from bench.backlog import CatchUp
+
+        return CatchUp(
+            self.backlog_days,
+            self.backlog_events_per_day,
+            self.backlog_files_per_day,
+            self.backlog_days_per_batch,
+        )
+
+    @property
     def latency_shape(self) -> StreamShape:
         return StreamShape(self.latency_window_ms, self.latency_lateness_ms, 1000)
 
@@ -154,8 +175,8 @@ class Preset:
 
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
 # (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
-# scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, bigfile ~15-20 min: over
-# an hour.
+# scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, backlog ~20 min, bigfile
+# ~15-20 min: over an hour.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -206,6 +227,12 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "lateness_rate": (400, 400),
     "lateness_phase_s": ((60, 120, 180), (15, 15, 20)),
     "lateness_file_s": (10, 10),
+    # 12. catch-up: issue 39's backlog. full: 40 days of 500k events in 5 files a day, 5 days
+    # (25 files, ~2.5M lines) a micro-batch: 8 batches; quick: 6 days of 2k events, 2 a batch
+    "backlog_days": (40, 6),
+    "backlog_events_per_day": (500_000, 2_000),
+    "backlog_files_per_day": (5, 5),
+    "backlog_days_per_batch": (5, 2),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -276,6 +303,7 @@ class BenchRun:
                 ("scaleout", self.scaleout),
                 ("windows", self.windows),
                 ("lateness", self.lateness),
+                ("backlog", self.backlog),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -350,6 +378,13 @@ class BenchRun:
             self.spark,
             self.work,
             lateness.LatenessBench(p.lateness_rate, p.lateness_phase_s, p.lateness_file_s),
+        )
+
+    def backlog(self) -> None:
+        from bench import backlog
+
+        self.results["backlog"] = backlog.backlog_section(
+            self.spark, self.work, self.preset.catch_up, self.env
         )
 
     def bigfile(self) -> None:

@@ -855,6 +855,19 @@ def _check_bigfile(bf: dict[str, Any]) -> None:
     assert all(run["peak_rss_mb"] > 100 for run in bf["runs"].values())
 
 
+def _check_backlog(bl: dict[str, Any]) -> None:
+    """12. catch-up: several days a batch, every line counted, the driver JVM measured."""
+    from bench.run import QUICK
+
+    assert len(bl["batches"]) == QUICK.backlog_days // QUICK.backlog_days_per_batch
+    assert sum(b["input_lines"] for b in bl["batches"]) == bl["input_lines"] == bl["lines"]
+    assert bl["event_rows"] == bl["valid_lines"] == bl["valid_events"]
+    assert bl["all_lines_counted"] and bl["met"]
+    assert bl["peak_jvm_rss_mb"] > 100 and bl["peak_tree_rss_mb"] > 100  # JVMs measured
+    assert all(b["seconds"] > 0 for b in bl["batches"])
+    assert bl["batch_s"]["max"] == max(b["seconds"] for b in bl["batches"])
+
+
 def _check_nightly(r: dict[str, Any]) -> None:
     """6./7. nightly per stage, the same totals as DuckDB, balanced; the curve ran."""
     for size in r["nightly"]["sizes"]:
@@ -882,6 +895,7 @@ HEADINGS = {
     "nightly": "## 6. Nightly job",
     "curve": "## 7. Lateness curve",
     "lateness": "## 11. Adaptive lateness: calm, burst, calm",
+    "backlog": "## 12. Catch-up after an outage: a backlog several days a micro-batch",
 }
 
 
@@ -937,6 +951,7 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     _check_lateness(r["lateness"])
     _check_bigfile(r["bigfile"])
     _check_nightly(r)
+    _check_backlog(r["backlog"])
 
     # the harness's derived results, again from the recorded runs
     for kind in KINDS:
@@ -967,6 +982,9 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     assert "exact in every run." in "\n".join(r["findings"])
     assert f"Results: **equal**; peak RSS one file ÷ {bf['files']} files = ×" in md
     assert f"| {la['engines']['auto']['completeness'][1]['completeness_pct']:.3f} %" in md
+    bl = r["backlog"]
+    assert f"{bl['input_lines']:,} of {bl['lines']:,} lines counted" in md
+    assert "every line counted" in "\n".join(r["findings"])
     for heading in HEADINGS.values():
         assert "carried over" not in md.split(heading)[1].split("\n")[0], heading
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench import nightly_targets as NT
 from bench.findings import closing_notes
+from bench.report import backlog as B
 from bench.report import lateness as L
 from bench.report import sections as S
 from bench.report.carry import carried_label
@@ -38,6 +39,8 @@ def _targets(r: dict[str, Any]) -> list[str]:
     _rows_without_target(r, row)
     if r.get("lateness"):
         L.target_row(r["lateness"], row)
+    if r.get("backlog"):
+        B.target_row(r["backlog"], row)
     return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
@@ -293,6 +296,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += S.bigfile(r["bigfile"], carried_label(r, "bigfile"))
     if r.get("lateness"):
         out += L.section(r["lateness"], carried_label(r, "lateness"), png=png_name is not None)
+    if r.get("backlog"):
+        out += B.section(r["backlog"], carried_label(r, "backlog"))
     if r.get("nightly") or r.get("curve"):
         out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"
