@@ -25,6 +25,8 @@ from tally.spark import UNCOMPRESSED_CACHE, session_for
 # Dates one micro-batch's `events` may span with a writer open per date (more fall back to
 # Delta's sort of every task's rows by event_date): a batch spans one or two.
 CONCURRENT_DATE_WRITERS = 4
+# How long a broadcast join's build may take (Spark's default: 300 s), see `_run_query`.
+BROADCAST_TIMEOUT_S = 3600
 
 
 def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
@@ -136,6 +138,10 @@ def _run_query(
     # per-column settings (`key#column`): `events`, `late_events` and the dedup state files.
     # Only the encoding of new files changes; readers and old files are untouched.
     spark.conf.set("parquet.enable.dictionary#event_id", "false")
+    # A broadcast join's build waits for free task slots behind the batch's own tasks: on a
+    # busy machine a five-day catch-up batch waited past Spark's 300 s and the stream died
+    # (measured, issue 39's backlog at load ~35). A slow batch is not a failed one.
+    spark.conf.set("spark.sql.broadcastTimeout", str(BROADCAST_TIMEOUT_S))
     guard = lease.check if lease is not None else None
     processor = BatchProcessor(spark, params, clock=wall, guard=guard)
     housekeeper = stream_housekeeper(settings, spark, wall, guard)
