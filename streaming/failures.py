@@ -85,6 +85,12 @@ CAUSES = (
         "then rerun: the batch is replayed",
     ),
     Cause(
+        ("Could not execute broadcast in",),
+        "timed out building a broadcast join (spark.sql.broadcastTimeout)",
+        "rerun, the batch is replayed; on a busy machine with a lower {batch_flag} (now "
+        "{batch_limit}) for the batches after it",
+    ),
+    Cause(
         ("FileNotFoundException",),
         "could not find a file it had planned to read",
         "keep input files until the stream has read them and keep the checkpoint with its "

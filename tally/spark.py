@@ -34,12 +34,14 @@ _jvm_log = {"path": ""}
 def quiet_logs(verbose: bool = False) -> Path | None:
     """Decide, at an entry point, where logs go. Quiet (the command line's default): the JVM
     that a session starts afterwards writes its stderr (Spark's log4j output, the JVM's own
-    warnings, Python workers' stderr) to `<tmp>/tally-logs/tally.log` and py4j's connection
-    messages are silenced, so a command prints its result and its one-line errors only;
-    returns the log file. Verbose: everything on stderr, tally's INFO lines included."""
+    warnings, Python workers' stderr) to `<tmp>/tally-logs/tally.log`, py4j's connection
+    messages are silenced and its errors go to the same file, so a command prints its result
+    and its one-line errors only; returns the log file. Verbose: everything on stderr, tally's
+    INFO lines included."""
     logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.ERROR)
     if verbose:
         _jvm_log["path"] = ""
+        _py4j_errors_to(None)
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
@@ -47,7 +49,27 @@ def quiet_logs(verbose: bool = False) -> Path | None:
     path = Path(tempfile.gettempdir()) / "tally-logs" / "tally.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     _jvm_log["path"] = str(path)
+    _py4j_errors_to(path)
     return path
+
+
+class _LogFile(logging.FileHandler):
+    """The log file's handler on py4j's logger (told apart from any other handler)."""
+
+
+def _py4j_errors_to(path: Path | None) -> None:
+    """py4j logs an error raised in Python inside a JVM callback (a stream's micro-batch) with
+    its whole traceback: to the log file at `path`, not on stderr where the command prints its
+    one line (Python's last-resort handler would); None: to the root logger's handlers."""
+    py4j = logging.getLogger("py4j")
+    for handler in [h for h in py4j.handlers if isinstance(h, _LogFile)]:
+        py4j.removeHandler(handler)
+        handler.close()
+    py4j.propagate = path is None
+    if path is not None:
+        handler = _LogFile(path, delay=True)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        py4j.addHandler(handler)
 
 
 def log_file() -> str:

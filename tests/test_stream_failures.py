@@ -43,6 +43,10 @@ CONCURRENT = """py4j.protocol.Py4JJavaError: An error occurred while calling o5.
 MISSING_FILE = """Caused by: java.io.FileNotFoundException: File file:/in/arrival-000007.jsonl does
 not exist
 """
+BROADCAST = """py4j.protocol.Py4JJavaError: An error occurred while calling o9.collectToPython.
+: org.apache.spark.SparkException: Could not execute broadcast in 300 secs. You can increase the
+Caused by: java.util.concurrent.TimeoutException
+"""
 OTHER = """Traceback (most recent call last):
 py4j.protocol.Py4JJavaError: An error occurred while calling o1.save.
 : org.apache.spark.SparkException: Job aborted.
@@ -98,12 +102,28 @@ Caused by: java.lang.IllegalStateException: state file truncated at 4096
             "/tmp/tally-logs/tally.log",
         ),
         (
+            BROADCAST,
+            "stream: batch 3 timed out building a broadcast join (spark.sql.broadcastTimeout) "
+            "(Could not execute broadcast in): rerun, the batch is replayed; on a busy machine "
+            "with a lower --max-files-per-trigger (now 25) for the batches after it; details in "
+            "/tmp/tally-logs/tally.log",
+        ),
+        (
             OTHER,
             "stream: batch 3 failed: IllegalStateException: state file truncated at 4096; "
             "details in /tmp/tally-logs/tally.log",
         ),
     ],
-    ids=["sorter-oom", "heap-oom", "disk-full", "jvm-gone", "concurrent", "missing", "other"],
+    ids=[
+        "sorter-oom",
+        "heap-oom",
+        "disk-full",
+        "jvm-gone",
+        "concurrent",
+        "missing",
+        "broadcast",
+        "other",
+    ],
 )
 def test_failure_line_names_what_failed_and_what_to_change(text: str, expected: str) -> None:
     line = failure_line(text, CONTEXT)
@@ -152,3 +172,56 @@ def test_fallback_keeps_a_long_cause_short_and_on_one_line() -> None:
 )
 def test_root_cause(text: str, expected: str) -> None:
     assert root_cause(text) == expected
+
+
+def test_a_failed_query_is_one_line_and_exit_1_with_the_details_in_the_log(
+    spark, tmp_path, tally_cli, capsys, monkeypatch
+):
+    """End to end through `tally stream`: an error raised inside a micro-batch (the state files
+    of the batch before it deleted from the checkpoint) stops the query; the command prints its
+    one line, exits 1 and appends the whole error to the log."""
+    import shutil
+    import tempfile
+    from datetime import UTC, datetime
+
+    from tally_tools.generate import generate
+
+    first, later = tmp_path / "in", tmp_path / "later"
+    for out, seed, day in ((first, 1, 20), (later, 2, 21)):
+        start = datetime(2026, 11, day, tzinfo=UTC)
+        generate(
+            out=str(out),
+            events=200,
+            partitions=2,
+            seed=seed,
+            start=start,
+            duration_ms=60_000,
+            files=1,
+        )
+    warehouse = tmp_path / "wh"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the log: <tmp>/tally-logs
+    argv = [
+        "stream",
+        "--input",
+        str(first),
+        "--warehouse",
+        str(warehouse),
+        "--window",
+        "60s",
+        "--lateness",
+        "30s",
+        "--available-now",
+        "--clock",
+        "arrival",
+    ]
+    assert tally_cli(argv) == 0
+    shutil.rmtree(warehouse / "_checkpoints" / "stream" / "tally" / "state" / "0")
+    shutil.copy(later / "arrival-000000.jsonl", first / "arrival-000001.jsonl")
+    capsys.readouterr()
+
+    assert tally_cli(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("tally: stream: stream state of batch 0 missing at "), err
+    log = (tmp_path / "tally-logs" / "tally.log").read_text(errors="replace")
+    assert "tally stream: stream state of batch 0 missing" in log and "Traceback" in log
