@@ -63,6 +63,7 @@ STREAM_SETTINGS = (
     "lease_ttl",
     *HOUSEKEEPING_SETTINGS,
 )
+MAINTAIN_FROM_STREAM = ("window", "session_gap", "allowed_lateness")
 MAINTAIN_SETTINGS = (
     "warehouse",
     "spark_master",
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         "maintain",
         c.maintain,
         MAINTAIN_SETTINGS,
+        # the window settings (which dates are closed) are the stream's: from its environment
+        # or config file, not flags of their own here
+        flags=[n for n in MAINTAIN_SETTINGS if n not in MAINTAIN_FROM_STREAM],
         help="compact and vacuum the stream's tables once, while no stream runs",
     )
     show = _command(sub, "show", c.show, SHOW_SETTINGS, help="print a tally table")
