@@ -24,6 +24,7 @@ def findings(r: dict[str, Any]) -> list[str]:
         ("bigfile", _bigfile),
         ("nightly", _nightly),
         ("backlog", _backlog),
+        ("longhaul", _longhaul),
     )
     for name, describe in sections:
         section = r.get(name)
@@ -323,6 +324,64 @@ def _backlog(bl: dict[str, Any]) -> list[str]:
         + f". Target: {_verdict(bl['met'])}."
     )
     return [text]
+
+
+# -- 13. the long haul --------------------------------------------------------------------------
+
+
+def _longhaul(lh: dict[str, Any]) -> list[str]:
+    from bench.report.formatting import duration
+
+    trigger = duration(lh["trigger_ms"])
+    costs = "; ".join(
+        f"{mode}: throughput on ÷ off {r['throughput']:.2f}, micro-batch p99 on ÷ off "
+        f"{r['p99']:.2f} ({_verdict(lh['cost_met'][mode])})"
+        for mode, r in lh["ratios"].items()
+        if r["throughput"] is not None and r["p99"] is not None
+    )
+    closed = lh["audit"]["closed_dates"]
+    out = [
+        f"Long haul ({lh['days']} days, one micro-batch every {trigger} of stream time, "
+        f"{lh['lines']:,} lines): housekeeping's cost (target ≤ {lh['cost_target'] * 100:.0f} % "
+        f"of throughput and p99) {costs or 'not measured'}. Files per closed `events` date: "
+        f"at most {lh['max_files_per_closed_date']} over {len(closed)} dates (target ≤ "
+        f"{lh['closed_files_target']}: {_verdict(lh['closed_files_met'])})."
+    ]
+    out.append(_longhaul_sizing(lh, trigger))
+    audit = lh["audit"]
+    if not audit["reproduce_available"]:
+        out.append("`tally reconcile --reproduce` not available in this tally: not measured.")
+    else:
+        matched = sum(r["outcome"] == "MATCH" for r in audit["reproduce"])
+        pins = audit["pinned_versions"]
+        out.append(
+            f"After `tally maintain`, VACUUM RETAIN 0 HOURS and log cleanup ({pins['unreadable']}"
+            f" of {pins['pinned']} pinned stream-table versions no longer readable by version), "
+            f"`--reproduce` gave MATCH for {matched} of {len(closed)} dates: "
+            f"{_verdict(lh['reproduce_met'])}."
+        )
+    return out
+
+
+def _longhaul_sizing(lh: dict[str, Any], trigger: str) -> str:
+    """Commits and log bytes per day per table: what sizes `log_retention`."""
+    on = lh["layout"][lh["housekept"]]
+    batches = lh["runs"][lh["housekept"]]["batches"] or 1
+    parts = []
+    for name, t in on.items():
+        appends = t["commits_by_kind"].get("append", 0) / batches
+        parts.append(
+            f"`{name}` {t['commits_per_day']:,.0f} commits a day ({appends:.2f} appends a "
+            f"batch), ~{(t['bytes_per_commit'] or 0) / 1024:,.1f} KiB of log a commit"
+        )
+    total = sum(t["log_bytes"] for t in on.values())
+    return (
+        f"Sizing retention, housekept warehouse at one batch every {trigger}: "
+        + "; ".join(parts)
+        + f". Its `_delta_log`s hold {total / 1e6:,.1f} MB after {lh['days']} days "
+        f"({total / 1e6 / lh['days']:,.2f} MB a day); commits a day scale with 86,400 ÷ the "
+        "trigger in seconds (docs/operations.md)."
+    )
 
 
 def _differences(c: dict[str, Any]) -> str:

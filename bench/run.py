@@ -6,11 +6,13 @@
 Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
 scaleout (a standalone cluster and S3), windows (tumbling and hopping on one input), bigfile
 (5), nightly, curve, lateness (adaptive lateness against fixed bounds), backlog (catch-up
-after an outage: 40 days, five a micro-batch). Full mode writes into `docs/` by default and
+after an outage: 40 days, five a micro-batch), longhaul (30 days at one file a micro-batch,
+housekeeping off and on, then the nightly, maintenance, cleanup and `--reproduce` of every
+date). Full mode writes into `docs/` by default and
 takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
-windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, bigfile
-~15-20 min, run last); `--quick`
+windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, longhaul
+~2 h, bigfile ~15-20 min, run last); `--quick`
 (~7-13 min; the smoke test runs some of its sections, the others carried over from a
 recorded quick run) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
@@ -45,6 +47,7 @@ from bench.findings import findings
 
 if TYPE_CHECKING:  # bench.backlog imports Spark: the command line loads this module without it
     from bench.backlog import CatchUp
+    from bench.longhaul import LongHaul
 
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
 
@@ -61,6 +64,7 @@ SECTIONS = (
     "curve",
     "lateness",
     "backlog",
+    "longhaul",
 )
 
 
@@ -111,6 +115,11 @@ class Preset:
     backlog_events_per_day: int
     backlog_files_per_day: int
     backlog_days_per_batch: int
+    # 13. the long haul (bench.longhaul)
+    longhaul_days: int
+    longhaul_files_per_day: int
+    longhaul_events_per_file: int
+    longhaul_modes: tuple[str, ...]
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -159,6 +168,17 @@ class Preset:
         )
 
     @property
+    def long_haul(self) -> LongHaul:
+        from bench.longhaul import LongHaul
+
+        return LongHaul(
+            self.longhaul_days,
+            self.longhaul_files_per_day,
+            self.longhaul_events_per_file,
+            self.longhaul_modes,
+        )
+
+    @property
     def latency_shape(self) -> StreamShape:
         return StreamShape(self.latency_window_ms, self.latency_lateness_ms, 1000)
 
@@ -175,8 +195,8 @@ class Preset:
 
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
 # (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
-# scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, backlog ~20 min, bigfile
-# ~15-20 min: over an hour.
+# scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, backlog ~20 min, longhaul
+# ~2 h, bigfile ~15-20 min: over three hours.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -233,6 +253,13 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "backlog_events_per_day": (500_000, 2_000),
     "backlog_files_per_day": (5, 5),
     "backlog_days_per_batch": (5, 2),
+    # 13. the long haul: issue 39's 30-day warehouse at one file (~2,000 events) a micro-batch,
+    # 48 a day (a batch every 30 min of stream time): 1,440 batches a run, housekeeping off,
+    # thread and inline; quick: 2 days of 8 files, off and thread
+    "longhaul_days": (30, 2),
+    "longhaul_files_per_day": (48, 8),
+    "longhaul_events_per_file": (2_000, 250),
+    "longhaul_modes": (("off", "thread", "inline"), ("off", "thread")),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -304,6 +331,7 @@ class BenchRun:
                 ("windows", self.windows),
                 ("lateness", self.lateness),
                 ("backlog", self.backlog),
+                ("longhaul", self.longhaul),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -385,6 +413,13 @@ class BenchRun:
 
         self.results["backlog"] = backlog.backlog_section(
             self.spark, self.work, self.preset.catch_up, self.env
+        )
+
+    def longhaul(self) -> None:
+        from bench import longhaul
+
+        self.results["longhaul"] = longhaul.longhaul_section(
+            self.spark, self.work, self.preset.long_haul, self.env
         )
 
     def bigfile(self) -> None:

@@ -868,6 +868,47 @@ def _check_backlog(bl: dict[str, Any]) -> None:
     assert bl["batch_s"]["max"] == max(b["seconds"] for b in bl["batches"])
 
 
+def _check_longhaul(lh: dict[str, Any]) -> None:
+    """13. the long haul: every run read every line; housekeeping compacted the closed date and
+    left its commits in the log; the nightly, maintenance and cleanup ran, the pinned versions
+    are gone, and every date still reproduces."""
+    from bench.run import QUICK
+
+    batches = QUICK.longhaul_days * QUICK.longhaul_files_per_day
+    assert list(lh["runs"]) == list(QUICK.longhaul_modes) and lh["all_lines_counted"]
+    for mode, run in lh["runs"].items():
+        assert run["batches"] == batches and run["input_lines"] == lh["lines"], mode
+        assert run["events_per_s"] > 0 and run["batch_ms"]["p99"] >= run["batch_ms"]["p50"] > 0
+    thread, off = lh["ratios"]["thread"], lh["runs"]["off"]
+    assert thread["throughput"] == pytest.approx(
+        lh["runs"]["thread"]["events_per_s"] / off["events_per_s"]
+    )
+    closed = lh["audit"]["closed_dates"]
+    assert closed and all(d in lh["layout"]["off"]["events"]["files_by_date"] for d in closed)
+    # off: one small file or more a batch; thread: the closed dates packed
+    assert lh["layout"]["off"]["events"]["files_by_date"][closed[0]] > 4
+    assert lh["max_files_per_closed_date"] <= 4 and lh["closed_files_met"]
+    on, off_layout = lh["layout"]["thread"], lh["layout"]["off"]
+    assert on["events"]["commits_by_kind"]["optimize"] > 0
+    assert "optimize" not in off_layout["events"]["commits_by_kind"]
+    assert (
+        on["events"]["commits_by_kind"]["append"]
+        == off_layout["events"]["commits_by_kind"]["append"]
+    )
+    assert lh["housekeeping"]["thread"]["actions"].get("compact_closed", 0) >= 1
+    assert lh["housekeeping"]["thread"]["failed"] == 0
+    audit = lh["audit"]
+    assert [n["date"] for n in audit["nightly"]] == closed
+    assert all(n["code"] in (0, 1) for n in audit["nightly"])  # run recorded either way
+    assert audit["maintain"]["code"] == 0
+    pins = audit["pinned_versions"]
+    assert pins["pinned"] >= len(closed) and pins["unreadable"] == pins["pinned"]
+    assert audit["reproduce_available"]
+    assert [r["date"] for r in audit["reproduce"]] == closed
+    assert all(r["outcome"] == "MATCH" for r in audit["reproduce"]), audit["reproduce"]
+    assert lh["reproduce_met"]
+
+
 def _check_nightly(r: dict[str, Any]) -> None:
     """6./7. nightly per stage, the same totals as DuckDB, balanced; the curve ran."""
     for size in r["nightly"]["sizes"]:
@@ -896,6 +937,7 @@ HEADINGS = {
     "curve": "## 7. Lateness curve",
     "lateness": "## 11. Adaptive lateness: calm, burst, calm",
     "backlog": "## 12. Catch-up after an outage: a backlog several days a micro-batch",
+    "longhaul": "## 13. The long haul: many days at small micro-batches, housekeeping off and on",
 }
 
 
@@ -952,6 +994,7 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     _check_bigfile(r["bigfile"])
     _check_nightly(r)
     _check_backlog(r["backlog"])
+    _check_longhaul(r["longhaul"])
 
     # the harness's derived results, again from the recorded runs
     for kind in KINDS:
@@ -985,6 +1028,9 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     bl = r["backlog"]
     assert f"{bl['input_lines']:,} of {bl['lines']:,} lines counted" in md
     assert "every line counted" in "\n".join(r["findings"])
+    lh = r["longhaul"]
+    assert f"at most {lh['max_files_per_closed_date']} over" in md
+    assert "Sizing retention, housekept warehouse" in "\n".join(r["findings"])
     for heading in HEADINGS.values():
         assert "carried over" not in md.split(heading)[1].split("\n")[0], heading
 
@@ -1055,3 +1101,32 @@ def test_nightly_counts_each_stage_call_alone(spark) -> None:
         counted.append(jobs["reconcile"])
     assert counted[0] >= 1
     assert counted == [counted[0]] * 3
+
+
+@pytest.mark.slow
+def test_longhaul_quick(spark, tmp_path: Path) -> None:
+    """`tally bench --quick --only longhaul` for real: the section's numbers, its report and
+    its findings."""
+    from bench.report import MD_NAME
+    from bench.report.longhaul import HEADING
+    from bench.run import run_bench
+
+    out = tmp_path / "out"
+    r = run_bench(
+        spark,
+        quick=True,
+        out_dir=out,
+        work_dir=tmp_path / "work",
+        command="pytest tests/test_bench.py",
+        only=("longhaul",),
+    )
+    assert r["errors"] == {}
+    lh = r["longhaul"]
+    _check_longhaul(lh)
+    md = (out / MD_NAME).read_text()
+    assert HEADING in md and "13. long haul: files per closed `events` date ≤ 4" in md
+    dates = len(lh["audit"]["closed_dates"])
+    assert f"{dates} of {dates} dates MATCH" in md
+    text = "\n".join(r["findings"])
+    assert text.count("Long haul (") == 1 and "Sizing retention" in text
+    assert not (tmp_path / "work").exists()

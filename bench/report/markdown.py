@@ -10,6 +10,7 @@ from bench import nightly_targets as NT
 from bench.findings import closing_notes
 from bench.report import backlog as B
 from bench.report import lateness as L
+from bench.report import longhaul as LH
 from bench.report import sections as S
 from bench.report.carry import carried_label
 from bench.report.files import JSON_NAME
@@ -41,6 +42,8 @@ def _targets(r: dict[str, Any]) -> list[str]:
         L.target_row(r["lateness"], row)
     if r.get("backlog"):
         B.target_row(r["backlog"], row)
+    if r.get("longhaul"):
+        LH.target_rows(r["longhaul"], row)
     return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
@@ -298,6 +301,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += L.section(r["lateness"], carried_label(r, "lateness"), png=png_name is not None)
     if r.get("backlog"):
         out += B.section(r["backlog"], carried_label(r, "backlog"))
+    if r.get("longhaul"):
+        out += LH.section(r["longhaul"], carried_label(r, "longhaul"))
     if r.get("nightly") or r.get("curve"):
         out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,518 @@
+"""Section 13: the long haul. A multi-day warehouse streamed at small micro-batches, with the
+stream's housekeeping off and on, then the nightly of every closed date, `tally maintain`, a
+cleanup that makes the old versions unreadable, and `tally reconcile --reproduce` of each date.
+
+The input: `days` of events from `tally_tools.generate` in `files_per_day` files a day, each
+file's modification time just after the events it holds, streamed by one `tally stream
+--available-now --clock arrival --max-files-per-trigger 1` process per run: one micro-batch a
+file, so the stream's processing time (the arrival clock) advances one trigger (a day /
+files_per_day) a batch, and housekeeping, scheduled on that clock (`compact_interval`,
+`vacuum_interval`), runs as it would live. Each run is its own process, into its own warehouse:
+`off` (`--maintenance false`), `thread` (the default: a background thread) and, when the
+preset asks for it, `inline` (between micro-batches).
+
+Measured per run: micro-batch p50/p99 (`stream_progress.batch_duration_ms`), throughput (valid
+events / the seconds from the first batch's start to the last batch's end, from the stream's
+trace: time between batches, where inline housekeeping runs, is inside it), and the ratios to
+`off` in the same section run (target: housekeeping costs <= 10 % of throughput and of p99).
+After the runs, per warehouse and stream table: live files (per `event_date` for `events`),
+`_delta_log` and checkpoint bytes, commits by kind (appends, compactions, VACUUMs) and per day.
+On the housekept warehouse: the nightly (`tally reconcile --date D`) of every closed date, `tally
+maintain`, then VACUUM RETAIN 0 HOURS and log cleanup on back-dated logs of every stream table,
+and `tally reconcile --date D --reproduce` of every date (target: MATCH for all). The commands
+run in this process (`tally_app.cli.main`, on the bench's session), as a user runs them.
+
+Expected duration on 2 cores: full (30 days, 48 files a day, three runs of 1,440 batches) ~2 h
+(estimated, not yet run); quick (2 days of 8 files) 18 min measured at a load average of ~15-20
+on 2 cores (other engineers' Spark jobs), a few minutes expected on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from bench import engines as E
+from bench.common import (
+    DAY,
+    StreamShape,
+    delta_commits,
+    load_average,
+    local_path,
+    log,
+    percentile,
+    stopwatch,
+)
+from tally import maintenance as M
+from tally import tables as T
+
+PARTITIONS = 4
+KEYS = 200
+SEED = 43
+DAY_MS = 86_400_000
+WINDOW_MS, LATENESS_MS = 60_000, 30_000
+# The runs, each one `tally stream` process: its flags.
+RUN_FLAGS: dict[str, tuple[str, ...]] = {
+    "off": ("--maintenance", "false"),
+    "thread": ("--maintenance", "true", "--maintenance-mode", "thread"),
+    "inline": ("--maintenance", "true", "--maintenance-mode", "inline"),
+}
+HOUSEKEPT = "thread"  # the run whose warehouse gets the nightly, maintenance and --reproduce
+COST_TARGET = 0.10  # housekeeping may cost this share of throughput and of the p99
+CLOSED_FILES_TARGET = M.CLOSED_MAX_FILES
+# The first micro-batch compiles the stream's stages (seconds, not milliseconds): left out of
+# the p50/p99 and the throughput of every run alike.
+WARMUP_BATCHES = 1
+CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+
+@dataclass(frozen=True)
+class LongHaul:
+    """`days` of events in `files_per_day` files of ~`events_per_file` events, one file a
+    micro-batch; `modes`: the runs (RUN_FLAGS' keys; `off` first, the baseline)."""
+
+    days: int
+    files_per_day: int
+    events_per_file: int
+    modes: tuple[str, ...]
+
+    @property
+    def files(self) -> int:
+        return self.days * self.files_per_day
+
+    @property
+    def events(self) -> int:
+        return self.files * self.events_per_file
+
+    @property
+    def trigger_ms(self) -> int:
+        """Processing time between micro-batches (the arrival clock): a day per file count."""
+        return DAY_MS // self.files_per_day
+
+
+def stream_tables() -> list[tuple[T.Table, str | None]]:
+    from streaming.housekeeping import STREAM_MAINTAINED
+
+    return list(STREAM_MAINTAINED)
+
+
+# -- the input and the runs ------------------------------------------------------------------------
+
+
+def generate_input(out: Path, lh: LongHaul) -> dict[str, Any]:
+    from tally_tools.generate import generate
+
+    with stopwatch() as t:
+        manifest = generate(
+            out=str(out),
+            events=lh.events,
+            partitions=PARTITIONS,
+            seed=SEED,
+            start=DAY,
+            duration_ms=lh.days * DAY_MS,
+            files=lh.files,
+            keys=KEYS,
+        )
+    manifest["generate_s"] = t["s"]
+    return manifest
+
+
+def stream_run(
+    spark: SparkSession, data: Path, work: Path, mode: str, env: E.EngineEnv
+) -> dict[str, Any]:
+    """One `tally stream` process over the whole input with the mode's flags: its batches'
+    durations and throughput over their span (the first batch, the stream's compile warm-up,
+    left out of both), wall time and peak RSS."""
+    run_dir = work / f"longhaul_{mode}"
+    load = load_average()
+    shape = StreamShape(WINDOW_MS, LATENESS_MS, 1)
+    log(f"longhaul: streaming, housekeeping {mode}")
+    run = E.run_tally(f"longhaul-{mode}", str(data), run_dir, shape, env, extra=RUN_FLAGS[mode])
+    progress = E.progress_rows(spark, run["warehouse"])
+    steady = progress[WARMUP_BATCHES:]
+    durations = [float(p["batch_duration_ms"] or 0) for p in steady]
+    valid = sum(int(p["valid_events"] or 0) for p in steady)
+    traced = run["trace_batches"][WARMUP_BATCHES:]
+    span = traced[-1]["t"] - (traced[0]["t"] - traced[0]["seconds"]) if traced else None
+    return {
+        "mode": mode,
+        "flags": list(RUN_FLAGS[mode]),
+        "load_average_before": load,
+        "seconds": run["seconds"],
+        "peak_rss_mb": run["peak_rss_mb"],
+        "batches": len(progress),
+        "input_lines": sum(int(p["input_lines"] or 0) for p in progress),
+        "valid_events": sum(int(p["valid_events"] or 0) for p in progress),
+        "first_batch_ms": progress[0]["batch_duration_ms"] if progress else None,
+        "batch_ms": {
+            "p50": percentile(durations, 50),
+            "p99": percentile(durations, 99),
+            "max": max(durations, default=None),
+        },
+        "span_s": span,
+        "events_per_s": valid / span if span else None,
+        "warehouse": run["warehouse"],
+        "checkpoint": run["checkpoint"],
+    }
+
+
+def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Each housekept run against `off`: throughput ON/OFF and p99 ON/OFF."""
+    base = runs["off"]
+    out: dict[str, dict[str, float | None]] = {}
+    for mode, run in runs.items():
+        if mode == "off":
+            continue
+        eps, p99 = run["events_per_s"], run["batch_ms"]["p99"]
+        out[mode] = {
+            "throughput": eps / base["events_per_s"] if eps and base["events_per_s"] else None,
+            "p99": p99 / base["batch_ms"]["p99"] if p99 and base["batch_ms"]["p99"] else None,
+            "p50": (
+                run["batch_ms"]["p50"] / base["batch_ms"]["p50"]
+                if run["batch_ms"]["p50"] and base["batch_ms"]["p50"]
+                else None
+            ),
+        }
+    return out
+
+
+def cost_met(ratio: dict[str, float | None]) -> bool:
+    thr, p99 = ratio.get("throughput"), ratio.get("p99")
+    return thr is not None and p99 is not None and thr >= 1 - COST_TARGET and p99 <= 1 + COST_TARGET
+
+
+# -- what a warehouse holds ------------------------------------------------------------------------
+
+
+def commit_kind(operation: str) -> str:
+    """A Delta commit's operation as what sizes the log: appends, compactions, VACUUMs, other."""
+    if operation in ("WRITE", "STREAMING UPDATE", "CREATE TABLE AS SELECT", "MERGE"):
+        return "append"
+    if operation == "OPTIMIZE":
+        return "optimize"
+    if operation.startswith("VACUUM"):
+        return "vacuum"
+    return "other"
+
+
+def log_listing(table_dir: Path) -> dict[str, Any]:
+    """The table's `_delta_log`: its bytes, its checkpoints' bytes, its oldest commit left."""
+    log_dir = table_dir / "_delta_log"
+    total = checkpoint = 0
+    versions = []
+    for path in log_dir.rglob("*"):
+        if not path.is_file():
+            continue
+        size = path.stat().st_size
+        total += size
+        if ".checkpoint" in path.name:
+            checkpoint += size
+        elif path.suffix == ".json" and path.stem.isdigit() and path.parent == log_dir:
+            versions.append(int(path.stem))
+    return {
+        "log_bytes": total,
+        "checkpoint_bytes": checkpoint,
+        "first_commit": min(versions, default=None),
+    }
+
+
+def table_layout(spark: SparkSession, warehouse: str, days: int) -> dict[str, Any]:
+    """Per stream table: live files and bytes, `_delta_log` bytes, commits by kind and per day
+    of stream time; `events` also per `event_date`."""
+    out: dict[str, Any] = {}
+    for table, column in stream_tables():
+        if not T.exists(spark, warehouse, table.name):
+            continue
+        path = T.table_path(warehouse, table.name)
+        layout = M.live_files(spark, path, column)
+        commits = delta_commits(path)
+        kinds: dict[str, int] = {}
+        for c in commits:
+            kinds[commit_kind(c.operation)] = kinds.get(commit_kind(c.operation), 0) + 1
+        local = Path(local_path(path))
+        listing = log_listing(local)
+        json_bytes = sum(p.stat().st_size for p in (local / "_delta_log").glob("*.json"))
+        row: dict[str, Any] = {
+            "live_files": sum(s.files for s in layout.values()),
+            "live_bytes": sum(s.bytes for s in layout.values()),
+            **listing,
+            "commits": len(commits),
+            "commits_by_kind": kinds,
+            "commits_per_day": len(commits) / days,
+            "log_bytes_per_day": listing["log_bytes"] / days,
+            "bytes_per_commit": json_bytes / len(commits) if commits else None,
+        }
+        if column is not None:
+            row["files_by_date"] = {str(k): s.files for k, s in sorted(layout.items())}
+        out[table.name] = row
+    return out
+
+
+def closed_dates(spark: SparkSession, warehouse: str, lh: LongHaul) -> list[date]:
+    """The generated dates the stream's last watermark closed (the nightly's wait rule)."""
+    from tally.dates import date_closed_at, epoch_ms, window_reach_ms
+    from tally.settings import Settings
+    from tally_app.nightly import stream_position
+
+    position = stream_position(spark, warehouse)
+    first = DAY.date()
+    dates = [first + timedelta(days=i) for i in range(lh.days)]
+    if position is None or (position.watermark_ms is None and not position.drained):
+        return []
+    reach, allowed = window_reach_ms(WINDOW_MS), Settings().allowed_lateness
+    return [
+        d
+        for d in dates
+        if position.drained
+        or epoch_ms(date_closed_at(d, "UTC", reach, allowed)) <= (position.watermark_ms or 0)
+    ]
+
+
+# -- the nightly, maintenance, cleanup and reproduce --------------------------------------------
+
+
+def tally(argv: Sequence[str]) -> dict[str, Any]:
+    """`tally ARGV` in this process (on the bench's session): exit code, output, seconds."""
+    from tally_app.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with stopwatch() as t, redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue(), "seconds": t["s"]}
+
+
+def reproduce_available() -> bool:
+    """Whether this tally's `reconcile` has `--reproduce`."""
+    from tally_app.cli import build_parser
+
+    try:
+        with redirect_stderr(io.StringIO()):
+            build_parser().parse_args(["reconcile", "--date", "2026-11-20", "--reproduce"])
+    except SystemExit:
+        return False
+    return True
+
+
+def nightly_runs(warehouse: str, dates: list[date]) -> list[dict[str, Any]]:
+    """`tally reconcile --date D` for each closed date (exit 0 balanced, 1 a named problem:
+    the generated feed plants data-quality faults; either way the run is recorded)."""
+    out = []
+    for d in dates:
+        run = tally(["reconcile", "--date", d.isoformat(), "--warehouse", warehouse])
+        log(f"longhaul: reconcile {d}: exit {run['code']} in {run['seconds']:.1f} s")
+        out.append({"date": d.isoformat(), "code": run["code"], "seconds": run["seconds"]})
+    return out
+
+
+def maintain(warehouse: str, checkpoint: str) -> dict[str, Any]:
+    run = tally(
+        [
+            "maintain",
+            "--warehouse",
+            warehouse,
+            "--checkpoint",
+            checkpoint,
+            "--window",
+            f"{WINDOW_MS // 1000}s",
+        ]
+    )
+    lines = [line for line in run["out"].splitlines() if line.strip()]
+    log(f"longhaul: tally maintain: exit {run['code']}, {len(lines)} lines, {run['seconds']:.0f} s")
+    return {
+        "code": run["code"],
+        "seconds": run["seconds"],
+        "actions": lines,
+        "error": run["err"].strip().splitlines()[-1] if run["err"].strip() else None,
+    }
+
+
+def force_cleanup(spark: SparkSession, warehouse: str) -> dict[str, Any]:
+    """Make every old version of the stream's tables unreadable: VACUUM keeping nothing (the
+    files compaction replaced), then log cleanup as Delta does it at a checkpoint (an hour of
+    log and of removed files kept, a checkpoint every second commit, the log's files three days
+    old, two commits)."""
+    three_days_ago = time.time() - 3 * 86_400
+    first_commit: dict[str, Any] = {}
+    for table, _column in stream_tables():
+        if not T.exists(spark, warehouse, table.name):
+            continue
+        path = T.table_path(warehouse, table.name)
+        quoted = path.replace("`", "``")
+        spark.conf.set(CHECK, "false")
+        try:
+            spark.sql(f"VACUUM delta.`{quoted}` RETAIN 0 HOURS")
+        finally:
+            spark.conf.unset(CHECK)
+        spark.sql(  # Delta requires log retention >= deleted-file retention
+            f"ALTER TABLE delta.`{quoted}` SET TBLPROPERTIES ("
+            "'delta.logRetentionDuration' = 'interval 1 hours', "
+            "'delta.deletedFileRetentionDuration' = 'interval 1 hours', "
+            "'delta.checkpointInterval' = '2')"
+        )
+        log_dir = Path(local_path(path), "_delta_log")
+        for name in os.listdir(log_dir):
+            os.utime(log_dir / name, (three_days_ago, three_days_ago))
+        for n in (1, 2):
+            spark.sql(f"ALTER TABLE delta.`{quoted}` SET TBLPROPERTIES ('tally.bench' = '{n}')")
+        first_commit[table.name] = log_listing(Path(local_path(path)))["first_commit"]
+    return first_commit
+
+
+PINNED = ("events", "stream_aggregates", "late_events", "stream_progress")  # `<table>_version`
+
+
+def pinned_versions_unreadable(spark: SparkSession, warehouse: str) -> dict[str, int]:
+    """Of the stream tables' versions the recorded runs pinned: how many Delta can no longer
+    read by version (its commit cleaned from the log, or its files vacuumed)."""
+    runs = T.read_table(spark, warehouse, T.RECONCILIATION_RUNS.name)
+    columns = [f"{name}_version" for name in PINNED if f"{name}_version" in runs.columns]
+    pinned = {
+        (column.removesuffix("_version"), int(row[column]))
+        for row in runs.select(*columns).collect()
+        for column in columns
+        if row[column] is not None
+    }
+    unreadable = 0
+    for name, version in sorted(pinned):
+        try:
+            T.read_table(spark, warehouse, name, version).limit(1).count()
+        except Exception:  # the commit or its files are gone: what the cleanup was for
+            unreadable += 1
+    return {"pinned": len(pinned), "unreadable": unreadable}
+
+
+OUTCOMES = {0: "MATCH", 1: "differs", 2: "expired"}
+
+
+def reproduce_runs(warehouse: str, dates: list[date]) -> list[dict[str, Any]]:
+    """`tally reconcile --date D --reproduce` of each reconciled date: MATCH (exit 0), differs
+    (1) or expired (2: its one line kept)."""
+    out = []
+    for d in dates:
+        run = tally(["reconcile", "--date", d.isoformat(), "--warehouse", warehouse, "--reproduce"])
+        outcome = OUTCOMES.get(run["code"], f"exit {run['code']}")
+        detail = (run["err"] or run["out"]).strip().splitlines()
+        log(f"longhaul: reproduce {d}: {outcome}")
+        out.append(
+            {
+                "date": d.isoformat(),
+                "code": run["code"],
+                "outcome": outcome,
+                "detail": detail[-1] if detail else "",
+                "seconds": run["seconds"],
+            }
+        )
+    return out
+
+
+def audit(spark: SparkSession, run: dict[str, Any], lh: LongHaul) -> dict[str, Any]:
+    """On the housekept warehouse: the nightly of every closed date, `tally maintain`, the
+    forced cleanup, `--reproduce` of every date; the layout after maintenance and cleanup."""
+    warehouse = run["warehouse"]
+    dates = closed_dates(spark, warehouse, lh)
+    nightly = nightly_runs(warehouse, dates)
+    maintained = maintain(warehouse, run["checkpoint"])
+    layout_maintained = table_layout(spark, warehouse, lh.days)
+    first_commit = force_cleanup(spark, warehouse)
+    layout_cleaned = table_layout(spark, warehouse, lh.days)
+    pins = pinned_versions_unreadable(spark, warehouse)
+    available = reproduce_available()
+    reproduced = reproduce_runs(warehouse, dates) if available else []
+    return {
+        "closed_dates": [d.isoformat() for d in dates],
+        "nightly": nightly,
+        "maintain": maintained,
+        "layout_after_maintain": layout_maintained,
+        "layout_after_cleanup": layout_cleaned,
+        "first_commit_after_cleanup": first_commit,
+        "pinned_versions": pins,
+        "reproduce_available": available,
+        "reproduce": reproduced,
+        "all_match": bool(reproduced) and all(r["outcome"] == "MATCH" for r in reproduced),
+    }
+
+
+# -- the section -----------------------------------------------------------------------------------
+
+
+def maintenance_summary(spark: SparkSession, warehouse: str) -> dict[str, Any]:
+    """What the stream's housekeeping did: actions by kind, failures, its seconds."""
+    from pyspark.sql import functions as F
+
+    if not T.exists(spark, warehouse, T.MAINTENANCE_LOG.name):
+        return {"actions": {}, "failed": 0, "seconds": 0.0}
+    rows = (
+        T.read_table(spark, warehouse, T.MAINTENANCE_LOG.name)
+        .groupBy("action")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count_if(F.col("outcome") != M.DONE).alias("failed"),
+            F.sum("seconds").alias("seconds"),
+        )
+        .collect()
+    )
+    return {
+        "actions": {r["action"]: int(r["n"]) for r in rows},
+        "failed": sum(int(r["failed"]) for r in rows),
+        "seconds": float(sum(r["seconds"] or 0 for r in rows)),
+    }
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, Any]:
+    """The targets: files per closed date, housekeeping's cost, reproduce."""
+    on = result["layout"][HOUSEKEPT].get("events", {}).get("files_by_date", {})
+    closed = result["audit"]["closed_dates"]
+    files = [on.get(d, 0) for d in closed]
+    return {
+        "max_files_per_closed_date": max(files, default=None),
+        "closed_files_met": bool(files) and max(files) <= CLOSED_FILES_TARGET,
+        "cost_met": {mode: cost_met(r) for mode, r in result["ratios"].items()},
+        "reproduce_met": result["audit"]["all_match"],
+    }
+
+
+def longhaul_section(
+    spark: SparkSession, work: Path, lh: LongHaul, env: E.EngineEnv
+) -> dict[str, Any]:
+    data = work / "longhaul_input"
+    log(f"longhaul: generating {lh.days} days of {lh.events:,} events in {lh.files} files")
+    manifest = generate_input(data, lh)
+    runs = {mode: stream_run(spark, data, work, mode, env) for mode in lh.modes}
+    layout = {mode: table_layout(spark, r["warehouse"], lh.days) for mode, r in runs.items()}
+    housekept = [mode for mode in runs if mode != "off"]
+    housework = {mode: maintenance_summary(spark, runs[mode]["warehouse"]) for mode in housekept}
+    result: dict[str, Any] = {
+        "days": lh.days,
+        "files_per_day": lh.files_per_day,
+        "events_per_file": lh.events_per_file,
+        "trigger_ms": lh.trigger_ms,
+        "partitions": PARTITIONS,
+        "keys": KEYS,
+        "lines": manifest["lines"],
+        "valid_lines": manifest["events"] + manifest["duplicates"],
+        "generate_s": manifest["generate_s"],
+        "runs": runs,
+        "ratios": ratios(runs),
+        "layout": layout,
+        "housekeeping": housework,
+        "housekept": HOUSEKEPT,
+        "cost_target": COST_TARGET,
+        "closed_files_target": CLOSED_FILES_TARGET,
+        "all_lines_counted": all(r["input_lines"] == manifest["lines"] for r in runs.values()),
+    }
+    result["audit"] = audit(spark, runs[HOUSEKEPT], lh)
+    result.update(verdicts(result))
+    for mode in runs:
+        shutil.rmtree(work / f"longhaul_{mode}", ignore_errors=True)
+    shutil.rmtree(data, ignore_errors=True)
+    return result
