@@ -416,3 +416,35 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
         rate.alias("late_event_rate"),
         F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
     )
+
+
+# The columns of a `reconciliation` row a reproduction compares (all but the date, the window
+# and key it is joined on, and the run_time of the run that wrote it).
+COMPARED_COLUMNS = (
+    "stream_count",
+    "stream_amount",
+    "batch_count",
+    "batch_amount",
+    "diff_count",
+    "diff_amount",
+    "late_count",
+    "late_amount",
+    "residual_count",
+    "residual_amount",
+    "max_lateness_ms",
+    "status",
+)
+
+
+def window_differences(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
+    """The windows whose `reconciliation` rows differ between two computations of a date: one
+    row per window and key with `recorded` and `recomputed` (structs of `COMPARED_COLUMNS`;
+    null where that side has no row). Empty when they are the same rows."""
+
+    def side(rows: DataFrame, name: str) -> DataFrame:
+        return rows.select(*WINDOW_KEY, F.struct(*COMPARED_COLUMNS).alias(name))
+
+    joined = side(recomputed, "recomputed").join(
+        side(recorded, "recorded"), list(WINDOW_KEY), "full_outer"
+    )
+    return joined.where(~F.col("recomputed").eqNullSafe(F.col("recorded")))

@@ -39,10 +39,12 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from py4j.protocol import Py4JError
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -73,6 +75,7 @@ from batch.sessions import (
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL
 from tally.dates import DayBounds, business_day_bounds, epoch_ms, window_in_day
+from tally.pins import frontier_of, read_at_frontier
 from tally.settings import windowing_problem
 from tally.spark import without_adaptive_execution
 from tally.windows import describe_windowing, slide_of, window_kind
@@ -207,7 +210,7 @@ def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
         if not T.exists(spark, warehouse, table.name):
             if not T.creates_on_write(table):
                 T.ensure_table(spark, warehouse, table)
-        elif table is T.RECONCILIATION_RUNS:  # it gained the bounds in force
+        elif table in (T.RECONCILIATION, T.RECONCILIATION_RUNS):  # columns they gained
             T.add_missing_columns(spark, warehouse, table)
 
 
@@ -218,6 +221,128 @@ def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) ->
     if not 0 <= version <= latest:
         raise ReconcileError(f"{name}: version {version} does not exist (latest is {latest})")
     return int(version)
+
+
+class PinExpired(ReconcileError):
+    """A pin read by version whose commit the log no longer holds, or whose files VACUUM
+    deleted (one line: the table, the version, what is kept)."""
+
+
+# How Delta and Spark refuse a version a pin names: its commit cleaned from the log; older than
+# the table's delta.deletedFileRetentionDuration (Delta refuses to time travel past it, whether
+# or not VACUUM ran); one of its files deleted by VACUUM (a failed read, mid-run).
+VERSION_NOT_FOUND = "DELTA_VERSION_NOT_FOUND"
+BEYOND_RETENTION = "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"
+FILE_NOT_FOUND = "FAILED_READ_FILE.FILE_NOT_EXIST"
+_LOST = {VERSION_NOT_FOUND: "log", BEYOND_RETENTION: "retention"}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A stream table as a run reads it: at `version`, or (`frontier` given) as its rows at
+    or below that batch frontier in the latest snapshot (`tally.pins`: the same rows, and
+    they survive compaction, VACUUM and log cleanup)."""
+
+    name: str
+    version: int
+    frontier: Mapping[str, int] | None = None
+
+    def read(self, spark: SparkSession, warehouse: str) -> DataFrame:
+        if self.frontier is not None:
+            return read_at_frontier(spark, warehouse, self.name, self.frontier)
+        try:
+            return T.read_table(spark, warehouse, self.name, self.version)
+        except AnalysisException as exc:
+            lost = _LOST.get(str(exc.getCondition()))
+            if lost is None:
+                raise
+            raise expired(spark, warehouse, self.name, self.version, lost) from None
+
+
+def expired(spark: SparkSession, warehouse: str, name: str, version: int, lost: str) -> PinExpired:
+    """The one-line PinExpired of a version `lost` to log cleanup ("log"), to the table's
+    time-travel limit ("retention") or to VACUUM ("files"): what the table still keeps, and
+    since when."""
+    log_ = _delta_log(spark, warehouse, name)
+    latest = _snapshot(log_)
+    config = latest.metadata().configuration()
+
+    def setting(key: str, default: str) -> str:
+        found = config.get(key)
+        return str(found.get()) if found.isDefined() else default
+
+    if lost == "files":
+        retention = setting("delta.deletedFileRetentionDuration", "interval 1 week")
+        return PinExpired(
+            f"{name} version {version} has expired (its files were vacuumed: kept are files "
+            f"removed less than delta.deletedFileRetentionDuration={retention} ago)"
+        )
+    if lost == "retention":
+        retention = setting("delta.deletedFileRetentionDuration", "interval 1 week")
+        written = _commit_time(spark, log_, version)
+        return PinExpired(
+            f"{name} version {version} has expired ("
+            + (f"written {written}, " if written else "")
+            + "older than Delta time travel reaches back: "
+            f"delta.deletedFileRetentionDuration={retention})"
+        )
+    earliest = _earliest(log_)
+    since = _commit_time(spark, log_, earliest)
+    retention = setting("delta.logRetentionDuration", "interval 30 days")
+    return PinExpired(
+        f"{name} version {version} has expired (kept: {earliest}-{latest.version()}"
+        + (f", since {since}" if since else "")
+        + f"; delta.logRetentionDuration={retention})"
+    )
+
+
+def _earliest(log_: Any) -> int:
+    return int(log_.history().getEarliestRecreatableCommit())
+
+
+def _delta_log(spark: SparkSession, warehouse: str, name: str) -> Any:
+    from tally.spark import jvm_class
+
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
+    return delta_log.forTable(spark._jsparkSession, T.table_path(warehouse, name))
+
+
+def _snapshot(log_: Any) -> Any:
+    return log_.update(*[getattr(log_, f"update$default${i}")() for i in (1, 2, 3)])
+
+
+def _commit_time(spark: SparkSession, log_: Any, version: int) -> str | None:
+    """When the log file of `version` (its commit, else its checkpoint) was written, UTC."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for suffix in ("json", "checkpoint.parquet"):
+        path = jvm.org.apache.hadoop.fs.Path(f"{log_.logPath().toString()}/{version:020d}.{suffix}")
+        fs = path.getFileSystem(conf)
+        if fs.exists(path):
+            written = datetime.fromtimestamp(
+                fs.getFileStatus(path).getModificationTime() / 1000, UTC
+            )
+            return written.strftime("%Y-%m-%d %H:%M UTC")
+    return None
+
+
+def conditions(exc: BaseException) -> list[str]:
+    """The Spark error conditions of `exc` and of the JVM exceptions it wraps (a failed read
+    of a vacuumed file arrives as a failed job whose cause names the condition)."""
+    found = []
+    if isinstance(exc, PySparkException) and exc.getCondition():
+        found.append(str(exc.getCondition()))
+    java = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    while java is not None:
+        try:
+            condition = java.getCondition()
+        except Py4JError:  # not a SparkThrowable
+            condition = None
+        if condition:
+            found.append(str(condition))
+        java = java.getCause()
+    return found
 
 
 def _replace_date(df: DataFrame, warehouse: str, table: T.Table, business_date: date) -> None:
@@ -342,16 +467,15 @@ def _windowing_settings(window_ms: int, slide_ms: int | None, gap_ms: int) -> di
 
 def _provenance(
     summary_df: DataFrame,
-    versions: tuple[int, int, int],
+    pinned: Pinned,
     windowing: tuple[int, int | None, int],
     report_timezone: str,
     now: datetime,
     settings: Mapping[str, Any] | None,
 ) -> DataFrame:
-    """The `reconciliation_runs` row: what was read (versions), with which settings;
-    `windowing` is (window_ms, slide_ms, session_gap_ms). The stream's bounds in force are
-    joined on by the caller (`_with_bounds`)."""
-    ev, sv, lv = versions
+    """The `reconciliation_runs` row: what was read (versions and batch frontiers), with which
+    settings; `windowing` is (window_ms, slide_ms, session_gap_ms). The stream's bounds in
+    force are joined on by the caller (`_with_bounds`)."""
     window_ms = windowing[0]
     settings_json = json.dumps(
         {
@@ -362,12 +486,19 @@ def _provenance(
         sort_keys=True,
         default=str,
     )
+    frontiers = F.create_map(
+        *[
+            x
+            for name, frontier in sorted(pinned.frontiers.items())
+            for x in (F.lit(name), T.literal_map(frontier, "string", "bigint"))
+        ]
+    ).cast("map<string,map<string,bigint>>")
     return summary_df.select(
         "business_date",
-        F.timestamp_millis(F.lit(epoch_ms(now))).alias("run_time"),
-        F.lit(ev).cast("long").alias("events_version"),
-        F.lit(sv).cast("long").alias("stream_aggregates_version"),
-        F.lit(lv).cast("long").alias("late_events_version"),
+        _run_time(now).alias("run_time"),
+        F.lit(pinned.events).cast("long").alias("events_version"),
+        F.lit(pinned.stream_aggregates).cast("long").alias("stream_aggregates_version"),
+        F.lit(pinned.late_events).cast("long").alias("late_events_version"),
         F.lit(window_ms).cast("long").alias("window_ms"),
         F.lit(report_timezone).alias("report_timezone"),
         F.lit(settings_json).alias("settings"),
@@ -382,6 +513,8 @@ def _provenance(
         "unexplained_windows",
         "unexplained_amount",
         (F.col("unexplained_windows") == 0).alias("balanced"),
+        F.lit(pinned.stream_progress).cast("long").alias("stream_progress_version"),
+        frontiers.alias("pin_frontiers"),
     )
 
 
@@ -408,10 +541,13 @@ class _Run:
     events: DataFrame
     stream_aggregates: DataFrame
     late_events: DataFrame
+    now: datetime  # the run's run_time
     # Frames persisted for the run (`keep`); `reconcile` unpersists them at its end.
     kept: list[DataFrame] = field(default_factory=list)
     # `keep_frames`: the run hands what it wrote over (`ReconcileFrames`)
     hand_over: bool = False
+    # False: the run computes what it would write and writes nothing (`batch.reproduce`)
+    writes: bool = True
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -425,7 +561,8 @@ class _Run:
         self.kept.clear()
 
     def replace(self, df: DataFrame, table: T.Table) -> None:
-        _replace_date(df, self.warehouse, table, self.business_date)
+        if self.writes:
+            _replace_date(df, self.warehouse, table, self.business_date)
 
 
 @dataclass(frozen=True)
@@ -460,7 +597,8 @@ def _write_diff(
     the late rows and how many of them repeat an earlier event. The day's late rows are few:
     cached, so counting the repeats does not read the log again."""
     late = run.keep(late)
-    diff = run.keep(diff_windows(batch, stream, late_totals(late), run.business_date))
+    rows = diff_windows(batch, stream, late_totals(late), run.business_date)
+    diff = run.keep(rows.select("*", _run_time(run.now).alias("run_time")))
     run.replace(diff, T.RECONCILIATION)
     return Diff(diff, late, copies.lines, late.where(~F.col(FIRST_ARRIVAL)).count())
 
@@ -551,6 +689,8 @@ def reconcile(
     window_slide_ms: int | None = None,
     session_gap_ms: int = 0,
     keep_frames: bool = False,
+    frontiers: Mapping[str, Mapping[str, int]] | None = None,
+    write: bool = True,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -558,39 +698,94 @@ def reconcile(
     versionAsOf, so the run records exactly what it read). `stream_versions` may hold
     `stream_aggregates` and `late_events`. `now` is the run time recorded in
     `reconciliation_runs` (the entry point passes the wall clock); `settings` (JSON-able)
-    is recorded with it. Re-running with the recorded versions reproduces the same rows.
+    is recorded with it. Re-running with the recorded pins reproduces the same rows.
     `window_slide_ms`: hopping windows of `window_ms` sliding by it (None: tumbling).
     `session_gap_ms`: session windows with this gap instead (0: fixed windows; `window_ms`
     is then only recorded). `keep_frames`: the result's `frames` hold what the run read and
-    wrote (`ReconcileFrames`; the caller releases them).
+    wrote (`ReconcileFrames`; the caller releases them). `frontiers`: per table, the batch
+    frontier a run recorded at its version: the table is read at it instead (`Pin`).
+    `write=False`: compute everything, write nothing (the frames then hold what it would
+    have written).
     """
     slide_ms = window_slide_ms if window_slide_ms != window_ms else None
     windowing = (window_ms, slide_ms, session_gap_ms)
     stream_versions = dict(stream_versions or {})
     bounds = _checked_bounds(windowing, now, stream_versions, business_date, report_timezone)
     _require_tables(spark, warehouse)
-    ev = _pin(spark, warehouse, T.EVENTS.name, events_version)
-    sv = _pin(spark, warehouse, "stream_aggregates", stream_versions.get("stream_aggregates"))
-    lv = _pin(spark, warehouse, "late_events", stream_versions.get("late_events"))
-    pv = None  # a warehouse reconciled without a stream_progress table records no bounds
-    if T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
-        pv = _pin(spark, warehouse, T.STREAM_PROGRESS.name, stream_versions.get("stream_progress"))
-    _ensure_outputs(spark, warehouse)
+    pins = _pins(spark, warehouse, events_version, stream_versions, frontiers or {})
+    reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
+    if write:
+        _ensure_outputs(spark, warehouse)
     run = _Run(
         spark,
         warehouse,
         business_date,
         report_timezone,
         bounds,
-        T.read_table(spark, warehouse, T.EVENTS.name, ev),
-        T.read_table(spark, warehouse, "stream_aggregates", sv),
-        T.read_table(spark, warehouse, "late_events", lv),
+        reads[T.EVENTS.name],
+        reads[T.STREAM_AGGREGATES.name],
+        reads[T.LATE_EVENTS.name],
+        now,
         hand_over=keep_frames,
+        writes=write,
     )
     try:
-        return _run(run, (ev, sv, lv), pv, windowing, now, settings)
+        return _run(run, Pinned.of(pins, reads), windowing, settings)
     finally:
         run.release()
+
+
+def _pins(
+    spark: SparkSession,
+    warehouse: str,
+    events_version: int | None,
+    stream_versions: Mapping[str, int | None],
+    frontiers: Mapping[str, Mapping[str, int]],
+) -> dict[str, Pin]:
+    """The run's pin of each stream table it reads (`stream_progress` only if the warehouse
+    has one: without it a run records no bounds in force)."""
+    wanted: dict[str, int | None] = {
+        T.EVENTS.name: events_version,
+        T.STREAM_AGGREGATES.name: stream_versions.get(T.STREAM_AGGREGATES.name),
+        T.LATE_EVENTS.name: stream_versions.get(T.LATE_EVENTS.name),
+    }
+    if T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+        wanted[T.STREAM_PROGRESS.name] = stream_versions.get(T.STREAM_PROGRESS.name)
+    return {
+        name: Pin(name, _pin(spark, warehouse, name, version), frontiers.get(name))
+        for name, version in wanted.items()
+    }
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """What a run read: the version of each table, and its batch frontier there (recorded in
+    `reconciliation_runs.pin_frontiers`); `stream_progress` None without that table."""
+
+    events: int
+    stream_aggregates: int
+    late_events: int
+    stream_progress: int | None
+    stream_progress_rows: DataFrame | None
+    frontiers: dict[str, dict[str, int]]
+
+    @classmethod
+    def of(cls, pins: Mapping[str, Pin], reads: Mapping[str, DataFrame]) -> Pinned:
+        """The pins and their frontiers: the recorded one of a table read at its frontier,
+        else that of its rows at the version read (a small aggregate of two columns)."""
+        frontiers = {
+            name: dict(pin.frontier) if pin.frontier is not None else frontier_of(reads[name])
+            for name, pin in pins.items()
+        }
+        progress = pins.get(T.STREAM_PROGRESS.name)
+        return cls(
+            pins[T.EVENTS.name].version,
+            pins[T.STREAM_AGGREGATES.name].version,
+            pins[T.LATE_EVENTS.name].version,
+            None if progress is None else progress.version,
+            reads.get(T.STREAM_PROGRESS.name),
+            frontiers,
+        )
 
 
 def _handed_over(run: _Run, diff: Diff, recorded: Recorded) -> ReconcileFrames:
@@ -613,15 +808,12 @@ def _handed_over(run: _Run, diff: Diff, recorded: Recorded) -> ReconcileFrames:
 
 def _run(
     run: _Run,
-    versions: tuple[int, int, int],
-    pv: int | None,
+    pinned: Pinned,
     windowing: tuple[int, int | None, int],
-    now: datetime,
     settings: Mapping[str, Any] | None,
 ) -> ReconcileResult:
     """Re-aggregate, diff, summarize and record the run (`reconcile`, once the inputs are
-    pinned; `pv`: the pinned stream_progress version, None without that table); `run.kept`
-    frames are the caller's to release."""
+    pinned); `run.kept` frames are the caller's to release."""
     business_date, report_timezone = run.business_date, run.report_timezone
     window_ms, slide_ms, session_gap_ms = windowing
     # 2.-3. Re-aggregation and diff.
@@ -629,17 +821,17 @@ def _run(
         diff = _diff_sessions(run, session_gap_ms)
     else:
         diff = _diff_fixed(run, window_ms, slide_ms)
-    # The report's figures per source partition, before the run's row that names them.
-    write_partition_figures(
-        run.spark,
-        run.warehouse,
-        business_date,
-        run.events,
-        diff.copies,
-        diff.late,
-        run.bounds,
-        now,
-    )
+    if run.writes:  # the report's figures per source partition, before the run's row
+        write_partition_figures(
+            run.spark,
+            run.warehouse,
+            business_date,
+            run.events,
+            diff.copies,
+            diff.late,
+            run.bounds,
+            run.now,
+        )
     if diff.repeats:
         log.info(
             "%s: %d late side-output row(s) repeat an event_id that arrived earlier (beyond "
@@ -651,22 +843,19 @@ def _run(
     # for its row and the provenance; it and the run's row are small (one row each, from
     # persisted frames): planned without AQE, which made a Spark job of each shuffle stage.
     with without_adaptive_execution(run.spark):
-        recorded = _write_summary_and_run(
-            run, diff.reconciliation, versions, pv, windowing, now, settings
-        )
-    ev, sv, lv = versions
+        recorded = _write_summary_and_run(run, diff.reconciliation, pinned, windowing, settings)
     return ReconcileResult(
         business_date,
-        ev,
-        sv,
-        lv,
+        pinned.events,
+        pinned.stream_aggregates,
+        pinned.late_events,
         window_ms,
         report_timezone,
         recorded.summary.asDict(),
         diff.repeats,
         slide_ms or None,
         session_gap_ms,
-        pv,
+        pinned.stream_progress,
         frames=_handed_over(run, diff, recorded) if run.hand_over else None,
     )
 
@@ -674,73 +863,156 @@ def _run(
 def _write_summary_and_run(
     run: _Run,
     recon: DataFrame,
-    versions: tuple[int, int, int],
-    pv: int | None,
+    pinned: Pinned,
     windowing: tuple[int, int | None, int],
-    now: datetime,
     settings: Mapping[str, Any] | None,
 ) -> Recorded:
     """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
-    its `reconciliation_runs` row (`_provenance`)."""
-    business_date, warehouse, report_timezone = (
-        run.business_date,
-        run.warehouse,
-        run.report_timezone,
-    )
-    summary_df = run.keep(summarize(recon, business_date))
-    _replace_date(summary_df, warehouse, T.RECONCILIATION_SUMMARY, business_date)
+    add its `reconciliation_runs` row (`_provenance`), numbered after the date's runs."""
+    summary_df = run.keep(summarize(recon, run.business_date))
+    run.replace(summary_df, T.RECONCILIATION_SUMMARY)
     row = summary_df.first()
     assert row is not None
 
     # 4. Provenance: what was read, with which settings.
-    provenance = _provenance(summary_df, versions, windowing, report_timezone, now, settings)
-    progress = (
-        None if pv is None else T.read_table(run.spark, warehouse, T.STREAM_PROGRESS.name, pv)
-    )
-    provenance = _with_bounds(provenance, progress, run).select(
-        "*", F.lit(pv).cast("long").alias("stream_progress_version")
-    )
+    provenance = _provenance(
+        summary_df, pinned, windowing, run.report_timezone, run.now, settings
+    ).select("*", F.lit(_next_run_number(run)).cast("long").alias("run_number"))
+    provenance = _with_bounds(provenance, pinned.stream_progress_rows, run)
     if run.hand_over:  # the row as the table holds it, kept while written, for the caller
         provenance = run.keep(T.conform(provenance, T.RECONCILIATION_RUNS))
-    _replace_date(provenance, warehouse, T.RECONCILIATION_RUNS, business_date)
+    if run.writes:
+        T.write_table(
+            provenance,
+            run.warehouse,
+            T.RECONCILIATION_RUNS,
+            replace_where=f"{_date_is(run.business_date)} AND {_run_is(run.now)}",
+        )
     if not run.hand_over:
         return Recorded(row)
     written = provenance.first()
     assert written is not None
-    return Recorded(row, written.asDict(), progress)
+    return Recorded(row, written.asDict(), pinned.stream_progress_rows)
 
 
-def recorded_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
-    """The `reconciliation_runs` row of the date, or None if it was never reconciled."""
+def _date_is(business_date: date) -> str:
+    return f"business_date = DATE'{business_date.isoformat()}'"
+
+
+def _run_is(run_time: datetime) -> str:
+    return f"run_time = timestamp_millis({epoch_ms(run_time)})"
+
+
+def _run_time(now: datetime) -> Column:
+    return F.timestamp_millis(F.lit(epoch_ms(now)))
+
+
+def _next_run_number(run: _Run) -> int:
+    """The number of the run among its date's runs: one more than the date's latest (a row
+    from before run history has none: it counts as 0), or the latest's own when this run
+    replaces it (the same run_time again: re-running a run is idempotent). The nightly is
+    the date's one writer."""
+    if not T.exists(run.spark, run.warehouse, T.RECONCILIATION_RUNS.name):
+        return 1
+    runs = _read_date(run.spark, run.warehouse, T.RECONCILIATION_RUNS, run.business_date)
+    if "run_number" not in runs.columns:  # from before run history (upgraded when written)
+        return 1
+    number = F.coalesce("run_number", F.lit(0))
+    latest = (
+        runs.select(
+            number.alias("n"), (F.unix_millis("run_time") == epoch_ms(run.now)).alias("same")
+        )
+        .agg(F.max(F.struct("n", "same")).alias("latest"))
+        .first()
+    )
+    if latest is None or latest["latest"] is None:
+        return 1
+    n, same = latest["latest"]
+    return int(n) if same and n else int(n) + 1
+
+
+def runs_of(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
+    """Every `reconciliation_runs` row of the date, oldest first (in the order recorded)."""
     if not T.exists(spark, warehouse, T.RECONCILIATION_RUNS.name):
+        return []
+    rows = [
+        r.asDict()
+        for r in _read_date(spark, warehouse, T.RECONCILIATION_RUNS, business_date).collect()
+    ]
+    return sorted(rows, key=lambda r: (r.get("run_number") or 0, r["run_time"]))
+
+
+def recorded_run(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    run_time: datetime | None = None,
+) -> dict[str, Any] | None:
+    """The date's latest `reconciliation_runs` row (the one its other tables hold), or its
+    run at `run_time`; None if there is none."""
+    runs = runs_of(spark, warehouse, business_date)
+    if run_time is None:
+        return runs[-1] if runs else None
+    named = [r for r in runs if _same_moment(r["run_time"], run_time)]
+    return named[-1] if named else None
+
+
+def _same_moment(recorded: datetime, wanted: datetime) -> bool:
+    """A recorded run_time (Spark returns session-local naive datetimes) is `wanted`."""
+    return epoch_ms(_aware(recorded)) == epoch_ms(wanted)
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.astimezone(UTC)
+
+
+def recorded_frontiers(run: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
+    """The batch frontiers a run recorded (None: a run from before them, read by version)."""
+    frontiers = run.get("pin_frontiers")
+    if frontiers is None:
         return None
-    row = _read_date(spark, warehouse, T.RECONCILIATION_RUNS, business_date).first()
-    return row.asDict() if row is not None else None
+    return {name: {str(a): int(b) for a, b in f.items()} for name, f in frontiers.items()}
 
 
-def reproduce(
-    spark: SparkSession, warehouse: str, business_date: date, *, now: datetime
-) -> ReconcileResult:
-    """Re-run the date at the versions, windowing and zone its last run recorded."""
-    run = recorded_run(spark, warehouse, business_date)
-    if run is None:
-        raise ReconcileError(f"date: {business_date.isoformat()} was never reconciled")
+def rerun_arguments(run: Mapping[str, Any]) -> dict[str, Any]:
+    """`reconcile`'s arguments that re-run a recorded run at its pins, windowing and zone."""
     recorded = json.loads(run["settings"])
-    return reconcile(
-        spark,
-        warehouse,
-        business_date,
-        int(run["window_ms"]),
-        str(run["report_timezone"]),
-        events_version=int(run["events_version"]),
-        stream_versions={
+    return {
+        "window_ms": int(run["window_ms"]),
+        "report_timezone": str(run["report_timezone"]),
+        "events_version": int(run["events_version"]),
+        "stream_versions": {
             "stream_aggregates": int(run["stream_aggregates_version"]),
             "late_events": int(run["late_events_version"]),
             # absent before the bounds in force were recorded: the latest
             "stream_progress": run.get("stream_progress_version"),
         },
-        now=now,
-        settings=recorded,
-        window_slide_ms=recorded.get("window_slide_ms"),  # absent before hopping windows
-        session_gap_ms=int(recorded.get("session_gap_ms") or 0),  # absent: fixed windows
+        "settings": recorded,
+        "window_slide_ms": recorded.get("window_slide_ms"),  # absent before hopping windows
+        "session_gap_ms": int(recorded.get("session_gap_ms") or 0),  # absent: fixed windows
+        "frontiers": recorded_frontiers(run),
+    }
+
+
+def reproduce(
+    spark: SparkSession,
+    warehouse: str,
+    business_date: date,
+    *,
+    now: datetime,
+    run_time: datetime | None = None,
+) -> ReconcileResult:
+    """Re-run the date at the pins, windowing and zone of its latest run (or of its run at
+    `run_time`), and write it as a new run (`batch.reproduce.verify` writes nothing)."""
+    run = recorded_run(spark, warehouse, business_date, run_time)
+    if run is None:
+        raise never_reconciled(business_date, run_time)
+    return reconcile(spark, warehouse, business_date, now=now, **rerun_arguments(run))
+
+
+def never_reconciled(business_date: date, run_time: datetime | None) -> ReconcileError:
+    if run_time is None:
+        return ReconcileError(f"date: {business_date.isoformat()} was never reconciled")
+    return ReconcileError(
+        f"run_time: {business_date.isoformat()} has no run at {run_time.isoformat()}"
     )

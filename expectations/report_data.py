@@ -38,6 +38,7 @@ from tally.arrivals import (
     marked_first,
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
+from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
     Settings,
@@ -204,6 +205,18 @@ def _first_of_date(
     return first.asDict() if first is not None else None
 
 
+def _latest_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
+    """The date's latest `reconciliation_runs` row (every run of a date is kept, numbered in
+    the order recorded; a row from before run history has no number: the date's only run)."""
+    if not _exists(spark, warehouse, "reconciliation_runs"):
+        return None
+    runs = _of_date(spark, warehouse, "reconciliation_runs", business_date)
+    if "run_number" in runs.columns:
+        runs = runs.orderBy(F.coalesce("run_number", F.lit(0)).desc())
+    latest = runs.first()
+    return latest.asDict() if latest is not None else None
+
+
 def recorded_settings(run: dict[str, Any] | None) -> dict[str, Any]:
     """The settings the reconciliation run recorded (a JSON object; {} when none were).
     Anything else is a ReportError: the report must not guess the bounds it explains."""
@@ -262,7 +275,7 @@ def _read_reconciliation(
             "(run tally reconcile first)"
         )
     version = T.latest_version(spark, warehouse, "reconciliation")
-    run = _first_of_date(spark, warehouse, "reconciliation_runs", business_date)
+    run = _latest_run(spark, warehouse, business_date)
     summary = _first_of_date(spark, warehouse, "reconciliation_summary", business_date)
     return _recorded(version, run, summary, business_date, report_timezone)
 
@@ -289,9 +302,14 @@ def _recorded(
 def _pinned(
     spark: SparkSession, warehouse: str, run: dict[str, Any] | None, name: str, key: str
 ) -> DataFrame | None:
-    """A speed-layer table at the version the reconciliation pinned (latest otherwise)."""
+    """A speed-layer table as the reconciliation pinned it: at the batch frontier it recorded
+    (the same rows as its version, after compaction, VACUUM and log cleanup: `tally.pins`),
+    else at its version (latest when none was recorded)."""
     if not _exists(spark, warehouse, name):
         return None
+    frontier = ((run or {}).get("pin_frontiers") or {}).get(name)
+    if frontier is not None:
+        return read_at_frontier(spark, warehouse, name, frontier)
     version = (run or {}).get(key)
     return T.read_table(spark, warehouse, name, None if version is None else int(version))
 

@@ -83,20 +83,46 @@ def read_rows(
     columns: Sequence[str] | None = None,
     business_date: date | None = None,
 ) -> list[dict[str, Any]]:
-    """The table's rows as dicts (only `columns`; only the date's rows when given)."""
+    """The table's rows as dicts (only `columns`; only the date's rows when given); of
+    `reconciliation_runs`, each date's latest run only (`latest_runs`)."""
     table = _table(location, name)
     if table is None:
         return []
     present = set(table.schema().to_arrow().names)
     wanted = [c for c in columns if c in present] if columns else None
+    if name == RUNS and wanted is not None:  # what picks a date's latest run
+        wanted += [c for c in RUN_ORDER if c in present and c not in wanted]
     filters = None
     if business_date is not None and "business_date" in present:
         filters = [("business_date", "=", business_date)]
     try:
-        return list(table.to_pyarrow_table(columns=wanted, filters=filters).to_pylist())
+        rows = list(table.to_pyarrow_table(columns=wanted, filters=filters).to_pylist())
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise WarehouseUnavailable(f"warehouse {location.warehouse}: {name}: {detail}") from exc
+    if name != RUNS:
+        return rows
+    return [{k: v for k, v in r.items() if not columns or k in columns} for r in latest_runs(rows)]
+
+
+# `reconciliation_runs` keeps every run of a date, numbered in the order recorded (a row from
+# before run history has no number: it was the date's only run).
+RUN_ORDER = ("run_number", "run_time")
+
+
+def latest_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The latest run of each date among `reconciliation_runs` rows, in the dates' order."""
+    latest: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        day = row.get("business_date")
+        if day not in latest or _run_order(row) > _run_order(latest[day]):
+            latest[day] = row
+    return list(latest.values())
+
+
+def _run_order(row: dict[str, Any]) -> tuple[int, float]:
+    run_time = row.get("run_time")
+    return (row.get("run_number") or 0, run_time.timestamp() if run_time else float("-inf"))
 
 
 def event_dates(location: Location) -> list[date]:

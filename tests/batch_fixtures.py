@@ -172,11 +172,22 @@ def write_inputs(
 
 
 def table_rows(spark: SparkSession, warehouse: str, name: str) -> list[tuple[Any, ...]]:
-    """All rows of a table, sorted, as hashable tuples (arrays become tuples)."""
-    rows = T.read_table(spark, warehouse, name).collect()
-    return sorted(
-        (tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows), key=repr
-    )
+    """All rows of a table, sorted, as hashable tuples (arrays become tuples, maps tuples of
+    their sorted items)."""
+    return frame_rows(T.read_table(spark, warehouse, name))
+
+
+def frame_rows(df: DataFrame) -> list[tuple[Any, ...]]:
+    """A (small) frame's rows as `table_rows` gives a table's."""
+    return sorted((tuple(_hashable(v) for v in r) for r in df.collect()), key=repr)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"

@@ -567,12 +567,17 @@ def test_report_timezone_moves_windows_between_dates(reconciled, spark):
 
 
 def test_cli(reconciled, spark, capsys, tally_cli):
-    """`tally reconcile --reproduce` on the scenario: unexplained windows, so exit code 1."""
+    """`tally reconcile --reproduce` on the scenario: the run recomputed at its pins matches
+    what it recorded (exit 0, whatever its windows' statuses); `--write` also writes it again,
+    with the unexplained windows it has."""
     warehouse, result, _ = reconciled
     again = ["reconcile", "--date", "2026-11-20", "--reproduce", "--warehouse", warehouse]
-    assert tally_cli(again) == 1
+    assert tally_cli(again) == 0
+    assert capsys.readouterr().out.endswith("10 windows and the run's figures): MATCH\n")
+    assert tally_cli([*again, "--write"]) == 0
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "UNEXPLAINED DIFFERENCES" in out
+    assert out.count("\n") == 2 and out.split("\n")[0].endswith("MATCH")
+    assert "UNEXPLAINED DIFFERENCES" in out
     assert f"events v{result.events_version}," in out and "3 windows" in out
     assert "late rate 16.6667%" in out
 
