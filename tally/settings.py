@@ -363,6 +363,12 @@ class Settings:
         "delta.logRetentionDuration of the tables: commits older than this are cleaned up at "
         "checkpoints (time travel by version reaches back this far; audit pins do not need it)",
     )
+    audit_window: int = _duration_field(
+        "90d",
+        "how long a reconciliation run must stay reproducible (tally reconcile --reproduce): "
+        "its pins read the stream tables' rows at their batch frontiers, so the rows must be "
+        "kept this long (at least 1d)",
+    )
     # -- Kafka (client options, security included, come from TALLY_KAFKA_OPT_* only:
     # `kafka_client_options`)
     source_kind: str = _setting(
@@ -585,6 +591,10 @@ class Settings:
                 raise SettingsError(
                     f"{name}: must be at least 1h, got {format_duration(getattr(self, name))}"
                 )
+        if self.audit_window < 86_400_000:
+            raise SettingsError(
+                f"audit_window: must be at least 1d, got {format_duration(self.audit_window)}"
+            )
         if self.stream_lease and self.lease_ttl < 1_000:
             raise SettingsError(
                 f"lease_ttl: must be at least 1s, got {format_duration(self.lease_ttl)}"

@@ -267,3 +267,11 @@ def test_the_desk_reads_each_dates_latest_run():
 
     rows = [run(d1, 5, 2), run(d1, 9, 1), run(d1, 3, None), run(d2, 3, None)]
     assert latest_runs(rows) == [rows[0], rows[3]]
+
+
+def test_the_audit_window_is_a_setting():
+    from tally.settings import Settings, SettingsError
+
+    assert Settings().audit_window == 90 * 86_400_000
+    with pytest.raises(SettingsError, match=r"^audit_window: must be at least 1d, got 1h$"):
+        Settings(audit_window=3_600_000)
