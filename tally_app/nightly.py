@@ -13,7 +13,7 @@ import dataclasses
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from expectations.report_data import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
 from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
-from tally.dates import business_day_end, epoch_ms, iso_ms
+from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
 from tally.settings import Settings
 from tally.spark import batch_caching, session_for
 
@@ -63,18 +63,15 @@ def stream_position(spark: Any, warehouse: str) -> StreamPosition | None:
 
 
 def ready_after(settings: Settings, business_date: date) -> datetime:
-    """The watermark after which the stream's answer for the date is final.
-
-    Fixed windows: the end of the day's last window plus allowed lateness (a window belongs
-    to the date its start falls on, so the last one ends up to one window after midnight).
-    Sessions: a session of the date whose events all fall on the date ends by midnight + D,
-    and an event still counted can touch it until the watermark passes its end + D + G
-    (docs/semantics.md, "Session windows", eviction), so midnight + 2D + G. A session that
-    goes on past midnight may still grow after that (its key did not pause): the nightly
-    then reports it as the stream has it so far."""
-    reach = 2 * settings.session_gap if settings.session_gap else settings.window
-    return business_day_end(business_date, settings.report_timezone) + timedelta(
-        milliseconds=reach + settings.allowed_lateness
+    """The watermark after which the stream's answer for the date is final: the date is
+    closed (`tally.dates.date_closed_at`, the rule the stream's compaction of closed dates
+    uses too). A session that goes on past midnight may still grow after that (its key did
+    not pause): the nightly then reports it as the stream has it so far."""
+    return date_closed_at(
+        business_date,
+        settings.report_timezone,
+        window_reach_ms(settings.window, settings.session_gap),
+        settings.allowed_lateness,
     )
 
 
@@ -340,7 +337,52 @@ def run_nightly(
     finally:
         frames.release()
     stage_publish(settings, business_date, now, report_to=report_to)
+    stage_maintain(settings, business_date, now, spark)
     return NightlyOutcome(reconciliation, validation, report)
+
+
+# The tables the nightly writes (one writer each), with the date column they are partitioned by.
+NIGHTLY_MAINTAINED = (*T.RECONCILE_TABLES, T.VALIDATION_RESULTS)
+
+
+def stage_maintain(
+    settings: Settings, business_date: date, now: datetime, spark: Any = None
+) -> list[Any]:
+    """The nightly's housekeeping, after the date's run (never beside a reconcile of the same
+    date: OPTIMIZE and replaceWhere on one partition conflict): the date's partition of each
+    table it writes compacted when it holds small files, retention set, and every table
+    vacuumed once every `vacuum_interval` of `now`. Each action is a row of
+    `nightly_maintenance_log`; a failed action is logged, never raised (retried next night)."""
+    from tally import maintenance as M
+
+    if not settings.maintenance:
+        return []
+    spark = spark or session_for(settings, "tally-maintain", short_lived=True)
+    warehouse, now_ms = settings.warehouse, epoch_ms(now)
+    wanted = M.retention_properties(settings.deleted_file_retention, settings.log_retention)
+    last = M.last_done(spark, warehouse, T.NIGHTLY_MAINTENANCE_LOG)
+    actions: list[M.Action] = []
+    present = [t for t in NIGHTLY_MAINTAINED if T.exists(spark, warehouse, t.name)]
+    for table in present:
+        path = T.table_path(warehouse, table.name)
+        M.upgrade_properties(spark, path, table, wanted)
+        column = table.partition_by[0]
+        layout = M.live_files(spark, path, column)
+        day: dict[str | None, M.FileStats] = {
+            business_date.isoformat(): layout.get(business_date.isoformat(), M.FileStats())
+        }
+        schedule = M.Schedule(1, False, settings.vacuum_interval)  # the date: now, not closed
+        actions += M.compactions_due(
+            table.name, column, day, lambda _d: False, schedule, now_ms, {}
+        )
+    first_ms = now_ms - settings.vacuum_interval  # never vacuumed: due
+    names = [t.name for t in present]
+    actions += M.vacuums_due(
+        names, M.Schedule(0, False, settings.vacuum_interval), now_ms, last, first_ms
+    )
+    outcomes = [M.run_action(spark, warehouse, a, now_ms, lambda: now_ms) for a in actions]
+    M.append_log(spark, warehouse, T.NIGHTLY_MAINTENANCE_LOG, outcomes, "nightly")
+    return outcomes
 
 
 def _held_sources(
