@@ -361,7 +361,8 @@ class Settings:
     log_retention: int = _duration_field(
         "30d",
         "delta.logRetentionDuration of the tables: commits older than this are cleaned up at "
-        "checkpoints (time travel by version reaches back this far; audit pins do not need it)",
+        "checkpoints (time travel by version reaches back the shorter of this and "
+        "deleted_file_retention; audit pins need neither)",
     )
     audit_window: int = _duration_field(
         "90d",
