@@ -683,7 +683,9 @@ def test_latency_counts_the_window_ends_inside_the_measured_span() -> None:
 # --only` carries them; test_recorded_quick_run checks the recording as a fresh run is checked
 # and renders the report from it. The carried sections' runners (bench.speed.speed_section,
 # kafka_source, scaleout, windows.windows_section, lateness.lateness_section,
-# bigfile.bigfile_section) run end to end only when the recording is made again, which is due
+# bigfile.bigfile_section, backlog.backlog_section, longhaul.longhaul_section; what the last two
+# run is tested on its own in test_catchup, test_housekeeping and test_audit_pins) run end to
+# end only when the recording is made again, which is due
 # when a section's results change shape (test_recorded_quick_run fails):
 #
 #   TALLY_FLINK_HOME=/nonexistent tally bench --quick --out /tmp/q --spark-master 'local[2]' \
@@ -1101,32 +1103,3 @@ def test_nightly_counts_each_stage_call_alone(spark) -> None:
         counted.append(jobs["reconcile"])
     assert counted[0] >= 1
     assert counted == [counted[0]] * 3
-
-
-@pytest.mark.slow
-def test_longhaul_quick(spark, tmp_path: Path) -> None:
-    """`tally bench --quick --only longhaul` for real: the section's numbers, its report and
-    its findings."""
-    from bench.report import MD_NAME
-    from bench.report.longhaul import HEADING
-    from bench.run import run_bench
-
-    out = tmp_path / "out"
-    r = run_bench(
-        spark,
-        quick=True,
-        out_dir=out,
-        work_dir=tmp_path / "work",
-        command="pytest tests/test_bench.py",
-        only=("longhaul",),
-    )
-    assert r["errors"] == {}
-    lh = r["longhaul"]
-    _check_longhaul(lh)
-    md = (out / MD_NAME).read_text()
-    assert HEADING in md and "13. long haul: files per closed `events` date ≤ 4" in md
-    dates = len(lh["audit"]["closed_dates"])
-    assert f"{dates} of {dates} dates MATCH" in md
-    text = "\n".join(r["findings"])
-    assert text.count("Long haul (") == 1 and "Sizing retention" in text
-    assert not (tmp_path / "work").exists()
