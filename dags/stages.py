@@ -162,12 +162,13 @@ def _nightly_stage(stage: str, settings: Settings, business_date: date, now: dat
     if stage == "validate":
         return nightly.stage_validate(settings, business_date, now)
     if stage == "report":
-        return nightly.stage_report(settings, business_date, now)
-    published = nightly.stage_publish(settings, business_date, now)
-    # the nightly's housekeeping after the date's run (docs/operations.md): a failed action
-    # is logged in nightly_maintenance_log, never a failed task
-    maintained = nightly.stage_maintain(settings, business_date, now)
-    return {**published, "maintenance": [f"{o.action.kind} {o.action.table}" for o in maintained]}
+        report = nightly.stage_report(settings, business_date, now)
+        # the nightly's housekeeping, in the last stage that runs Spark (publish starts no
+        # session): after the date's tables were written (docs/operations.md); a failed action
+        # is logged in nightly_maintenance_log, never a failed task
+        nightly.stage_maintain(settings, business_date, now)
+        return report
+    return nightly.stage_publish(settings, business_date, now)
 
 
 def check_stream_health(
