@@ -86,6 +86,22 @@ BATCH_TABLES = T.RECONCILE_TABLES
 INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
 
 
+# The headline figures a run records in `reconciliation_runs`, as its summary names them
+# (`batch.reproduce` compares a recomputation with them).
+FIGURES = (
+    "windows",
+    "stream_count",
+    "stream_amount",
+    "batch_count",
+    "batch_amount",
+    "gap_count",
+    "gap_amount",
+    "late_events",
+    "unexplained_windows",
+    "unexplained_amount",
+)
+
+
 class ReconcileError(RuntimeError):
     """The run cannot start (missing table, bad argument): a one-line message."""
 
@@ -502,16 +518,7 @@ def _provenance(
         F.lit(window_ms).cast("long").alias("window_ms"),
         F.lit(report_timezone).alias("report_timezone"),
         F.lit(settings_json).alias("settings"),
-        "windows",
-        "stream_count",
-        "stream_amount",
-        "batch_count",
-        "batch_amount",
-        "gap_count",
-        "gap_amount",
-        "late_events",
-        "unexplained_windows",
-        "unexplained_amount",
+        *FIGURES,
         (F.col("unexplained_windows") == 0).alias("balanced"),
         F.lit(pinned.stream_progress).cast("long").alias("stream_progress_version"),
         frontiers.alias("pin_frontiers"),

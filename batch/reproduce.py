@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from batch.diff import window_differences
 from batch.reconcile import (
+    FIGURES,
     FILE_NOT_FOUND,
     PinExpired,
     ReconcileFrames,
@@ -39,19 +40,6 @@ from tally import tables as T
 from tally.dates import epoch_ms, from_epoch_ms
 from tally.windows import WINDOW_KEY
 
-# The headline figures a run records in `reconciliation_runs`, as its summary names them.
-FIGURES = (
-    "windows",
-    "stream_count",
-    "stream_amount",
-    "batch_count",
-    "batch_amount",
-    "gap_count",
-    "gap_amount",
-    "late_events",
-    "unexplained_windows",
-    "unexplained_amount",
-)
 SHOWN_WINDOWS = 20  # differing windows named; the rest are counted
 
 
