@@ -1,20 +1,22 @@
 """Verify a recorded reconciliation run: recompute it at its pins and compare, writing nothing.
 
-    verify(spark, warehouse, business_date, run_time=None) -> Verification
+    verify(spark, warehouse, business_date, run_time=None, *, now, audit_window_ms)
+        -> Verification
 
 The run is the date's latest in `reconciliation_runs` unless `run_time` names another. It is
 recomputed with `batch.reconcile.reconcile(write=False)` at the pins it recorded: each stream
 table at its batch frontier (`tally.pins`: the same rows, after compaction, VACUUM and log
 cleanup), or, for a run from before frontiers were recorded, at its Delta version. The date's
 latest run is compared window by window with the `reconciliation` rows it wrote, and every
-run by its headline figures in its `reconciliation_runs` row. A pin that can no longer be
-read (its commit cleaned from the log, or its files vacuumed) is a one-line `PinExpired`.
+run by its headline figures in its `reconciliation_runs` row. A run older than the audit
+window, or a pin that can no longer be read (its commit cleaned from the log, or its files
+vacuumed), is a one-line `PinExpired`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -38,6 +40,7 @@ from batch.reconcile import (
 )
 from tally import tables as T
 from tally.dates import epoch_ms, from_epoch_ms
+from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
 
 SHOWN_WINDOWS = 20  # differing windows named; the rest are counted
@@ -80,16 +83,25 @@ def verify(
     warehouse: str,
     business_date: date,
     run_time: datetime | None = None,
+    *,
+    now: datetime,
+    audit_window_ms: int,
 ) -> Verification:
     """Recompute the date's latest run (or its run at `run_time`) at its pins and compare it
-    with what it recorded; writes nothing. ReconcileError (PinExpired: a pin that can no
-    longer be read) in one line."""
+    with what it recorded; writes nothing. ReconcileError (PinExpired: a run older than the
+    audit window at `now`, or a pin that can no longer be read) in one line."""
     run = recorded_run(spark, warehouse, business_date, run_time)
     if run is None:
         raise never_reconciled(business_date, run_time)
+    when = from_epoch_ms(_run_ms(run))
+    left_window = audit_expiry(when, audit_window_ms)
+    if now >= left_window:
+        raise PinExpired(
+            f"run {_iso(when)} is outside the audit window (audit_window="
+            f"{format_duration(audit_window_ms)}): reproducible until {_iso(left_window)}"
+        )
     latest = recorded_run(spark, warehouse, business_date)
     is_latest = latest is not None and _same_run(latest, run)
-    when = from_epoch_ms(_run_ms(run))
     arguments = rerun_arguments(run)
     recorded_rows = _recorded_windows(spark, warehouse, business_date, when) if is_latest else None
     try:
@@ -114,6 +126,11 @@ def verify(
         int(result.summary["windows"]),
         differences,
     )
+
+
+def audit_expiry(run_time: datetime, audit_window_ms: int) -> datetime:
+    """When a run leaves the audit window: `--reproduce` promises it until then."""
+    return run_time + timedelta(milliseconds=audit_window_ms)
 
 
 def _compared(

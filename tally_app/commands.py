@@ -332,7 +332,14 @@ def _reproduce(
 
     day = business_date.isoformat()
     try:
-        verification = verify(spark, settings.warehouse, business_date, run_time)
+        verification = verify(
+            spark,
+            settings.warehouse,
+            business_date,
+            run_time,
+            now=now,
+            audit_window_ms=settings.audit_window,
+        )
         print(verification.describe())
         if write:
             written = reproduce(
@@ -514,11 +521,11 @@ def report(args: argparse.Namespace, settings: Settings) -> int:
 
 def maintain(args: argparse.Namespace, settings: Settings) -> int:
     """`tally maintain`: the stream's housekeeping once, the stream stopped (docs/operations.md)."""
-    from streaming.housekeeping import Clock, Closing, maintain_once
+    from streaming.housekeeping import Clock, maintain_once
     from streaming.params import StreamError, wall_clock
-    from streaming.run import warehouse_lease
-    from tally.dates import epoch_ms, window_reach_ms
-    from tally.maintenance import FAILED, Schedule
+    from streaming.run import housekeeping_plan, warehouse_lease
+    from tally.dates import epoch_ms
+    from tally.maintenance import FAILED
     from tally.spark import session_for
     from tally_app.nightly import stream_position
 
@@ -533,12 +540,7 @@ def maintain(args: argparse.Namespace, settings: Settings) -> int:
             return _fail("maintain", f"no stream has committed to {settings.warehouse}", 2)
         now_ms = epoch_ms(wall_clock())
         clock = Clock(now_ms, position.watermark_ms, position.drained)
-        schedule = Schedule(
-            settings.compact_interval, settings.compact_closed_dates, settings.vacuum_interval
-        )
-        closing = Closing(
-            window_reach_ms(settings.window, settings.session_gap), settings.allowed_lateness
-        )
+        schedule, closing = housekeeping_plan(settings)
         outcomes = maintain_once(
             spark, settings.warehouse, schedule, closing, clock, lambda: epoch_ms(wall_clock())
         )

@@ -118,9 +118,12 @@ def old_layout(monkeypatch) -> None:
     monkeypatch.setattr(T, "RECONCILIATION", dataclasses.replace(recon, ddl=old_recon))
 
 
-def reproduce_cli(tally_cli, warehouse: str, *extra: str) -> int:
+def reproduce_cli(tally_cli, warehouse: str, *extra: str, audit_window: str = "3650d") -> int:
+    """`tally reconcile --reproduce` of DAY; the runs' times are fixed (NOW), the test runs
+    later: an audit window of ten years unless told."""
     return tally_cli(
-        ["reconcile", "--date", DAY.isoformat(), "--reproduce", "--warehouse", warehouse, *extra]
+        ["reconcile", "--date", DAY.isoformat(), "--reproduce", "--warehouse", warehouse, *extra],
+        TALLY_AUDIT_WINDOW=audit_window,
     )
 
 
@@ -202,6 +205,18 @@ def test_run_history_keeps_every_run_and_upgrades_the_old_layout(
         "tally: reproduce 2026-11-20: run_time: 2026-11-20 has no run at "
         "2026-11-23T00:00:00+00:00\n"
     )
+
+    # Past the audit window (a day, the runs days old by now): one line, nothing written,
+    # whether or not its pins could still be read.
+    before = versions(spark, warehouse)
+    assert reproduce_cli(tally_cli, warehouse, audit_window="1d") == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "tally: reproduce 2026-11-20: run 2026-11-22T04:00:00Z is outside the audit window "
+        "(audit_window=1d): reproducible until 2026-11-23T04:00:00Z; the signed-off figures "
+        "are in reconciliation_runs; nothing changed\n"
+    )
+    assert versions(spark, warehouse) == before
 
 
 def test_an_expired_pin_is_one_line_and_writes_nothing(
