@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import date
 
 from pyspark.sql import SparkSession
@@ -98,6 +98,13 @@ class Housekeeper:
         self._first_ms: int | None = None  # the clock of this writer's first plan
         self._planned: tuple[int, date | None] | None = None  # clock and closed date planned at
         self._latest: Clock | None = None
+        # each table's live files as last planned, moved forward from its log at each plan
+        self._layouts: dict[str, M.KnownLayout] = {}
+        # per table, when the files removed since its last VACUUM here were removed (wall ms),
+        # and the tables this process vacuumed
+        self._removed: dict[str, tuple[int, ...]] = {}
+        self._vacuumed: set[str] = set()
+        self._started_wall_ms = wall_ms()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one plan at a time (thread, finish)
@@ -170,9 +177,14 @@ class Housekeeper:
             (t, c) for t, c in STREAM_MAINTAINED if T.exists(self.spark, self.warehouse, t.name)
         ]
         for table, column in present:
-            layout = M.live_files(self.spark, T.table_path(self.warehouse, table.name), column)
             actions += M.compactions_due(
-                table.name, column, layout, closed, self.schedule, clock.processing_ms, self._last
+                table.name,
+                column,
+                self._layout(table.name, column),
+                closed,
+                self.schedule,
+                clock.processing_ms,
+                self._last,
             )
         names = [t.name for t, _ in present]
         if self._first_ms is None:
@@ -182,8 +194,35 @@ class Housekeeper:
             if self._forget
             else self._first_ms
         )
-        actions += M.vacuums_due(names, self.schedule, clock.processing_ms, self._last, first)
+        actions += M.vacuums_due(
+            names, self.schedule, clock.processing_ms, self._last, first, self._vacuum_frees
+        )
         return actions
+
+    def _layout(self, table: str, column: str | None) -> Mapping[str | None, M.FileStats]:
+        """The table's live files now, moved forward from the last plan's."""
+        path = T.table_path(self.warehouse, table)
+        known = M.layout_now(self.spark, path, column, self._layouts.get(table))
+        self._layouts[table] = known
+        self._removed[table] = self._removed.get(table, ()) + known.removed_ms
+        return known.stats
+
+    def _vacuum_frees(self, table: str) -> bool:
+        """A table this process has not vacuumed yet may hold anything (files removed before
+        it started, a killed write's); after that, only the removals it saw can expire."""
+        removed = self._removed.get(table, ()) if table in self._vacuumed else None
+        return M.vacuum_frees(removed, self.wall_ms(), self.schedule.deleted_file_retention_ms)
+
+    def _vacuumed_now(self, table: str, wall_ms: int) -> None:
+        """What a VACUUM at `wall_ms` left pending: the removals not yet expired, and (after
+        the first) any made before this process started that may not have."""
+        before_start = () if table in self._vacuumed else (self._started_wall_ms,)
+        self._removed[table] = M.still_pending(
+            self._removed.get(table, ()) + before_start,
+            wall_ms,
+            self.schedule.deleted_file_retention_ms,
+        )
+        self._vacuumed.add(table)
 
     def run_due(
         self,
@@ -215,12 +254,20 @@ class Housekeeper:
 
     def _run(self, action: M.Action, clock: Clock) -> M.Outcome:
         outcome = M.run_action(
-            self.spark, self.warehouse, action, clock.processing_ms, self.wall_ms
+            self.spark,
+            self.warehouse,
+            action,
+            clock.processing_ms,
+            self.wall_ms,
+            lambda: self._layout(action.table, action.partition_column),
         )
         M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, [outcome], self.run_by)
         assert self._last is not None
         if outcome.outcome == M.DONE:
             self._last[action.key] = clock.processing_ms
+            if action.kind == M.VACUUM:
+                started_ms = outcome.action_ms - int(outcome.seconds * 1000)
+                self._vacuumed_now(action.table, started_ms)
         self.outcomes.append(outcome)
         log.info(
             "housekeeping: %s %s %s: files %d -> %d, %.1f s%s",
@@ -248,11 +295,12 @@ def maintain_once(
     wall_ms: Callable[[], int],
 ) -> list[M.Outcome]:
     """`tally maintain`: every compaction and VACUUM of the stream's tables that has something
-    to do, once, whatever the schedule (the caller holds the warehouse's lease)."""
+    to do, once, whatever the schedule (the caller holds the warehouse's lease): two small
+    files are enough to compact."""
     housekeeper = Housekeeper(
         spark,
         warehouse,
-        schedule,
+        replace(schedule, compact_min_files=2),
         closing,
         mode="inline",
         wall_ms=wall_ms,

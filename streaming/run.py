@@ -186,12 +186,7 @@ def stream_housekeeper(
     """The housekeeper of the stream's tables (None when `maintenance` is off), started."""
     if not settings.maintenance:
         return None
-    schedule = Schedule(
-        settings.compact_interval, settings.compact_closed_dates, settings.vacuum_interval
-    )
-    closing = Closing(
-        window_reach_ms(settings.window, settings.session_gap), settings.allowed_lateness
-    )
+    schedule, closing = housekeeping_plan(settings)
     return Housekeeper(
         spark,
         settings.warehouse,
@@ -201,6 +196,22 @@ def stream_housekeeper(
         wall_ms=lambda: epoch_ms(wall()),
         guard=guard or (lambda: None),
     ).start()
+
+
+def housekeeping_plan(settings: Settings) -> tuple[Schedule, Closing]:
+    """The housekeeping schedule and the closing rule of the settings (the stream's
+    housekeeper and `tally maintain` alike)."""
+    schedule = Schedule(
+        compact_interval_ms=settings.compact_interval,
+        compact_closed=settings.compact_closed_dates,
+        vacuum_interval_ms=settings.vacuum_interval,
+        compact_min_files=settings.compact_min_files,
+        deleted_file_retention_ms=settings.deleted_file_retention,
+    )
+    closing = Closing(
+        window_reach_ms(settings.window, settings.session_gap), settings.allowed_lateness
+    )
+    return schedule, closing
 
 
 def housekeeping_clock(progress: Progress | None) -> HousekeepingClock:

@@ -12,7 +12,7 @@ the orphans of a compaction killed before its commit). docs/operations.md says w
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -122,9 +122,14 @@ def live_files(
 ) -> dict[str | None, FileStats]:
     """Live files per partition value (None: an unpartitioned table), from the table's current
     snapshot (its log state, not a listing of the storage)."""
+    return _files_of(spark, _snapshot(spark, path), partition_column)
+
+
+def _files_of(
+    spark: SparkSession, snapshot: Any, partition_column: str | None
+) -> dict[str | None, FileStats]:
     from pyspark.sql import functions as F
 
-    snapshot = _snapshot(spark, path)
     files = DataFrame(snapshot.allFiles().toDF(), spark)
     part = F.col("partitionValues")[partition_column] if partition_column else F.lit(None)
     rows = (
@@ -141,6 +146,105 @@ def live_files(
         r["p"]: FileStats(int(r["files"]), int(r["bytes"]), int(r["small"]), int(r["below_closed"]))
         for r in rows
     }
+
+
+# -- the layout kept up to date from the log ----------------------------------------------------
+# A layout job reconstructs the table's state (a Spark job over its checkpoint and commits):
+# ~0.3-0.9 s a table after each append, measured; run for six tables after every micro-batch it
+# was most of housekeeping's cost. A writer's housekeeper instead reads the layout once and then
+# applies the file actions of the commits since (a few small JSON files a batch, no Spark job).
+Change = tuple[str | None, int, int]  # (partition value, file size in bytes, +1 added / -1 removed)
+
+
+@dataclass(frozen=True)
+class KnownLayout:
+    """A table's live files per partition as of its Delta `version`; `removed_ms`: when the
+    files removed by the commits it was moved forward over were removed (wall clock, epoch
+    ms; one per commit that removed any, its earliest), so VACUUM can tell when they expire."""
+
+    version: int
+    stats: Mapping[str | None, FileStats]
+    removed_ms: tuple[int, ...] = ()
+
+
+def apply_changes(
+    stats: Mapping[str | None, FileStats], changes: Iterable[Change]
+) -> dict[str | None, FileStats]:
+    """The layout after files were added (+1) and removed (-1); a partition left with no file
+    is dropped."""
+    out = dict(stats)
+    for partition, size, sign in changes:
+        was = out.get(partition, FileStats())
+        now = FileStats(
+            was.files + sign,
+            was.bytes + sign * size,
+            was.small + (sign if size < SMALL_FILE_BYTES else 0),
+            was.below_closed + (sign if size < CLOSED_FILE_BYTES else 0),
+        )
+        if now.files > 0:
+            out[partition] = now
+        else:
+            out.pop(partition, None)
+    return out
+
+
+def layout_now(
+    spark: SparkSession, path: str, partition_column: str | None, known: KnownLayout | None
+) -> KnownLayout:
+    """The table's layout at its latest version: `known` moved forward by the file actions of
+    the commits since, or (nothing known, a commit gone from the log, a removal without its
+    size) read whole (`live_files`)."""
+    snapshot = _snapshot(spark, path)
+    version = int(snapshot.version())
+    if known is not None and known.version == version:
+        return known
+    if known is not None and known.version < version:
+        read = _file_changes(spark, path, partition_column, known.version + 1, version)
+        if read is not None:
+            changes, removed_ms = read
+            return KnownLayout(version, apply_changes(known.stats, changes), removed_ms)
+    return KnownLayout(version, _files_of(spark, snapshot, partition_column))
+
+
+def _file_changes(
+    spark: SparkSession, path: str, partition_column: str | None, start: int, end: int
+) -> tuple[list[Change], tuple[int, ...]] | None:
+    """The AddFile (+1) and RemoveFile (-1) actions of the commits `start` to `end`, from the
+    commit files themselves, and the earliest removal time of each commit that removed files;
+    None when a commit can no longer be read or a removal has no size."""
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, path
+    )
+    no_table = jvm_class(spark, "scala.Option").apply(None)
+    changes: list[Change] = []
+    removed_ms: list[int] = []
+    try:
+        commits = delta_log.getChanges(start, end, no_table, True)
+        while commits.hasNext():
+            actions = commits.next()._2()
+            removals: list[int] = []
+            for i in range(actions.size()):
+                action = actions.apply(i)
+                kind = action.getClass().getSimpleName()
+                if kind in ("AddFile", "RemoveFile"):
+                    changes.append(_file_change(action, kind, partition_column))
+                if kind == "RemoveFile":
+                    removals.append(int(action.delTimestamp()))
+            if removals:
+                removed_ms.append(min(removals))
+    except Exception:  # a commit cleaned from the log, a removal without its size: read whole
+        return None
+    return changes, tuple(removed_ms)
+
+
+def _file_change(action: Any, kind: str, partition_column: str | None) -> Change:
+    value = None
+    if partition_column is not None:
+        found = action.partitionValues().get(partition_column)
+        value = str(found.get()) if found.isDefined() else None
+    if kind == "AddFile":
+        return (value, int(action.size()), 1)
+    return (value, int(action.size().get()), -1)  # no size: NoSuchElementException
 
 
 def _snapshot(spark: SparkSession, path: str) -> Any:
@@ -176,6 +280,12 @@ class Schedule:
     compact_interval_ms: int  # open partitions and unpartitioned tables, at most this often
     compact_closed: bool  # a closed date to CLOSED_FILE_BYTES files, once closed
     vacuum_interval_ms: int  # VACUUM each table at most this often
+    # An open partition or unpartitioned table is compacted once it holds this many small
+    # files (the stream: `compact_min_files`, Delta's own auto-compaction threshold by
+    # default); the nightly's few files of a date: two.
+    compact_min_files: int = 2
+    # the tables' delta.deletedFileRetentionDuration: when a removed file can be vacuumed
+    deleted_file_retention_ms: int = 7 * 86_400_000
 
 
 @dataclass(frozen=True)
@@ -223,7 +333,8 @@ def compactions_due(
     into ~1 GiB files once; again only when late events have since grown it past
     CLOSED_MAX_FILES files, and at most every interval (a date that keeps receiving late
     events is not rewritten every batch). Any other partition, or an unpartitioned table,
-    with two or more files below SMALL_FILE_BYTES is compacted every `compact_interval_ms`."""
+    with `compact_min_files` (at least two) files below SMALL_FILE_BYTES is compacted, at most
+    every `compact_interval_ms`."""
     due: list[Action] = []
     every = schedule.compact_interval_ms
     for value, stats in sorted(layout.items(), key=lambda kv: kv[0] or ""):
@@ -235,7 +346,7 @@ def compactions_due(
             again = stats.files > CLOSED_MAX_FILES and _due(last, action.key, now_ms, every)
             if schedule.compact_closed and stats.below_closed >= 2 and (first or again):
                 due.append(action)
-        elif every > 0 and stats.small >= 2:
+        elif every > 0 and stats.small >= max(2, schedule.compact_min_files):
             action = Action(table, COMPACT, value, partition_column)
             if _due(last, action.key, now_ms, every):
                 due.append(action)
@@ -243,17 +354,41 @@ def compactions_due(
 
 
 def vacuums_due(
-    tables: Iterable[str], schedule: Schedule, now_ms: int, last: LastDone, first_ms: int
+    tables: Iterable[str],
+    schedule: Schedule,
+    now_ms: int,
+    last: LastDone,
+    first_ms: int,
+    frees: Callable[[str], bool] = lambda _table: True,
 ) -> list[Action]:
-    """VACUUM of each table, at most every `vacuum_interval_ms` (0: never). A table never
-    vacuumed is first due one interval after `first_ms` (when this writer first planned): a new
-    table has nothing to free, and a VACUUM lists the whole table."""
+    """VACUUM of each table, at most every `vacuum_interval_ms` (0: never), and only where it
+    `frees` something. A table never vacuumed is first due one interval after `first_ms` (when
+    this writer first planned): a new table has nothing to free, and a VACUUM lists the whole
+    table."""
     if schedule.vacuum_interval_ms <= 0:
         return []
     every = schedule.vacuum_interval_ms
     return [
-        Action(t, VACUUM) for t in tables if now_ms - last.get((t, VACUUM, None), first_ms) >= every
+        Action(t, VACUUM)
+        for t in tables
+        if now_ms - last.get((t, VACUUM, None), first_ms) >= every and frees(t)
     ]
+
+
+def vacuum_frees(removed_ms: Sequence[int] | None, wall_now_ms: int, retention_ms: int) -> bool:
+    """Whether a VACUUM now can delete a file: one removed at least `retention_ms` ago (wall
+    clock, as Delta compares), or unknown (None: files removed before the writer kept count,
+    or the uncommitted files of a killed write, which only a VACUUM's listing finds)."""
+    if removed_ms is None:
+        return True
+    return any(r <= wall_now_ms - retention_ms for r in removed_ms)
+
+
+def still_pending(
+    removed_ms: Sequence[int], vacuumed_wall_ms: int, retention_ms: int
+) -> tuple[int, ...]:
+    """The removals a VACUUM at `vacuumed_wall_ms` left on storage (not yet expired)."""
+    return tuple(r for r in removed_ms if r > vacuumed_wall_ms - retention_ms)
 
 
 def date_closed_by(closed_through: date | None, drained: bool) -> Callable[[str], bool]:
@@ -284,18 +419,23 @@ class Outcome:
 
 
 def run_action(
-    spark: SparkSession, warehouse: str, action: Action, clock_ms: int, wall_ms: Callable[[], int]
+    spark: SparkSession,
+    warehouse: str,
+    action: Action,
+    clock_ms: int,
+    wall_ms: Callable[[], int],
+    layout: Callable[[], Mapping[str | None, FileStats]] | None = None,
 ) -> Outcome:
     """Run one action; a failure is an Outcome (FAILED, its first line), never an exception:
-    maintenance is retried at its next due time and never stops the writer."""
+    maintenance is retried at its next due time and never stops the writer. `layout`: the
+    table's live files now, if the caller keeps them (else read: `live_files`)."""
     path = T.table_path(warehouse, action.table)
     started = time.monotonic()
     before = after = FileStats()
     try:
         if action.kind in (COMPACT, COMPACT_CLOSED):
-            before = live_files(spark, path, action.partition_column).get(
-                action.partition, FileStats()
-            )
+            files = layout() if layout else live_files(spark, path, action.partition_column)
+            before = files.get(action.partition, FileStats())
             after = compact(spark, path, action, before)
         else:
             before = stored_files(spark, path)

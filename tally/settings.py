@@ -345,6 +345,12 @@ class Settings:
         "how often (stream processing time) an open events date and each unpartitioned "
         "stream table have their small files compacted (0s: never)",
     )
+    compact_min_files: int = _setting(
+        50,
+        "an open events date or unpartitioned stream table is compacted (at most every "
+        "compact_interval) once it holds this many small files (Delta's own auto-compaction "
+        "threshold, spark.databricks.delta.autoCompact.minNumFiles; at least 2)",
+    )
     compact_closed_dates: bool = _setting(
         True,
         "compact each events date to a few files once it is closed (the watermark passed its "
@@ -586,6 +592,10 @@ class Settings:
             raise SettingsError(
                 f"maintenance_mode: expected one of {', '.join(MAINTENANCE_MODES)}, "
                 f"got {self.maintenance_mode!r}"
+            )
+        if self.compact_min_files < 2:
+            raise SettingsError(
+                f"compact_min_files: must be at least 2, got {self.compact_min_files}"
             )
         for name in ("deleted_file_retention", "log_retention"):
             if getattr(self, name) < 3_600_000:

@@ -23,6 +23,7 @@ HOUSEKEEPING_SETTINGS = (
     "maintenance",
     "maintenance_mode",
     "compact_interval",
+    "compact_min_files",
     "compact_closed_dates",
     "vacuum_interval",
     "deleted_file_retention",

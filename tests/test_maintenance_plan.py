@@ -13,6 +13,8 @@ H = 3_600_000
 MIN = 60_000
 EVERY_15M = M.Schedule(compact_interval_ms=15 * MIN, compact_closed=True, vacuum_interval_ms=24 * H)
 NOW = 100 * H
+# The stream's defaults: a table waits for 50 small files (Delta's auto-compaction threshold).
+STREAM = M.Schedule(15 * MIN, True, 24 * H, compact_min_files=50)
 
 
 def stats(files: int, small: int | None = None, below_closed: int | None = None) -> M.FileStats:
@@ -104,6 +106,20 @@ def closed_until(last_closed: str):
             [("compact", "2026-11-21")],
             "compact_closed_dates off: a closed date is not packed (nor treated as open)",
         ),
+        (
+            {"2026-11-20": stats(30), "2026-11-21": stats(30)},
+            {},
+            STREAM,
+            [("compact_closed", "2026-11-20")],
+            "the stream's threshold: 30 small files of an open date wait; a closed date packs",
+        ),
+        (
+            {"2026-11-21": stats(1)},
+            {},
+            M.Schedule(15 * MIN, True, 0, compact_min_files=1),
+            [],
+            "a threshold below two means two: one file alone is never rewritten",
+        ),
     ],
 )
 def test_compactions_of_a_date_partitioned_table(layout, last, schedule, expected, why):
@@ -120,9 +136,12 @@ def test_compactions_of_a_date_partitioned_table(layout, last, schedule, expecte
 @pytest.mark.parametrize(
     "stats_of_table, last, expected, why",
     [
-        (stats(40), {}, True, "an unpartitioned table of small files, never compacted"),
-        (stats(40), {("stream_progress", "compact", None): NOW - MIN}, False, "a minute ago"),
+        (stats(60), {}, True, "an unpartitioned table of small files, never compacted"),
+        (stats(60), {("stream_progress", "compact", None): NOW - MIN}, False, "a minute ago"),
         (stats(3, small=1), {}, False, "one small file: nothing to merge"),
+        (stats(49), {}, False, "49 small files: below the stream's threshold of 50"),
+        (stats(50), {}, True, "50 small files: the threshold"),
+        (stats(80, small=49), {}, False, "80 files, 31 of them already compacted: 49 small"),
     ],
 )
 def test_compaction_of_an_unpartitioned_table(stats_of_table, last, expected, why):
@@ -131,7 +150,7 @@ def test_compaction_of_an_unpartitioned_table(stats_of_table, last, expected, wh
         None,
         {None: stats_of_table},
         closed_until("2026-11-20"),
-        EVERY_15M,
+        STREAM,
         NOW,
         last,
     )
@@ -157,6 +176,36 @@ def test_compaction_of_an_unpartitioned_table(stats_of_table, last, expected, wh
 def test_vacuums_due(last, first_ms, schedule, expected, why):
     due = M.vacuums_due(["events", "late_events"], schedule, NOW, last, first_ms)
     assert [a.table for a in due] == expected, why
+
+
+def test_a_vacuum_with_nothing_to_free_is_not_due():
+    due = M.vacuums_due(
+        ["events", "late_events"], EVERY_15M, NOW, {}, NOW - 24 * H, lambda t: t == "events"
+    )
+    assert [a.table for a in due] == ["events"]
+
+
+DAY_MS = 24 * H
+WEEK = 7 * DAY_MS
+
+
+@pytest.mark.parametrize(
+    "removed_ms, expected, why",
+    [
+        (None, True, "unknown: removals before the writer kept count, a killed write's files"),
+        ((), False, "nothing removed since the last VACUUM"),
+        ((NOW - DAY_MS,), False, "removed a day ago: kept for the week's retention"),
+        ((NOW - DAY_MS, NOW - WEEK), True, "one removal a week old: VACUUM deletes it"),
+        ((NOW - WEEK + 1,), False, "a millisecond short of the retention"),
+    ],
+)
+def test_vacuum_frees(removed_ms, expected, why):
+    assert M.vacuum_frees(removed_ms, NOW, WEEK) == expected, why
+
+
+def test_still_pending_keeps_what_a_vacuum_could_not_delete_yet():
+    removed = (NOW - 8 * DAY_MS, NOW - WEEK, NOW - DAY_MS, NOW)
+    assert M.still_pending(removed, NOW, WEEK) == (NOW - DAY_MS, NOW)
 
 
 def test_a_drained_stream_has_every_date_closed():
@@ -236,3 +285,70 @@ def test_retention_properties_are_delta_intervals():
         "delta.deletedFileRetentionDuration": "interval 36 hours",
         "delta.logRetentionDuration": "interval 5400 seconds",
     }
+
+
+@pytest.mark.parametrize(
+    "stats_before, changes, expected, why",
+    [
+        (
+            {},
+            [("2026-11-20", 1000, 1), ("2026-11-20", 2000, 1)],
+            {"2026-11-20": M.FileStats(2, 3000, 2, 2)},
+            "two small files appended to a new date",
+        ),
+        (
+            {"2026-11-20": M.FileStats(2, 3000, 2, 2)},
+            [("2026-11-20", 1000, -1), ("2026-11-20", 2000, -1), ("2026-11-20", 3000, 1)],
+            {"2026-11-20": M.FileStats(1, 3000, 1, 1)},
+            "a compaction: two removed, one added, sizes kept exact",
+        ),
+        (
+            {None: M.FileStats(1, 20 * 1024 * 1024, 0, 1)},
+            [(None, 20 * 1024 * 1024, -1)],
+            {},
+            "the last file of a partition removed: the partition is gone",
+        ),
+        (
+            {},
+            [(None, M.SMALL_FILE_BYTES, 1), (None, M.CLOSED_FILE_BYTES, 1)],
+            {None: M.FileStats(2, M.SMALL_FILE_BYTES + M.CLOSED_FILE_BYTES, 0, 1)},
+            "sizes at the thresholds are not below them",
+        ),
+    ],
+)
+def test_apply_changes(stats_before, changes, expected, why):
+    assert M.apply_changes(stats_before, changes) == expected, why
+
+
+def test_the_layout_moved_forward_from_the_log_equals_the_layout_read_whole(spark, warehouse):
+    """Appends to two dates, a compaction of one (removes with their sizes), appends again:
+    the layout kept from the commits equals a fresh read at every step."""
+    import os
+
+    path = os.path.join(warehouse, "t")
+    rows = spark.range(40).selectExpr(
+        "id", "IF(id % 2 = 0, '2026-11-20', '2026-11-21') AS event_date"
+    )
+
+    def append(n: int) -> None:
+        rows.where(f"id % 4 < {n}").repartition(2).write.format("delta").mode("append").partitionBy(
+            "event_date"
+        ).save(path)
+
+    append(4)
+    known = M.layout_now(spark, path, "event_date", None)
+    assert known.stats == M.live_files(spark, path, "event_date") and known.stats
+    for step in ("append", "compact", "append again"):
+        if step == "compact":
+            spark.sql(f"OPTIMIZE delta.`{path}` WHERE event_date = '2026-11-20'")
+        else:
+            append(3)
+        moved = M.layout_now(spark, path, "event_date", known)
+        assert moved.version > known.version
+        assert moved.stats == M.live_files(spark, path, "event_date"), step
+        known = moved
+    assert known.stats["2026-11-20"].files < known.stats["2026-11-21"].files  # compacted
+
+    # A layout said to be newer than the table (a table written anew): read whole.
+    ahead = M.KnownLayout(known.version + 100, {})
+    assert M.layout_now(spark, path, "event_date", ahead).stats == known.stats
