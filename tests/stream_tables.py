@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -232,6 +233,107 @@ def seconds_after_next_batch(warehouse: str | Path, delay_s: float) -> Callable[
         if not advanced and delta_version(warehouse, "stream_progress") > base:
             advanced["at"] = time.monotonic()
         return bool(advanced) and time.monotonic() - advanced["at"] >= delay_s
+
+    return condition
+
+
+class UncommittedFiles:
+    """A kill condition: a data file of one Delta table that no commit of its log names yet,
+    i.e. a write under way between its files and its commit. Beside an inline housekeeper
+    (between micro-batches, so no batch writes then) it is a compaction in flight. Storage
+    is read through two functions (local or S3): the table's data file names relative to
+    its root, and its commit files' names and texts (a commit is read once: it never
+    changes)."""
+
+    def __init__(
+        self,
+        data_files: Callable[[], list[str]],
+        commit_names: Callable[[], list[str]],
+        read_commit: Callable[[str], str],
+    ) -> None:
+        self._data_files, self._commit_names, self._read = data_files, commit_names, read_commit
+        self._named: set[str] = set()
+        self._read_commits: set[str] = set()
+        self.seen: list[str] = []  # the uncommitted files when the condition held
+
+    def _refresh(self) -> None:
+        for name in self._commit_names():
+            if name not in self._read_commits:
+                self._read_commits.add(name)
+                for line in self._read(name).splitlines():
+                    action = json.loads(line)
+                    for kind in ("add", "remove"):
+                        if kind in action:
+                            self._named.add(unquote(action[kind]["path"]))
+
+    def __call__(self) -> bool:
+        files = self._data_files()
+        if all(f in self._named for f in files):
+            self._refresh()
+        self.seen = [f for f in files if f not in self._named]
+        return bool(self.seen)
+
+
+def local_uncommitted(table_dir: str | Path) -> UncommittedFiles:
+    root = Path(table_dir)
+    log = root / "_delta_log"
+
+    def data_files() -> list[str]:
+        return [
+            str(p.relative_to(root))
+            for p in root.rglob("*.parquet")
+            if "_delta_log" not in p.parts and not p.name.startswith(".")
+        ]
+
+    def commit_names() -> list[str]:
+        return sorted(p.name for p in log.glob("*.json")) if log.is_dir() else []
+
+    return UncommittedFiles(data_files, commit_names, lambda n: (log / n).read_text())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ui_port_env(port: int) -> dict[str, str]:
+    """A `tally stream` process's environment entry that puts its Spark UI on `port`."""
+    return {"PYSPARK_SUBMIT_ARGS": f"--conf spark.ui.port={port} pyspark-shell"}
+
+
+def active_pools(port: int) -> set[str]:
+    """The scheduler pools of the Spark stages running now in the application whose UI is on
+    `port` (its REST API); empty while it cannot be reached."""
+    import urllib.request
+
+    base = f"http://127.0.0.1:{port}/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=1) as r:
+            apps = json.load(r)
+        with urllib.request.urlopen(f"{base}/{apps[0]['id']}/stages?status=active", timeout=1) as r:
+            return {str(stage.get("schedulingPool")) for stage in json.load(r)}
+    except (OSError, ValueError, IndexError, KeyError):
+        return set()
+
+
+def compaction_in_flight(port: int, uncommitted: UncommittedFiles) -> Callable[[], bool]:
+    """A kill condition: the table holds files no commit names while the last Spark stages
+    seen running were housekeeping's (its scheduler pool): a compaction between its files and
+    its commit. The housekeeper runs inline, between micro-batches, so no batch writes then;
+    a batch's first stages (its input) run long before it writes."""
+    from streaming.housekeeping import POOL
+
+    last_pools: set[str] = set()
+
+    def condition() -> bool:
+        pools = active_pools(port)
+        if pools:
+            last_pools.clear()
+            last_pools.update(pools)
+        return last_pools == {POOL} and uncommitted()
 
     return condition
 

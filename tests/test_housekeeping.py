@@ -19,10 +19,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from stream_tables import (
     StreamProcess,
-    delta_version,
+    compaction_in_flight,
+    free_port,
+    local_uncommitted,
     read,
     read_input,
     stream_command,
+    ui_port_env,
 )
 
 from tally import tables as T
@@ -34,7 +37,11 @@ pytestmark = pytest.mark.slow
 
 FILES = 10
 UNPARTITIONED = ("stream_progress", "stream_aggregates", "late_events", "quarantine")
-HOUSEKEEPING = {"TALLY_COMPACT_INTERVAL": "1h", "TALLY_MAINTENANCE_MODE": "thread"}
+HOUSEKEEPING = {
+    "TALLY_COMPACT_INTERVAL": "1h",
+    "TALLY_COMPACT_MIN_FILES": "2",  # a handful of files a date (the default waits for 50)
+    "TALLY_MAINTENANCE_MODE": "thread",
+}
 STEP_TIMEOUT_S = 1200.0
 
 
@@ -195,20 +202,28 @@ def test_maintain_refuses_while_a_live_stream_holds_the_lease(tmp_path, tally_cl
     assert err[0].startswith("tally: maintain: ")
 
 
-def test_sigkill_during_housekeeping_loses_nothing(tmp_path_factory, spark):
-    """Housekeeping between batches (inline), killed once its first action is logged: the
-    next action is under way or the next batch is; the restart finishes the stream and its
-    housekeeping, and every valid line is in `events` exactly once."""
+def test_sigkill_during_a_compaction_loses_nothing(tmp_path_factory, spark):
+    """Housekeeping between batches (inline), killed while a compaction of `events` has
+    written its files and not committed them; the restart finishes the stream and its
+    housekeeping, every valid line is in `events` exactly once, and the killed compaction's
+    files stay out of the table (VACUUM deletes them once older than the retention)."""
     root = tmp_path_factory.mktemp("housekeeping_kill")
     input_dir, wh = two_dates(root, seed=23), root / "warehouse"
-    env = {**HOUSEKEEPING, "TALLY_MAINTENANCE_MODE": "inline", "TALLY_LEASE_TTL": "1h"}
+    port = free_port()
+    env = {
+        **HOUSEKEEPING,
+        "TALLY_MAINTENANCE_MODE": "inline",
+        "TALLY_LEASE_TTL": "1h",
+        **ui_port_env(port),
+    }
     command = stream_command(str(input_dir), str(wh))
     command[command.index("--max-files-per-trigger") + 1] = "1"
     run1 = StreamProcess(command, root / "run1.log", env=env)
-    killed = run1.kill_when(lambda: delta_version(wh, "maintenance_log") >= 0, STEP_TIMEOUT_S)
+    uncommitted = local_uncommitted(wh / "events")
+    killed = run1.kill_when(compaction_in_flight(port, uncommitted), STEP_TIMEOUT_S)
     assert killed, run1.tail()
-    first = logged(spark, wh)
-    assert len(first) >= 1
+    orphans = list(uncommitted.seen)
+    assert orphans and all((wh / "events" / f).exists() for f in orphans)
     run2 = StreamProcess([*command, "--drain"], root / "run2.log", env=env)
     assert run2.wait(STEP_TIMEOUT_S) == 0, run2.tail()
 
@@ -218,9 +233,12 @@ def test_sigkill_during_housekeeping_loses_nothing(tmp_path_factory, spark):
         for r in events.select("source_file", "source_line").collect()
     )
     assert got == valid_lines(input_dir)
+    after = local_uncommitted(wh / "events")
+    after()
+    assert set(orphans) <= set(after.seen), "the killed compaction's files were never committed"
     rows = logged(spark, wh)
-    assert len(rows) > len(first), "the restart ran housekeeping again"
     assert [r for r in rows if r["outcome"] != "done"] == []
+    assert any(r["action"].startswith("compact") and r["table_name"] == "events" for r in rows)
     assert all(files <= 4 for files in events_files_per_date(spark, wh).values())
 
 
