@@ -333,19 +333,29 @@ def _longhaul(lh: dict[str, Any]) -> list[str]:
     from bench.report.formatting import duration
 
     trigger = duration(lh["trigger_ms"])
-    costs = "; ".join(
-        f"{mode}: throughput on ÷ off {r['throughput']:.2f}, micro-batch p99 on ÷ off "
-        f"{r['p99']:.2f} ({_verdict(lh['cost_met'][mode])})"
-        for mode, r in lh["ratios"].items()
-        if r["throughput"] is not None and r["p99"] is not None
-    )
+
+    def cost(mode: str, r: dict[str, Any]) -> str:
+        met = lh["cost_met"].get(mode)
+        return (
+            f"{mode}: throughput on ÷ off {r['throughput']:.2f}, micro-batch p99 on ÷ off "
+            f"{r['p99']:.2f}" + (f" ({_verdict(met)})" if met is not None else "")
+        )
+
+    measured = {m: r for m, r in lh["ratios"].items() if r["throughput"] and r["p99"]}
+    live = "; ".join(cost(m, r) for m, r in measured.items() if m in lh.get("live", ()))
+    replayed = "; ".join(cost(m, r) for m, r in measured.items() if m not in lh.get("live", ()))
     closed = lh["audit"]["closed_dates"]
+    intervals = lh.get("live_intervals", {})
     out = [
         f"Long haul ({lh['days']} days, one micro-batch every {trigger} of stream time, "
-        f"{lh['lines']:,} lines): housekeeping's cost (target ≤ {lh['cost_target'] * 100:.0f} % "
-        f"of throughput and p99) {costs or 'not measured'}. Files per closed `events` date: "
-        f"at most {lh['max_files_per_closed_date']} over {len(closed)} dates (target ≤ "
-        f"{lh['closed_files_target']}: {_verdict(lh['closed_files_met'])})."
+        f"{lh['lines']:,} lines): housekeeping's cost at a live cadence (compaction every "
+        f"{duration(intervals.get('compact_interval', 0))} of stream time, as many batches as "
+        f"15 minutes at a 5 s trigger; target ≤ {lh['cost_target'] * 100:.0f} % of throughput "
+        f"and p99) {live or 'not measured'}. With a day's housekeeping every "
+        f"{lh['files_per_day']} batches (the month compressed): {replayed or 'not measured'}. "
+        f"Files per closed `events` date: at most {lh['max_files_per_closed_date']} over "
+        f"{len(closed)} dates (target ≤ {lh['closed_files_target']}: "
+        f"{_verdict(lh['closed_files_met'])})."
     ]
     out.append(_longhaul_sizing(lh, trigger))
     audit = lh["audit"]

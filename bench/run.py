@@ -12,7 +12,7 @@ date). Full mode writes into `docs/` by default and
 takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
 windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, longhaul
-~2 h, bigfile ~15-20 min, run last); `--quick`
+~75 min, bigfile ~15-20 min, run last); `--quick`
 (~7-13 min; the smoke test runs some of its sections, the others carried over from a
 recorded quick run) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
@@ -196,7 +196,7 @@ class Preset:
 # Both presets side by side, setting: (full, quick). Expected full-mode durations on 2 cores
 # (see each section's module): speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min,
 # scaleout ~8 min, windows ~5-8 min, nightly ~22 min, curve ~20 s, backlog ~20 min, longhaul
-# ~2 h, bigfile ~15-20 min: over three hours.
+# ~75 min, bigfile ~15-20 min: over three hours.
 _PRESETS: dict[str, tuple[Any, Any]] = {
     # 1. throughput. full: 100 files of 20k events, 10 files a trigger: 10 micro-batches of
     # ~200k lines; the previous configuration: 50 files a trigger (~1M lines a batch)
@@ -257,9 +257,9 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     # 48 a day (a batch every 30 min of stream time): 1,440 batches a run, housekeeping off,
     # thread and inline; quick: 2 days of 8 files, off and thread
     "longhaul_days": (30, 2),
-    "longhaul_files_per_day": (48, 8),
-    "longhaul_events_per_file": (2_000, 250),
-    "longhaul_modes": (("off", "thread", "inline"), ("off", "thread")),
+    "longhaul_files_per_day": (24, 8),
+    "longhaul_events_per_file": (4_000, 250),
+    "longhaul_modes": (("off", "thread", "inline", "replay"), ("off", "thread", "replay")),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(

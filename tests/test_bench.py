@@ -877,7 +877,7 @@ def _check_longhaul(lh: dict[str, Any]) -> None:
     from bench.run import QUICK
 
     batches = QUICK.longhaul_days * QUICK.longhaul_files_per_day
-    assert list(lh["runs"]) == list(QUICK.longhaul_modes) and lh["all_lines_counted"]
+    assert set(lh["runs"]) == set(QUICK.longhaul_modes) and lh["all_lines_counted"]
     for mode, run in lh["runs"].items():
         assert run["batches"] == batches and run["input_lines"] == lh["lines"], mode
         assert run["events_per_s"] > 0 and run["batch_ms"]["p99"] >= run["batch_ms"]["p50"] > 0
@@ -890,15 +890,22 @@ def _check_longhaul(lh: dict[str, Any]) -> None:
     # off: one small file or more a batch; thread: the closed dates packed
     assert lh["layout"]["off"]["events"]["files_by_date"][closed[0]] > 4
     assert lh["max_files_per_closed_date"] <= 4 and lh["closed_files_met"]
-    on, off_layout = lh["layout"]["thread"], lh["layout"]["off"]
-    assert on["events"]["commits_by_kind"]["optimize"] > 0
+    off_layout = lh["layout"]["off"]
     assert "optimize" not in off_layout["events"]["commits_by_kind"]
-    assert (
-        on["events"]["commits_by_kind"]["append"]
-        == off_layout["events"]["commits_by_kind"]["append"]
-    )
-    assert lh["housekeeping"]["thread"]["actions"].get("compact_closed", 0) >= 1
-    assert lh["housekeeping"]["thread"]["failed"] == 0
+    for mode in ("thread", "replay"):  # the closed dates packed at either cadence
+        on = lh["layout"][mode]
+        assert on["events"]["commits_by_kind"]["optimize"] > 0, mode
+        assert (
+            on["events"]["commits_by_kind"]["append"]
+            == off_layout["events"]["commits_by_kind"]["append"]
+        )
+        assert lh["housekeeping"][mode]["actions"].get("compact_closed", 0) >= 1, mode
+        assert lh["housekeeping"][mode]["failed"] == 0
+    # the cost run's intervals scaled to the live number of batches: longer than the replay's
+    assert lh["live"] == ["thread"] and set(lh["cost_met"]) == {"thread"}
+    assert lh["live_intervals"]["compact_interval"] > 15 * 60_000
+    assert "--compact-interval" in lh["runs"]["thread"]["flags"]
+    assert "--compact-interval" not in lh["runs"]["replay"]["flags"]
     audit = lh["audit"]
     assert [n["date"] for n in audit["nightly"]] == closed
     assert all(n["code"] in (0, 1) for n in audit["nightly"])  # run recorded either way
