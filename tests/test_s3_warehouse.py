@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +26,19 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from s3_server import REGION, S3Server, s3_server
-from stream_tables import InputLine, collect, identity_check, read, read_input
+from stream_tables import (
+    InputLine,
+    StreamProcess,
+    UncommittedFiles,
+    collect,
+    compaction_in_flight,
+    free_port,
+    identity_check,
+    read,
+    read_input,
+    stream_command,
+    ui_port_env,
+)
 
 from tally import tables as T
 from tally_tools.generate import generate
@@ -302,3 +315,76 @@ def test_the_stream_and_maintain_keep_the_tables_small_on_s3(
     assert ("stream", "compact_closed") in by_run and ("maintain", "vacuum") in by_run, by_run
     per_date = live_files(s3_spark, f"{day.warehouse}/events", "event_date")
     assert per_date and all(stats.files == 1 for stats in per_date.values()), per_date
+
+
+def s3_uncommitted(day: Day, table_prefix: str) -> UncommittedFiles:
+    """`UncommittedFiles` of the Delta table under `table_prefix` in the day's bucket."""
+    client = day.server.client()
+    root, log = f"{table_prefix}/", f"{table_prefix}/_delta_log/"
+
+    def keys() -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=day.bucket, Prefix=root)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    def data_files() -> list[str]:
+        return [
+            k.removeprefix(root) for k in keys() if k.endswith(".parquet") and not k.startswith(log)
+        ]
+
+    def commit_names() -> list[str]:
+        return sorted(
+            k.removeprefix(log)
+            for k in keys()
+            if k.startswith(log) and k.endswith(".json") and "/" not in k.removeprefix(log)
+        )
+
+    def read_commit(name: str) -> str:
+        body = client.get_object(Bucket=day.bucket, Key=log + name)["Body"].read()
+        return body.decode()
+
+    return UncommittedFiles(data_files, commit_names, read_commit)
+
+
+def test_sigkill_during_a_compaction_on_s3_loses_nothing(
+    s3_spark: SparkSession, day: Day, tmp_path: Path
+) -> None:
+    """The stream's housekeeping (inline) killed while a compaction of `events` in the bucket
+    has written its files and not committed them; the restart finishes the stream and its
+    housekeeping in the bucket, and every valid line is in `events` exactly once."""
+    input_dir = tmp_path / "in"
+    generate(
+        out=str(input_dir),
+        events=1500,
+        partitions=2,
+        seed=23,
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        duration_ms=2 * 86_400_000,
+        files=10,
+        keys=10,
+        progress=False,
+    )
+    warehouse = f"s3a://{day.bucket}/kill"
+    port = free_port()
+    env = {
+        **day.server.env,
+        "TALLY_COMPACT_INTERVAL": "1h",
+        "TALLY_COMPACT_MIN_FILES": "2",
+        "TALLY_MAINTENANCE_MODE": "inline",
+        "TALLY_LEASE_TTL": "1h",
+        **ui_port_env(port),
+    }
+    command = stream_command(str(input_dir), warehouse)
+    command[command.index("--max-files-per-trigger") + 1] = "1"
+    run1 = StreamProcess(command, tmp_path / "run1.log", env=env)
+    uncommitted = s3_uncommitted(day, "kill/events")
+    assert run1.kill_when(compaction_in_flight(port, uncommitted), TIMEOUT_S), run1.tail()
+    assert uncommitted.seen  # the compaction's files were in the bucket, uncommitted
+    run2 = StreamProcess([*command, "--drain"], tmp_path / "run2.log", env=env)
+    assert run2.wait(TIMEOUT_S) == 0, run2.tail()
+
+    events = read(s3_spark, warehouse, "events").select("source_file", "source_line")
+    got = Counter((Path(r["source_file"]).name, r["source_line"]) for r in events.collect())
+    assert got == Counter((line.file, line.number) for line in read_input(input_dir) if line.obj)
+    log = [r.asDict() for r in read(s3_spark, warehouse, "maintenance_log").collect()]
+    assert [r for r in log if r["outcome"] != "done"] == [], log
+    assert any(r["table_name"] == "events" and r["action"].startswith("compact") for r in log)
