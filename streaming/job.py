@@ -466,15 +466,20 @@ class BatchProcessor:
     # -- phases of a batch, in the order `process` runs them ------------------------------
     def _previous_batch(self, batch_id: int) -> Progress | None:
         """The batch before `batch_id` (kept from this process or read back); refuses input
-        to a drained checkpoint."""
+        to a drained checkpoint. The drain is a batch of its own after the query's last one,
+        which Spark's checkpoint does not know: new input after it comes as a batch with the
+        drain's id, whose appends would be skipped as a replay's. So the query's newest row
+        is checked too (read once a process)."""
         cached = self._committed
         if cached is not None and cached.batch_id == batch_id - 1:
             prev: Progress | None = cached
         else:
             prev = self.previous_progress(before_batch=batch_id)
-        if prev and prev.drained:
+        newest = cached if cached is not None else self.previous_progress()
+        drained = next((p for p in (prev, newest) if p is not None and p.drained), None)
+        if drained is not None:
             raise StreamError(
-                f"stream: checkpoint was drained at batch {prev.batch_id}; new input needs "
+                f"stream: checkpoint was drained at batch {drained.batch_id}; new input needs "
                 "a new checkpoint and warehouse"
             )
         return prev
