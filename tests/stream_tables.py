@@ -291,14 +291,6 @@ def local_uncommitted(table_dir: str | Path) -> UncommittedFiles:
     return UncommittedFiles(data_files, commit_names, lambda n: (log / n).read_text())
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def ui_port_env(port: int) -> dict[str, str]:
     """A `tally stream` process's environment entry that puts its Spark UI on `port`."""
     return {"PYSPARK_SUBMIT_ARGS": f"--conf spark.ui.port={port} pyspark-shell"}

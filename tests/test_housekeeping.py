@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 from stream_tables import (
     StreamProcess,
     compaction_in_flight,
-    free_port,
     local_uncommitted,
     read,
     read_input,
@@ -32,6 +31,7 @@ from tally import tables as T
 from tally.maintenance import live_files
 from tally.pins import frontier_of, read_at_frontier
 from tally_tools.generate import generate
+from tally_tools.ports import free_port
 
 pytestmark = pytest.mark.slow
 

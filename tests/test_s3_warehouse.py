@@ -32,7 +32,6 @@ from stream_tables import (
     UncommittedFiles,
     collect,
     compaction_in_flight,
-    free_port,
     identity_check,
     read,
     read_input,
@@ -42,6 +41,7 @@ from stream_tables import (
 
 from tally import tables as T
 from tally_tools.generate import generate
+from tally_tools.ports import free_port
 
 pytestmark = pytest.mark.slow
 
