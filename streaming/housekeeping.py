@@ -6,9 +6,10 @@ It plans (`tally.maintenance`) when a date closed, or when an interval passed on
 (the stream's own processing time, so a backlog replayed under the arrival clock is maintained
 as it would have been live), and runs the actions one at a time: in a background thread whose
 Spark jobs go to a low-weight scheduler pool (`thread`), or right after the batch, before the
-next one starts (`inline`). Every action lands in `maintenance_log`. An action that fails is
-logged as failed and retried when next due; it never stops the stream. A lost lease stops
-housekeeping with the stream (the guard runs before each action).
+next one starts (`inline`). Every action gets a `maintenance_log` row, the plan's rows in one
+write after its last action. An action that fails is logged as failed and retried when next
+due; it never stops the stream. A lost lease stops housekeeping with the stream (the guard runs
+before each action).
 """
 
 from __future__ import annotations
@@ -237,10 +238,10 @@ class Housekeeper:
                 return []
             sc = self.spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", POOL)
+            done: list[M.Outcome] = []
             try:
                 actions = self.plan(clock)
                 self._planned = (clock.processing_ms, closed)
-                done = []
                 for action in actions:
                     if stopping is not None and stopping.is_set():
                         break
@@ -248,7 +249,14 @@ class Housekeeper:
                     sc.setJobDescription(f"tally housekeeping: {action.kind} {_scope(action)}")
                     done.append(self._run(action, clock))
                 return done
-            finally:  # Py4J passes None as null: Spark then removes the thread's property
+            finally:
+                # One log write for the plan's actions (a Delta commit each would cost as much
+                # as a small compaction); a kill mid-plan loses the rows of the actions it did,
+                # not what they did (each compaction and VACUUM is its own table's commit).
+                if done:
+                    self.guard()
+                    M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, done, self.run_by)
+                # Py4J passes None as null: Spark then removes the thread's property
                 sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
                 sc.setJobDescription(None)  # type: ignore[arg-type]
 
@@ -261,7 +269,6 @@ class Housekeeper:
             self.wall_ms,
             lambda: self._layout(action.table, action.partition_column),
         )
-        M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, [outcome], self.run_by)
         assert self._last is not None
         if outcome.outcome == M.DONE:
             self._last[action.key] = clock.processing_ms
