@@ -342,20 +342,19 @@ def _longhaul(lh: dict[str, Any]) -> list[str]:
         )
 
     measured = {m: r for m, r in lh["ratios"].items() if r["throughput"] and r["p99"]}
-    live = "; ".join(cost(m, r) for m, r in measured.items() if m in lh.get("live", ()))
-    replayed = "; ".join(cost(m, r) for m, r in measured.items() if m not in lh.get("live", ()))
+    costs = "; ".join(cost(m, r) for m, r in measured.items())
+    live = lh["live"]
     closed = lh["audit"]["closed_dates"]
-    intervals = lh.get("live_intervals", {})
     out = [
+        f"Housekeeping's cost at the live cadence ({live['minutes']} minutes of stream, one "
+        f"micro-batch every {duration(live['trigger_ms'])}, the default intervals, a date "
+        "closed and packed and every table vacuumed inside the run, which live happen once a "
+        f"day; target ≤ {lh['cost_target'] * 100:.0f} % of throughput and p99): "
+        f"{costs or 'not measured'}.",
         f"Long haul ({lh['days']} days, one micro-batch every {trigger} of stream time, "
-        f"{lh['lines']:,} lines): housekeeping's cost at a live cadence (compaction every "
-        f"{duration(intervals.get('compact_interval', 0))} of stream time, as many batches as "
-        f"15 minutes at a 5 s trigger; target ≤ {lh['cost_target'] * 100:.0f} % of throughput "
-        f"and p99) {live or 'not measured'}. With a day's housekeeping every "
-        f"{lh['files_per_day']} batches (the month compressed): {replayed or 'not measured'}. "
-        f"Files per closed `events` date: at most {lh['max_files_per_closed_date']} over "
-        f"{len(closed)} dates (target ≤ {lh['closed_files_target']}: "
-        f"{_verdict(lh['closed_files_met'])})."
+        f"{lh['lines']:,} lines, housekeeping on): files per closed `events` date at most "
+        f"{lh['max_files_per_closed_date']} over {len(closed)} dates (target ≤ "
+        f"{lh['closed_files_target']}: {_verdict(lh['closed_files_met'])}).",
     ]
     out.append(_longhaul_sizing(lh, trigger))
     audit = lh["audit"]

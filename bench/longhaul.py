@@ -1,41 +1,43 @@
-"""Section 13: the long haul. A multi-day warehouse streamed at small micro-batches, with the
-stream's housekeeping off and on, then the nightly of every closed date, `tally maintain`, a
-cleanup that makes the old versions unreadable, and `tally reconcile --reproduce` of each date.
+"""Section 13: the long haul. Housekeeping's cost on a stream at its live cadence, with
+housekeeping off and on; then a month-long warehouse streamed at small micro-batches with the
+stream's housekeeping on, the nightly of every closed date, `tally maintain`, a cleanup that
+makes the old versions unreadable, and `tally reconcile --reproduce` of each date.
 
-The input: `days` of events from `tally_tools.generate` in `files_per_day` files a day, each
-file's modification time just after the events it holds, streamed by one `tally stream
---available-now --clock arrival --max-files-per-trigger 1` process per run: one micro-batch a
-file, so the stream's processing time (the arrival clock) advances one trigger (a day /
-files_per_day) a batch, and housekeeping is scheduled on that clock (`compact_interval`,
-`vacuum_interval`). Each run is its own process, into its own warehouse: `off` (`--maintenance
-false`), `thread` (the default: a background thread), `inline` (between micro-batches) when the
-preset asks for it, and `replay`.
+Every run is one `tally stream --available-now --clock arrival --max-files-per-trigger 1`
+process over files from `tally_tools.generate`, each file's modification time just after the
+events it holds: one micro-batch a file, and the stream's processing time (the arrival clock)
+advances one file's span a batch. Housekeeping is scheduled on that clock.
 
-Two cadences, because a replay compresses time: at one batch every `trigger_ms` of replayed
-time, the default 15-minute compaction interval would pass every batch or two, and a day's
-VACUUMs every `files_per_day` batches, where live, at the default 5 s trigger, 180 and 17,280
-batches pass. `thread` and `inline` (the cost runs) get the intervals scaled back to the live
-number of batches (`live_intervals`); a date still closes, and is packed, every
-`files_per_day` batches (thousands of times more often than live: the cost measured is an upper
-bound). `replay` keeps the default intervals on the replayed clock: every day of the month gets
-its compactions, its closed date packed and its VACUUM, which is the warehouse the layout, log
-sizes and `--reproduce` are reported from.
+The cost runs (`off`: `--maintenance false`; `thread`, the default: a background thread;
+`inline`: between micro-batches) stream `live_minutes` of events in one file per default
+trigger (5 s), so the compaction interval (15 min) passes every 180 batches, as live. The
+input starts a quarter of the way before midnight, so the day before closes, and is packed,
+inside the run, and the VACUUM interval is half the run, so every table is vacuumed once: live,
+a date closes and a table is vacuumed once a day (17,280 batches), here once in a run of
+hundreds of batches, so the cost measured is an upper bound. A replay of many days cannot
+measure this cost: a day's packing every `files_per_day` batches is hundreds of times the live
+rate, whatever the intervals.
+
+The replay (`replay`): `days` of events in `files_per_day` files a day, default intervals on
+the replayed clock: every day gets its compactions, its closed date packed and its VACUUM.
+Its warehouse is the one the layout, log sizes and `--reproduce` are reported from.
 
 Measured per run: micro-batch p50/p99 (`stream_progress.batch_duration_ms`), throughput (valid
 events / the seconds from the first batch's start to the last batch's end, from the stream's
-trace: time between batches, where inline housekeeping runs, is inside it), and the ratios to
-`off` in the same section run (target, for the cost runs: housekeeping costs <= 10 % of
-throughput and of p99).
+trace: time between batches, where inline housekeeping runs, is inside it), and for the cost
+runs the ratios to `off` (target: housekeeping costs <= 10 % of throughput and of p99).
 After the runs, per warehouse and stream table: live files (per `event_date` for `events`),
 `_delta_log` and checkpoint bytes, commits by kind (appends, compactions, VACUUMs) and per day.
-On the housekept warehouse: the nightly (`tally reconcile --date D`) of every closed date, `tally
-maintain`, then VACUUM RETAIN 0 HOURS and log cleanup on back-dated logs of every stream table,
-and `tally reconcile --date D --reproduce` of every date (target: MATCH for all). The commands
-run in this process (`tally_app.cli.main`, on the bench's session), as a user runs them.
+On the replay's warehouse: the nightly (`tally reconcile --date D`) of every closed date,
+`tally maintain`, then VACUUM RETAIN 0 HOURS and log cleanup on back-dated logs of every
+stream table, and `tally reconcile --date D --reproduce` of every date (target: MATCH for
+all). The commands run in this process (`tally_app.cli.main`, on the bench's session), as a
+user runs them.
 
-Expected duration on 2 cores: full (30 days, 24 files a day, four runs of 720 batches at ~1 s)
-~1 h, then the nightly and `--reproduce` of 29 dates ~15 min; quick (2 days of 8 files, three
-runs) a few minutes on a quiet machine.
+Expected duration on 2 cores: full (cost runs of an hour, 720 batches of ~1 s each, three of
+them; the replay, 30 days of 24 files, 720 batches) ~55 min, then the nightly and
+`--reproduce` of 29 dates ~15 min; quick (cost runs of 4 minutes, 2 days of 8 files) a few
+minutes on a quiet machine.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import time
 from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -72,19 +74,18 @@ KEYS = 200
 SEED = 43
 DAY_MS = 86_400_000
 WINDOW_MS, LATENESS_MS = 60_000, 30_000
-# The runs, each one `tally stream` process: its flags. `off`, `thread` and `inline` measure
-# housekeeping's cost at a live cadence: the compaction and VACUUM intervals scaled by the
-# replay's clock (`live_intervals`), so as many micro-batches pass between two compactions as
-# pass live at the default trigger. `replay` keeps the default intervals on the replay's clock:
-# a day's housekeeping every `files_per_day` batches (the 30-day maintenance history, compressed),
-# the warehouse whose layout, log and `--reproduce` the section reports.
+# The runs, each one `tally stream` process: its flags. `off`, `thread` and `inline` are the
+# cost runs, on the live input at the default intervals (`run_flags` adds the VACUUM interval);
+# `replay` streams the month (default intervals on the replayed clock), the warehouse whose
+# layout, log and `--reproduce` the section reports.
 RUN_FLAGS: dict[str, tuple[str, ...]] = {
     "off": ("--maintenance", "false"),
     "thread": ("--maintenance", "true", "--maintenance-mode", "thread"),
     "inline": ("--maintenance", "true", "--maintenance-mode", "inline"),
     "replay": ("--maintenance", "true", "--maintenance-mode", "thread"),
 }
-LIVE = ("thread", "inline")  # the runs at a live cadence (their flags get `live_intervals`)
+COST_RUNS = ("off", "thread", "inline")  # the runs on the live input; `off` is the baseline
+LIVE = ("thread", "inline")  # the housekept cost runs, each against `off`
 HOUSEKEPT = "replay"  # the run whose warehouse gets the nightly, maintenance and --reproduce
 COST_TARGET = 0.10  # housekeeping may cost this share of throughput and of the p99
 CLOSED_FILES_TARGET = M.CLOSED_MAX_FILES
@@ -96,12 +97,16 @@ CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 
 @dataclass(frozen=True)
 class LongHaul:
-    """`days` of events in `files_per_day` files of ~`events_per_file` events, one file a
-    micro-batch; `modes`: the runs (RUN_FLAGS' keys; `off` first, the baseline)."""
+    """The replay: `days` of events in `files_per_day` files of ~`events_per_file` events. The
+    cost runs: `live_minutes` of events in a file per default trigger of
+    ~`live_events_per_file` events. One file a micro-batch; `modes`: the runs (RUN_FLAGS'
+    keys; `off` first, the cost runs' baseline)."""
 
     days: int
     files_per_day: int
     events_per_file: int
+    live_minutes: int
+    live_events_per_file: int
     modes: tuple[str, ...]
 
     @property
@@ -114,35 +119,34 @@ class LongHaul:
 
     @property
     def trigger_ms(self) -> int:
-        """Processing time between micro-batches (the arrival clock): a day per file count."""
+        """Processing time between the replay's micro-batches: a day per file count."""
         return DAY_MS // self.files_per_day
 
+    @property
+    def live_trigger_ms(self) -> int:
+        from tally.settings import Settings
 
-def live_intervals(lh: LongHaul) -> dict[str, int]:
-    """The compaction and VACUUM intervals (ms) on the replay's clock that keep the live
-    cadence: a default interval is as many micro-batches at the default trigger as it is here
-    at one batch every `trigger_ms` of replayed time."""
-    from tally.settings import Settings
+        return Settings().trigger
 
-    defaults = Settings()
-    scale = lh.trigger_ms / defaults.trigger
-    return {
-        "compact_interval": round(defaults.compact_interval * scale),
-        "vacuum_interval": round(defaults.vacuum_interval * scale),
-    }
+    @property
+    def live_files(self) -> int:
+        return self.live_minutes * 60_000 // self.live_trigger_ms
+
+    @property
+    def live_start(self) -> datetime:
+        """A quarter of the cost runs' span before midnight: the day before closes inside."""
+        return DAY - timedelta(minutes=self.live_minutes / 4)
+
+    @property
+    def live_vacuum_interval_ms(self) -> int:
+        """Half the run: every table vacuumed once (live: once a day)."""
+        return self.live_minutes * 60_000 // 2
 
 
 def run_flags(mode: str, lh: LongHaul) -> tuple[str, ...]:
     if mode not in LIVE:
         return RUN_FLAGS[mode]
-    scaled = live_intervals(lh)
-    return (
-        *RUN_FLAGS[mode],
-        "--compact-interval",
-        f"{scaled['compact_interval'] // 1000}s",
-        "--vacuum-interval",
-        f"{scaled['vacuum_interval'] // 1000}s",
-    )
+    return (*RUN_FLAGS[mode], "--vacuum-interval", f"{lh.live_vacuum_interval_ms // 1000}s")
 
 
 def stream_tables() -> list[tuple[T.Table, str | None]]:
@@ -154,18 +158,42 @@ def stream_tables() -> list[tuple[T.Table, str | None]]:
 # -- the input and the runs ------------------------------------------------------------------------
 
 
-def generate_input(out: Path, lh: LongHaul) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Input:
+    """What `generate` writes: `files` files of `events` events over `duration_ms` from
+    `start`."""
+
+    start: datetime
+    duration_ms: int
+    files: int
+    events: int
+
+
+def replay_input(lh: LongHaul) -> Input:
+    return Input(DAY, lh.days * DAY_MS, lh.files, lh.events)
+
+
+def live_input(lh: LongHaul) -> Input:
+    return Input(
+        lh.live_start,
+        lh.live_minutes * 60_000,
+        lh.live_files,
+        lh.live_files * lh.live_events_per_file,
+    )
+
+
+def generate_input(out: Path, shape: Input) -> dict[str, Any]:
     from tally_tools.generate import generate
 
     with stopwatch() as t:
         manifest = generate(
             out=str(out),
-            events=lh.events,
+            events=shape.events,
             partitions=PARTITIONS,
             seed=SEED,
-            start=DAY,
-            duration_ms=lh.days * DAY_MS,
-            files=lh.files,
+            start=shape.start,
+            duration_ms=shape.duration_ms,
+            files=shape.files,
             keys=KEYS,
         )
     manifest["generate_s"] = t["s"]
@@ -213,11 +241,11 @@ def stream_run(
 
 
 def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """Each housekept run against `off`: throughput ON/OFF and p99 ON/OFF."""
+    """Each housekept cost run against `off` (same input): throughput ON/OFF and p99 ON/OFF."""
     base = runs["off"]
     out: dict[str, dict[str, float | None]] = {}
     for mode, run in runs.items():
-        if mode == "off":
+        if mode not in LIVE:
             continue
         eps, p99 = run["events_per_s"], run["batch_ms"]["p99"]
         out[mode] = {
@@ -272,7 +300,7 @@ def log_listing(table_dir: Path) -> dict[str, Any]:
     }
 
 
-def table_layout(spark: SparkSession, warehouse: str, days: int) -> dict[str, Any]:
+def table_layout(spark: SparkSession, warehouse: str, days: float) -> dict[str, Any]:
     """Per stream table: live files and bytes, `_delta_log` bytes, commits by kind and per day
     of stream time; `events` also per `event_date`."""
     out: dict[str, Any] = {}
@@ -531,11 +559,18 @@ def verdicts(result: dict[str, Any]) -> dict[str, Any]:
 def longhaul_section(
     spark: SparkSession, work: Path, lh: LongHaul, env: E.EngineEnv
 ) -> dict[str, Any]:
-    data = work / "longhaul_input"
-    log(f"longhaul: generating {lh.days} days of {lh.events:,} events in {lh.files} files")
-    manifest = generate_input(data, lh)
-    runs = {mode: stream_run(spark, data, work, mode, env, lh) for mode in lh.modes}
-    layout = {mode: table_layout(spark, r["warehouse"], lh.days) for mode, r in runs.items()}
+    inputs = {"live": live_input(lh), "replay": replay_input(lh)}
+    manifests = {}
+    for name, shape in inputs.items():
+        log(f"longhaul: the {name} input: {shape.events:,} events in {shape.files} files")
+        manifests[name] = generate_input(work / f"longhaul_{name}_input", shape)
+    runs = {}
+    for mode in lh.modes:
+        name = "live" if mode in COST_RUNS else "replay"
+        runs[mode] = stream_run(spark, work / f"longhaul_{name}_input", work, mode, env, lh)
+        runs[mode]["input"] = name
+    days = {"live": lh.live_minutes / (24 * 60), "replay": lh.days}
+    layout = {m: table_layout(spark, r["warehouse"], days[r["input"]]) for m, r in runs.items()}
     housekept = [mode for mode in runs if mode != "off"]
     housework = {mode: maintenance_summary(spark, runs[mode]["warehouse"]) for mode in housekept}
     result: dict[str, Any] = {
@@ -543,25 +578,36 @@ def longhaul_section(
         "files_per_day": lh.files_per_day,
         "events_per_file": lh.events_per_file,
         "trigger_ms": lh.trigger_ms,
+        "live": {
+            "minutes": lh.live_minutes,
+            "files": lh.live_files,
+            "events_per_file": lh.live_events_per_file,
+            "trigger_ms": lh.live_trigger_ms,
+            "start": lh.live_start.isoformat(),
+            "vacuum_interval_ms": lh.live_vacuum_interval_ms,
+            "lines": manifests["live"]["lines"],
+            "runs": [mode for mode in COST_RUNS if mode in runs],
+        },
         "partitions": PARTITIONS,
         "keys": KEYS,
-        "lines": manifest["lines"],
-        "valid_lines": manifest["events"] + manifest["duplicates"],
-        "generate_s": manifest["generate_s"],
+        "lines": manifests["replay"]["lines"],
+        "valid_lines": manifests["replay"]["events"] + manifests["replay"]["duplicates"],
+        "generate_s": sum(m["generate_s"] for m in manifests.values()),
         "runs": runs,
         "ratios": ratios(runs),
         "layout": layout,
         "housekeeping": housework,
         "housekept": HOUSEKEPT,
-        "live": [mode for mode in LIVE if mode in runs],
-        "live_intervals": live_intervals(lh),
         "cost_target": COST_TARGET,
         "closed_files_target": CLOSED_FILES_TARGET,
-        "all_lines_counted": all(r["input_lines"] == manifest["lines"] for r in runs.values()),
+        "all_lines_counted": all(
+            r["input_lines"] == manifests[r["input"]]["lines"] for r in runs.values()
+        ),
     }
     result["audit"] = audit(spark, runs[HOUSEKEPT], lh)
     result.update(verdicts(result))
     for mode in runs:
         shutil.rmtree(work / f"longhaul_{mode}", ignore_errors=True)
-    shutil.rmtree(data, ignore_errors=True)
+    for name in inputs:
+        shutil.rmtree(work / f"longhaul_{name}_input", ignore_errors=True)
     return result

@@ -6,10 +6,10 @@
 Sections (`SECTIONS`): speed (target 1), latency (3), state (targets 2 and 4), kafka,
 scaleout (a standalone cluster and S3), windows (tumbling and hopping on one input), bigfile
 (5), nightly, curve, lateness (adaptive lateness against fixed bounds), backlog (catch-up
-after an outage: 40 days, five a micro-batch), longhaul (30 days at one file a micro-batch,
-housekeeping off and on, then the nightly, maintenance, cleanup and `--reproduce` of every
-date). Full mode writes into `docs/` by default and
-takes over an hour on a
+after an outage: 40 days, five a micro-batch), longhaul (housekeeping off and on in hour-long
+runs at the live trigger; 30 days at one file a micro-batch with housekeeping, then the
+nightly, maintenance, cleanup and `--reproduce` of every date). Full mode writes into `docs/`
+by default and takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
 windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, longhaul
 ~75 min, bigfile ~15-20 min, run last); `--quick`
@@ -119,6 +119,8 @@ class Preset:
     longhaul_days: int
     longhaul_files_per_day: int
     longhaul_events_per_file: int
+    longhaul_live_minutes: int
+    longhaul_live_events_per_file: int
     longhaul_modes: tuple[str, ...]
     window_ms: int = 60_000
     lateness_ms: int = 30_000
@@ -175,6 +177,8 @@ class Preset:
             self.longhaul_days,
             self.longhaul_files_per_day,
             self.longhaul_events_per_file,
+            self.longhaul_live_minutes,
+            self.longhaul_live_events_per_file,
             self.longhaul_modes,
         )
 
@@ -253,12 +257,16 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "backlog_events_per_day": (500_000, 2_000),
     "backlog_files_per_day": (5, 5),
     "backlog_days_per_batch": (5, 2),
-    # 13. the long haul: issue 39's 30-day warehouse at one file (~2,000 events) a micro-batch,
-    # 48 a day (a batch every 30 min of stream time): 1,440 batches a run, housekeeping off,
-    # thread and inline; quick: 2 days of 8 files, off and thread
+    # 13. the long haul: issue 39's 30-day warehouse at one file (~4,000 events) a micro-batch,
+    # 24 a day (a batch every hour of stream time): 720 batches, housekeeping on (`replay`);
+    # housekeeping's cost in runs of an hour at the default 5 s trigger (720 batches of ~1,000
+    # events), off, thread and inline; quick: 2 days of 8 files, cost runs of 4 minutes (48
+    # batches of 250), off and thread
     "longhaul_days": (30, 2),
     "longhaul_files_per_day": (24, 8),
     "longhaul_events_per_file": (4_000, 250),
+    "longhaul_live_minutes": (60, 4),
+    "longhaul_live_events_per_file": (1_000, 250),
     "longhaul_modes": (("off", "thread", "inline", "replay"), ("off", "thread", "replay")),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})

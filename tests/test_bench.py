@@ -871,41 +871,50 @@ def _check_backlog(bl: dict[str, Any]) -> None:
 
 
 def _check_longhaul(lh: dict[str, Any]) -> None:
-    """13. the long haul: every run read every line; housekeeping compacted the closed date and
-    left its commits in the log; the nightly, maintenance and cleanup ran, the pinned versions
-    are gone, and every date still reproduces."""
+    """13. the long haul: every run read every line of its input; in the cost runs the day
+    before midnight closed and housekeeping packed it and vacuumed every table; the replay
+    compacted its closed dates and left its commits in the log; the nightly, maintenance and
+    cleanup ran, the pinned versions are gone, and every date still reproduces."""
     from bench.run import QUICK
 
-    batches = QUICK.longhaul_days * QUICK.longhaul_files_per_day
+    live = lh["live"]
+    assert live["files"] == QUICK.longhaul_live_minutes * 60_000 // live["trigger_ms"]
+    batches = {"live": live["files"], "replay": QUICK.longhaul_days * QUICK.longhaul_files_per_day}
+    lines = {"live": live["lines"], "replay": lh["lines"]}
     assert set(lh["runs"]) == set(QUICK.longhaul_modes) and lh["all_lines_counted"]
+    assert live["runs"] == ["off", "thread"] and lh["runs"]["replay"]["input"] == "replay"
     for mode, run in lh["runs"].items():
-        assert run["batches"] == batches and run["input_lines"] == lh["lines"], mode
+        shape = run["input"]
+        assert run["batches"] == batches[shape] and run["input_lines"] == lines[shape], mode
         assert run["events_per_s"] > 0 and run["batch_ms"]["p99"] >= run["batch_ms"]["p50"] > 0
     thread, off = lh["ratios"]["thread"], lh["runs"]["off"]
     assert thread["throughput"] == pytest.approx(
         lh["runs"]["thread"]["events_per_s"] / off["events_per_s"]
     )
-    closed = lh["audit"]["closed_dates"]
-    assert closed and all(d in lh["layout"]["off"]["events"]["files_by_date"] for d in closed)
-    # off: one small file or more a batch; thread: the closed dates packed
-    assert lh["layout"]["off"]["events"]["files_by_date"][closed[0]] > 4
-    assert lh["max_files_per_closed_date"] <= 4 and lh["closed_files_met"]
-    off_layout = lh["layout"]["off"]
+    assert set(lh["ratios"]) == set(lh["cost_met"]) == {"thread"}  # the replay is not a cost run
+    # the cost runs: the day before midnight closed inside the run; off kept a small file or
+    # more a batch, thread packed it; both appended the same
+    day_before = live["start"][:10]
+    off_layout, thread_layout = lh["layout"]["off"], lh["layout"]["thread"]
+    assert off_layout["events"]["files_by_date"][day_before] > 4
+    assert thread_layout["events"]["files_by_date"][day_before] <= 4
     assert "optimize" not in off_layout["events"]["commits_by_kind"]
-    for mode in ("thread", "replay"):  # the closed dates packed at either cadence
-        on = lh["layout"][mode]
-        assert on["events"]["commits_by_kind"]["optimize"] > 0, mode
-        assert (
-            on["events"]["commits_by_kind"]["append"]
-            == off_layout["events"]["commits_by_kind"]["append"]
-        )
+    assert (
+        thread_layout["events"]["commits_by_kind"]["append"]
+        == off_layout["events"]["commits_by_kind"]["append"]
+    )
+    # every table vacuumed once in the cost run (its VACUUM interval is half the run)
+    assert "--vacuum-interval" in lh["runs"]["thread"]["flags"]
+    assert "--vacuum-interval" not in lh["runs"]["replay"]["flags"]
+    assert lh["housekeeping"]["thread"]["actions"].get("vacuum", 0) >= 5
+    closed = lh["audit"]["closed_dates"]
+    replay_layout = lh["layout"]["replay"]
+    assert closed and all(d in replay_layout["events"]["files_by_date"] for d in closed)
+    assert lh["max_files_per_closed_date"] <= 4 and lh["closed_files_met"]
+    for mode in ("thread", "replay"):  # the closed dates packed on either input
+        assert lh["layout"][mode]["events"]["commits_by_kind"]["optimize"] > 0, mode
         assert lh["housekeeping"][mode]["actions"].get("compact_closed", 0) >= 1, mode
         assert lh["housekeeping"][mode]["failed"] == 0
-    # the cost run's intervals scaled to the live number of batches: longer than the replay's
-    assert lh["live"] == ["thread"] and set(lh["cost_met"]) == {"thread"}
-    assert lh["live_intervals"]["compact_interval"] > 15 * 60_000
-    assert "--compact-interval" in lh["runs"]["thread"]["flags"]
-    assert "--compact-interval" not in lh["runs"]["replay"]["flags"]
     audit = lh["audit"]
     assert [n["date"] for n in audit["nightly"]] == closed
     assert all(n["code"] in (0, 1) for n in audit["nightly"])  # run recorded either way
