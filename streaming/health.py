@@ -1,7 +1,8 @@
 """Streaming health: is the speed layer keeping up? Pure checks over the newest
 `stream_progress` rows (watermark lag vs its steady state, late-event rate, idle partitions,
 expected partitions still unheard, growing partition spread, sources whose watermark keeps
-regressing), and the read of those rows. Sending alerts is not done here."""
+regressing, a clock behind the events), and the read of those rows. Sending alerts is not done
+here."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class HealthParams:
     min_history: int = 3  # batches needed before the lag has a steady state
     regression_min: int = 3  # a source watermark regressed in at least this many ...
     regression_batches: int = 10  # ... of the last this many batches
+    max_clock_skew_ms: int = 300_000  # events further ahead of processing time are skewed
 
     @property
     def rows_needed(self) -> int:
@@ -53,6 +55,7 @@ class HealthParams:
             late_rate_fail=settings.late_rate_fail,
             regression_min=settings.health_regression_min,
             regression_batches=settings.health_regression_batches,
+            max_clock_skew_ms=settings.max_clock_skew,
         )
 
 
@@ -77,6 +80,7 @@ def evaluate_health(rows: Rows, params: HealthParams) -> list[Alert]:
         *unheard_alerts(rows, params),
         *spread_alerts(rows, params),
         *regression_alerts(rows, params),
+        *clock_skew_alerts(rows, params),
     ]
 
 
@@ -203,6 +207,76 @@ def spread_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     ]
 
 
+# -- a clock behind the events -------------------------------------------------------------------
+# The watermark never passes processing time + max_clock_skew (streaming/watermark.py), so
+# while most events are further ahead than that, no window closes and the open windows pile
+# up batch after batch. The usual cause: files whose modification times were reset (restored,
+# copied) streamed with `--clock arrival`.
+
+
+def mostly_skewed(valid: int, skewed: int) -> bool:
+    """More than half of the valid events are clock-skewed (docs/semantics.md)."""
+    return valid > 0 and 2 * skewed > valid
+
+
+def clock_skew_fix(arrival_clock: bool) -> str:
+    """What to change, by the clock in force."""
+    if arrival_clock:
+        return (
+            "the arrival clock (the input files' modification times; Kafka: record timestamps) "
+            "is behind the events: stream with --clock wall, or restore the files' times"
+        )
+    return "the producers' clocks run ahead of this one: fix them, or raise max_clock_skew"
+
+
+def clock_skew_warning(
+    batch_id: int,
+    valid: int,
+    skewed: int,
+    ahead_ms: int,
+    max_clock_skew_ms: int,
+    arrival_clock: bool,
+) -> str | None:
+    """The stream's one line for a batch whose events are mostly clock-skewed (None when they
+    are not): how many, by how much, and what to change."""
+    if not mostly_skewed(valid, skewed):
+        return None
+    return (
+        f"clock skew: batch {batch_id}: {skewed:,} of {valid:,} events are more than "
+        f"{format_duration(max_clock_skew_ms)} ahead of processing time (up to "
+        f"{rounded_duration(ahead_ms)}), so no window closes and open windows pile up; "
+        f"{clock_skew_fix(arrival_clock)}"
+    )
+
+
+def rounded_duration(ms: int) -> str:
+    """A duration as a person reads it ("4 weeks", "6 hours"): Babel's CLDR wording."""
+    from datetime import timedelta
+
+    from babel.dates import format_timedelta
+
+    return str(format_timedelta(timedelta(milliseconds=ms), locale="en_US", threshold=1.5))
+
+
+def clock_skew_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
+    """Most events of the recent `history` batches were clock-skewed."""
+    rows = rows[-params.history :] if params.history else rows
+    valid = sum(int(r.get("valid_events") or 0) for r in rows)
+    skewed = sum(int(r.get("clock_skewed_events") or 0) for r in rows)
+    if not mostly_skewed(valid, skewed):
+        return []
+    return [
+        Alert(
+            "most events are ahead of the stream's clock: no window closes",
+            f"{skewed} of {valid} events more than {format_duration(params.max_clock_skew_ms)} "
+            f"ahead of processing time (last {len(rows)} batches)",
+            f"at most half ({clock_skew_fix(arrival_clock=True)}; with --clock wall: "
+            f"{clock_skew_fix(arrival_clock=False)})",
+            "error",
+        )
+    ]
+
+
 def read_recent_progress(spark: SparkSession, warehouse: str, history: int) -> list[dict[str, Any]]:
     """The last `history` live (not drained) batches of the newest query, oldest first
     (`unheard` and `regressions` are empty in rows from before those columns)."""
@@ -235,6 +309,7 @@ def read_recent_progress(spark: SparkSession, warehouse: str, history: int) -> l
             _if_present(progress, "source_watermark_regressions", lambda c: c).alias("regressions"),
             "late_events",
             "valid_events",
+            "clock_skewed_events",
         )
         .collect()
     )

@@ -29,6 +29,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from streaming.health import clock_skew_warning
 from streaming.lateness import DelayHistogram, advance_histograms, auto_lateness
 from streaming.logic import (
     WindowOut,
@@ -213,6 +214,7 @@ class BatchProcessor:
         # kept windows, older ones are released once the batch after them committed.
         self._checkpoints: list[DataFrame] = []
         self._batches_seen = 0
+        self._skew_warned = False  # the clock-skew line is printed once per process
         # Whether this batch may repeat an attempt that already appended: only the first batch
         # a process runs can (`_may_be_replay`), and only if it found an earlier attempt's
         # clock record (every attempt records it before its first append); set per batch by
@@ -595,6 +597,7 @@ class BatchProcessor:
             },
             delay_counts=measured,
         )
+        self._warn_clock_skew(ctx, classified)
         for part, count in sorted(classified.source_regressions.items()):
             if count:  # the source broke its promise; the watermark ignores it (semantics.md)
                 log.warning(
@@ -608,6 +611,24 @@ class BatchProcessor:
                 )
         log.debug("batch %d: classified %.2f s", ctx.batch_id, time.monotonic() - ctx.started)
         return classified
+
+    def _warn_clock_skew(self, ctx: BatchContext, classified: Classified) -> None:
+        """One line (stderr, through the log) in the first batch whose events are mostly ahead
+        of processing time: the stream then closes no window, silently (streaming/health.py)."""
+        if self._skew_warned or not classified.stats:
+            return
+        newest_ms = max(int(r["max_ms"]) for r in classified.stats)
+        line = clock_skew_warning(
+            ctx.batch_id,
+            classified.valid,
+            classified.count("skewed"),
+            newest_ms - ctx.now_ms,
+            self.params.max_clock_skew_ms,
+            self.params.arrival_clock,
+        )
+        if line is not None:
+            self._skew_warned = True
+            log.warning("%s", line)
 
     def _advance(
         self, ctx: BatchContext, prior: PriorState, classified: Classified

@@ -352,6 +352,59 @@ def test_health_source_watermark_keeps_regressing(
         assert found[0].observed == "regressed in 3 of the last 10 batches"
 
 
+@pytest.mark.parametrize(
+    ("valid", "skewed", "mostly"),
+    [
+        (1000, 501, True),  # just over half: the watermark follows the clock, not the events
+        (1000, 500, False),  # exactly half is not most
+        (1000, 0, False),  # a calm stream
+        (3, 3, True),  # every event of a tiny batch
+        (0, 0, False),  # no valid event: nothing to say
+    ],
+)
+def test_mostly_skewed(valid: int, skewed: int, mostly: bool) -> None:
+    from streaming.health import mostly_skewed
+
+    assert mostly_skewed(valid, skewed) is mostly
+
+
+@pytest.mark.parametrize(
+    ("arrival_clock", "ahead_ms", "says"),
+    [
+        # files restored with reset times, streamed with --clock arrival: switch the clock
+        (True, 27 * 86_400_000, ("up to 4 weeks", "stream with --clock wall")),
+        # producers whose clocks run ahead of the wall clock: fix them (or the bound)
+        (False, 6 * 3_600_000, ("up to 6 hours", "raise max_clock_skew")),
+    ],
+)
+def test_clock_skew_warning_names_the_gap_and_the_fix(
+    arrival_clock: bool, ahead_ms: int, says: tuple[str, str]
+) -> None:
+    from streaming.health import clock_skew_warning
+
+    line = clock_skew_warning(3, 12_000, 11_000, ahead_ms, 300_000, arrival_clock)
+    assert line is not None and "\n" not in line
+    assert line.startswith("clock skew: batch 3: 11,000 of 12,000 events are more than 5m ahead")
+    assert all(part in line for part in says), line
+    assert clock_skew_warning(3, 12_000, 6_000, ahead_ms, 300_000, arrival_clock) is None
+
+
+def test_health_clock_behind_the_events() -> None:
+    from streaming.health import evaluate_health
+
+    rows = _progress(5, clock_skewed_events=0)
+    assert evaluate_health(rows, _params()) == []
+    for row in rows[-3:]:
+        row["clock_skewed_events"] = 1000  # every event of the last 3 of 5 batches: 3000 of 5000
+    (alert,) = evaluate_health(rows, _params(max_clock_skew=600_000))
+    assert alert.severity == "error" and "no window closes" in alert.what
+    assert (
+        alert.observed
+        == "3000 of 5000 events more than 10m ahead of processing time (last 5 batches)"
+    )
+    assert "--clock wall" in alert.threshold
+
+
 def test_health_without_progress_warns() -> None:
     from streaming.health import evaluate_health
 
