@@ -78,6 +78,7 @@ MAINTAIN_SETTINGS = (
 )
 PRODUCE_SETTINGS = ("kafka_bootstrap", "kafka_topic", "kafka_connect_timeout", "input")
 SHOW_SETTINGS = ("warehouse", "spark_master")
+LEDGER_SETTINGS = ("warehouse", "s3_endpoint", "s3_region", "s3_path_style")
 RECONCILE_SETTINGS = (
     "window",
     "window_slide",
@@ -174,6 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = _command(sub, "show", c.show, SHOW_SETTINGS, help="print a tally table")
     c.show_flags(show)
+    ledger = _command(
+        sub,
+        "ledger",
+        c.ledger,
+        LEDGER_SETTINGS,
+        flags=["warehouse"],  # the object store's settings: from the environment or config
+        help="the reconciliation desk's ledger: one row per business date",
+        epilog="Exit codes: 0 printed, 2 bad filter or unreadable warehouse.",
+    )
+    c.ledger_flags(ledger)
     reconcile = _command(
         sub,
         "reconcile",

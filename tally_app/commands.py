@@ -230,6 +230,21 @@ def show(args: argparse.Namespace, settings: Settings) -> int:
     return show_table(settings, args.table, as_json=args.json, where=args.where, limit=args.limit)
 
 
+def ledger_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="the rows as one JSON array")
+    parser.add_argument("--status", default=None, help="only dates of this status")
+    parser.add_argument("--from", dest="date_from", default=None, help="first date, YYYY-MM-DD")
+    parser.add_argument("--to", dest="date_to", default=None, help="last date, YYYY-MM-DD")
+
+
+def ledger(args: argparse.Namespace, settings: Settings) -> int:
+    """The desk's ledger (one row per business date, newest first), read as the desk reads it
+    (delta-rs, no Spark): 0 printed, 2 a bad filter or an unreadable warehouse (one line)."""
+    from tally_app.ledger import print_ledger
+
+    return print_ledger(settings, args.json, args.status, args.date_from, args.date_to)
+
+
 # -- the nightly commands -------------------------------------------------------------------------
 
 

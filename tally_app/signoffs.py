@@ -25,7 +25,7 @@ class SignOff:
     decided_by: str
     decided_at: datetime
     reason: str = ""
-    status: str = ""  # the date's status when asked (tally_desk.ledger.STATUSES)
+    status: str = ""  # the date's status when asked (tally.ledger.STATUSES)
     run_time: datetime | None = None  # the reconciliation run (reconciliation_runs.run_time)
     dag_id: str = ""
     run_id: str = ""

@@ -27,11 +27,11 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tally import ledger as L
+from tally import ledger_reads as W
 from tally.dates import business_date_of, business_day_end, business_day_start, parse_business_date
 from tally.settings import Settings, load_settings
-from tally_desk import ledger as L
 from tally_desk import pages
-from tally_desk import warehouse as W
 
 NIGHTLY_DAG = "tally_nightly_reconciliation"
 SIGNOFF_TASK = "sign_off"
@@ -140,14 +140,7 @@ async def off_loop(config: DeskConfig, fn: Callable[..., T], *args: Any) -> T:
 
 
 def read_ledger(config: DeskConfig) -> list[dict[str, Any]]:
-    loc = config.location
-    return L.ledger_rows(
-        W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS),
-        W.read_rows(loc, W.RUNS, L.RUN_COLUMNS),
-        W.read_rows(loc, W.VALIDATION, ("business_date", "severity", "success")),
-        W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS),
-        W.event_dates(loc),
-    )
+    return W.read_ledger(config.location)
 
 
 def read_date(config: DeskConfig, day: date) -> dict[str, Any]:

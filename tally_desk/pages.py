@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from tally_desk.ledger import STATUS_LABELS, STATUSES, LedgerQuery
+from tally.ledger import STATUS_LABELS, STATUSES, LedgerQuery
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}

@@ -269,7 +269,7 @@ def test_the_desk_reads_each_dates_latest_run():
     from before run history (no number) counting as the first."""
     from datetime import UTC, date, datetime
 
-    from tally_desk.warehouse import latest_runs
+    from tally.ledger_reads import latest_runs
 
     d1, d2 = date(2026, 11, 20), date(2026, 11, 21)
 

@@ -132,6 +132,37 @@ def test_ledger_lists_the_dates_newest_first(spark, airflow, tokens, desk_env) -
     assert status == 200 and f'href="dates/{D2}"' in text and f"dates/{D1}" not in text
 
 
+def test_tally_ledger_prints_the_rows_the_api_serves(
+    airflow, tokens, desk_env, tally_cli, capsys
+) -> None:
+    """`tally ledger --json` (delta-rs, no Spark) gives the desk API's rows, filters included;
+    the grid has a line per date; a bad filter is one line and exit 2."""
+    env = {k: v for k, v in desk_env.items() if k.startswith("TALLY_")}
+    capsys.readouterr()
+    for flags, query in (
+        ([], "page_size=200"),
+        (
+            ["--status", "unexplained", "--from", str(D1), "--to", str(D2)],
+            f"status=unexplained&date_from={D1}&date_to={D2}",
+        ),
+    ):
+        status, body, _ = get(airflow, f"api/ledger?{query}", tokens["reviewer"])
+        assert status == 200, body
+        assert tally_cli(["ledger", "--json", *flags], **env) == 0
+        assert json.loads(capsys.readouterr().out) == body["dates"], flags
+    assert body["dates"] and [r["business_date"] for r in body["dates"]] == [D2.isoformat()]
+
+    assert tally_cli(["ledger", "--from", str(D1), "--to", str(D2)], **env) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["date", "status"] and len(lines) == 3
+    assert lines[1].startswith(f"{D2}  unexplained") and "accepted by ana" in lines[1]
+    assert lines[2].startswith(str(D1))
+
+    assert tally_cli(["ledger", "--status", "nope"], **env) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tally: ledger: status: expected one of") and "\n" not in err
+
+
 def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, desk_env) -> None:
     status, body, _ = get(airflow, f"api/dates/{D2}", tokens["reviewer"])
     assert status == 200, body

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tally import ledger as L
+from tally import ledger_reads as W
 from tally.tables import CATALOG
-from tally_desk import ledger as L
 from tally_desk import pages
-from tally_desk import warehouse as W
 
 D1, D2, D3, D4 = (date(2026, 11, d) for d in (1, 2, 3, 4))
 
@@ -80,6 +80,33 @@ def test_status_sign_off_and_order() -> None:
         [summary(D1)], [], [{"business_date": D1, "severity": "critical", "success": False}], [], []
     )
     assert failing[0]["status"] == "validation_failed"
+
+
+def test_ledger_grid_aligns_and_escapes() -> None:
+    from tally_app.ledger import grid
+
+    rows = L.ledger_rows(
+        [summary(D1, batch_count=1234, batch_amount=-50_000), summary(D2, gap_count=3)],
+        [],
+        [],
+        [
+            {
+                "business_date": D2,
+                "decision": "accepted",
+                "decided_at": None,
+                "decided_by": "a\x1b[2J",
+            }
+        ],
+        [],
+    )
+    lines = grid(rows)
+    assert [len(line) for line in lines[1:]] and lines[0].startswith("date        status")
+    assert lines[1].startswith("2026-11-02  explained_by_late")
+    assert "accepted by a\\x1b[2J" in lines[1] and "\x1b" not in lines[1]  # no escape sequence
+    assert "-50,000" in lines[2] and "1,234" in lines[2]
+    # numbers right-aligned: the amount column ends at the same place on both lines
+    end = lines[0].index("batch amount") + len("batch amount")
+    assert lines[2][:end].endswith("-50,000") and lines[1][:end].endswith("0")
 
 
 def test_query_parse_and_page() -> None:

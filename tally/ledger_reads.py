@@ -1,6 +1,7 @@
-"""The desk's reads of the warehouse: delta-rs (`deltalake`), no Spark, no JVM.
+"""The ledger's reads of the warehouse: delta-rs (`deltalake`), no Spark, no JVM; for the
+desk (tally_desk) and `tally ledger` alike, so both show the same rows.
 
-Blocking calls: the app runs them off the api-server's event loop (`app.read_off_loop`).
+Blocking calls: the desk runs them off the api-server's event loop (`app.read_off_loop`).
 A table the warehouse does not hold yet reads as no rows; a warehouse that cannot be read at
 all raises `WarehouseUnavailable` with one line saying where and why.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-# The tables the desk reads (declared in tally.tables.CATALOG; a test checks the names).
+# The tables the ledger reads (declared in tally.tables.CATALOG; a test checks the names).
 SUMMARY = "reconciliation_summary"
 RUNS = "reconciliation_runs"
 VALIDATION = "validation_results"
@@ -140,3 +141,16 @@ def event_dates(location: Location) -> list[date]:
         if value:
             out.add(date.fromisoformat(str(value)[:10]))
     return sorted(out)
+
+
+def read_ledger(location: Location) -> list[dict[str, Any]]:
+    """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`)."""
+    from tally import ledger as L
+
+    return L.ledger_rows(
+        read_rows(location, SUMMARY, L.SUMMARY_COLUMNS),
+        read_rows(location, RUNS, L.RUN_COLUMNS),
+        read_rows(location, VALIDATION, ("business_date", "severity", "success")),
+        read_rows(location, SIGNOFFS, L.SIGNOFF_COLUMNS),
+        event_dates(location),
+    )

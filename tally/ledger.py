@@ -160,8 +160,8 @@ def ledger_rows(
     return out
 
 
-def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str, Any]:
-    """The query's page of the (newest first) ledger, with the total that matched."""
+def matching(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> list[dict[str, Any]]:
+    """The ledger's rows the query's filters keep (status, dates), in their order."""
 
     def keep(r: Mapping[str, Any]) -> bool:
         day = date.fromisoformat(r["business_date"])
@@ -171,7 +171,12 @@ def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str,
             and (query.date_to is None or day <= query.date_to)
         )
 
-    matched = [r for r in rows if keep(r)]
+    return [r for r in rows if keep(r)]
+
+
+def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str, Any]:
+    """The query's page of the (newest first) ledger, with the total that matched."""
+    matched = matching(rows, query)
     start = (query.page - 1) * query.page_size
     return {
         "total": len(matched),

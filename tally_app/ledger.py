@@ -1,0 +1,86 @@
+"""`tally ledger`: the reconciliation desk's ledger on the command line, one row per business
+date (status, totals, gap, unexplained residual, late rate, last run, sign-off), read as the
+desk reads it (`tally.ledger_reads`, delta-rs, no Spark): the same rows as its API."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from tally import ledger as L
+from tally import ledger_reads as W
+from tally.outputs import one_line
+from tally.settings import Settings
+
+# The grid's columns: (heading, the row's value as text).
+COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("date", lambda r: r["business_date"]),
+    ("status", lambda r: r["status"]),
+    ("batch events", lambda r: _number(r["batch_count"])),
+    ("batch amount", lambda r: _number(r["batch_amount"])),
+    ("gap events", lambda r: _number(r["gap_count"])),
+    ("gap amount", lambda r: _number(r["gap_amount"])),
+    ("unexplained windows", lambda r: _number(r["unexplained_windows"])),
+    ("unexplained amount", lambda r: _number(r["unexplained_amount"])),
+    ("late rate", lambda r: "" if r["late_event_rate"] is None else f"{r['late_event_rate']:.3%}"),
+    ("last run", lambda r: r["last_run"] or ""),
+    ("sign-off", lambda r: _signoff(r["signoff"])),
+)
+
+
+def _number(value: Any) -> str:
+    return "" if value is None else f"{value:,}"
+
+
+def _signoff(signoff: Mapping[str, Any] | None) -> str:
+    if not signoff:
+        return ""
+    return one_line(f"{signoff.get('decision')} by {signoff.get('decided_by')}")
+
+
+def grid(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rows as aligned text lines under a heading (numbers right-aligned)."""
+    cells = [[show(r) for _, show in COLUMNS] for r in rows]
+    headings = [heading for heading, _ in COLUMNS]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headings)]
+    right = {i for i, (h, _) in enumerate(COLUMNS) if h not in ("date", "status", "sign-off")}
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if i in right else v.ljust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [line(headings), *(line(c) for c in cells)]
+
+
+def print_ledger(
+    settings: Settings,
+    as_json: bool,
+    status: str | None,
+    date_from: str | None,
+    date_to: str | None,
+    out: TextIO | None = None,
+) -> int:
+    out = out or sys.stdout
+    try:
+        query = L.LedgerQuery.parse(status, date_from, date_to)
+    except ValueError as exc:
+        print(f"tally: ledger: {exc}", file=sys.stderr)
+        return 2
+    location = W.Location(
+        settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
+    )
+    try:
+        rows = L.matching(W.read_ledger(location), query)
+    except W.WarehouseUnavailable as exc:
+        print(f"tally: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        out.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        out.write("\n".join(grid(rows)) + "\n")
+    return 0
