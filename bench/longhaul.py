@@ -8,9 +8,9 @@ process over files from `tally_tools.generate`, each file's modification time ju
 events it holds: one micro-batch a file, and the stream's processing time (the arrival clock)
 advances one file's span a batch. Housekeeping is scheduled on that clock.
 
-The cost runs (`off`: `--maintenance false`; `thread`, the default: a background thread;
-`inline`: between micro-batches) stream `live_minutes` of events in one file per default
-trigger (5 s), so the compaction interval (15 min) passes every 180 batches, as live. The
+The cost runs (`off`: `--maintenance false`; `inline`, the default: between micro-batches;
+`thread`: a background thread) stream `live_minutes` of events in one file per default
+trigger (5 s), so the compaction interval (1 h) passes every 720 batches, as live. The
 input starts a quarter of the way before midnight, so the day before closes, and is packed,
 inside the run, and the VACUUM interval is half the run, so every table is vacuumed once: live,
 a date closes and a table is vacuumed once a day (17,280 batches), here once in a run of

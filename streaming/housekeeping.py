@@ -4,12 +4,12 @@ it compacts and vacuums them itself, off the micro-batch's critical path.
 After each committed batch the housekeeper learns the batch's processing time and watermark.
 It plans (`tally.maintenance`) when a date closed, or when an interval passed on that clock
 (the stream's own processing time, so a backlog replayed under the arrival clock is maintained
-as it would have been live), and runs the actions one at a time: in a background thread whose
-Spark jobs go to a low-weight scheduler pool (`thread`), or right after the batch, before the
-next one starts (`inline`). Every action gets a `maintenance_log` row, the plan's rows in one
-write after its last action. An action that fails is logged as failed and retried when next
-due; it never stops the stream. A lost lease stops housekeeping with the stream (the guard runs
-before each action).
+as it would have been live), and runs the actions one at a time: right after a batch, before
+the next one starts, one action per gap between batches (`inline`, the default), or in a
+background thread whose Spark jobs go to their own scheduler pool (`thread`). Every action
+gets a `maintenance_log` row, the plan's rows in one write after its last action. An action
+that fails is logged as failed and retried when next due; it never stops the stream. A lost
+lease stops housekeeping with the stream (the guard runs before each action).
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ log = logging.getLogger("tally.housekeeping")
 # names them (the UI, the event log); a session run with `spark.scheduler.mode=FAIR` and an
 # allocation file can give it a low weight.
 POOL = "tally-housekeeping"
+
+# Inline, at most this many actions run between two micro-batches: a plan of several (every
+# table's compaction falls due in the same interval) is spread over the next gaps, each short
+# enough to fit in the idle time a processing-time trigger leaves after a batch.
+INLINE_ACTIONS_PER_GAP = 1
 
 # The tables the stream writes and maintains: (table, its date partition column or None).
 STREAM_MAINTAINED: tuple[tuple[T.Table, str | None], ...] = (
@@ -99,6 +104,11 @@ class Housekeeper:
         self._first_ms: int | None = None  # the clock of this writer's first plan
         self._planned: tuple[int, date | None] | None = None  # clock and closed date planned at
         self._latest: Clock | None = None
+        # the plan's actions not run yet (inline runs one between two batches), the clock they
+        # were planned at, and the outcomes whose log rows are not written yet
+        self._queue: list[M.Action] = []
+        self._queue_clock: Clock | None = None
+        self._unlogged: list[M.Outcome] = []
         # each table's live files as last planned, moved forward from its log at each plan
         self._layouts: dict[str, M.KnownLayout] = {}
         # per table, when the files removed since its last VACUUM here were removed (wall ms),
@@ -127,7 +137,12 @@ class Housekeeper:
         if self.mode == "thread":
             self._wake.set()
         else:
-            self.run_due(clock)
+            self.run_due(clock, limit=INLINE_ACTIONS_PER_GAP)
+
+    @property
+    def pending(self) -> int:
+        """Planned actions not run yet (inline: they run one a gap)."""
+        return len(self._queue)
 
     def stop(self) -> None:
         """Stop the thread after the action it runs (nothing new starts)."""
@@ -141,7 +156,10 @@ class Housekeeper:
         """Stop the thread, then run what fell due by the last batch (a stream run as a job,
         `--available-now`, leaves nothing due behind)."""
         self.stop()
-        return self.run_due(self._latest, force_plan=True) if self._latest else []
+        if self._latest is None:
+            return []
+        left = self.run_due(self._latest)  # what was planned and not run yet, if anything
+        return left + self.run_due(self._latest, force_plan=True)
 
     # -- planning and running ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -230,32 +248,42 @@ class Housekeeper:
         clock: Clock,
         force_plan: bool = False,
         stopping: threading.Event | None = None,
+        limit: int | None = None,
     ) -> list[M.Outcome]:
-        """Plan at this clock (when due) and run the actions, each logged."""
+        """Run what is planned and not run yet, or else plan at this clock (when due) and run
+        that: at most `limit` actions (None: all), each logged."""
         with self._lock:
             closed = self.closing.closed_through(clock)
-            if not (force_plan or self._plan_needed(clock, closed)):
+            if not self._queue and not (force_plan or self._plan_needed(clock, closed)):
                 return []
             sc = self.spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", POOL)
             done: list[M.Outcome] = []
+            finished = False
             try:
-                actions = self.plan(clock)
-                self._planned = (clock.processing_ms, closed)
-                for action in actions:
+                if not self._queue:
+                    self._queue = list(self.plan(clock))
+                    self._queue_clock = clock
+                    self._planned = (clock.processing_ms, closed)
+                while self._queue and (limit is None or len(done) < limit):
                     if stopping is not None and stopping.is_set():
                         break
                     self.guard()
+                    action = self._queue.pop(0)
                     sc.setJobDescription(f"tally housekeeping: {action.kind} {_scope(action)}")
-                    done.append(self._run(action, clock))
+                    done.append(self._run(action, self._queue_clock or clock))
+                finished = True
                 return done
             finally:
-                # One log write for the plan's actions (a Delta commit each would cost as much
-                # as a small compaction); a kill mid-plan loses the rows of the actions it did,
-                # not what they did (each compaction and VACUUM is its own table's commit).
-                if done:
+                # One log write for a plan's actions, after its last (a Delta commit each would
+                # cost as much as a small compaction); a kill mid-plan loses the rows of the
+                # actions it did, not what they did (each is its own table's commit).
+                self._unlogged += done
+                stopped = stopping is not None and stopping.is_set()
+                if self._unlogged and (not self._queue or stopped or not finished):
                     self.guard()
-                    M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, done, self.run_by)
+                    rows, self._unlogged = self._unlogged, []
+                    M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, rows, self.run_by)
                 # Py4J passes None as null: Spark then removes the thread's property
                 sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
                 sc.setJobDescription(None)  # type: ignore[arg-type]

@@ -437,6 +437,11 @@ def run_action(
             files = layout() if layout else live_files(spark, path, action.partition_column)
             before = files.get(action.partition, FileStats())
             after = compact(spark, path, action, before)
+            if layout is not None:
+                # the scope's live files now, from the log: OPTIMIZE's own counts would miss
+                # the files a writer appended between `before` and OPTIMIZE's snapshot (a
+                # compaction of 48 files that removed 49 would log 48 -> 0)
+                after = layout().get(action.partition, FileStats())
         else:
             before = stored_files(spark, path)
             vacuum(spark, path)

@@ -336,12 +336,13 @@ class Settings:
         "write (false: nothing is maintained; run `tally maintain` yourself)",
     )
     maintenance_mode: str = _setting(
-        "thread",
-        "where the stream runs its housekeeping: thread (a background thread beside the "
-        "micro-batches) or inline (between micro-batches, on the stream's own thread)",
+        "inline",
+        "where the stream runs its housekeeping: inline (between micro-batches, one action a "
+        "gap, on the stream's own thread) or thread (a background thread beside the "
+        "micro-batches)",
     )
     compact_interval: int = _duration_field(
-        "15m",
+        "1h",
         "how often (stream processing time) an open events date and each unpartitioned "
         "stream table have their small files compacted (0s: never)",
     )

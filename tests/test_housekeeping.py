@@ -179,6 +179,42 @@ def test_a_pinned_read_is_unchanged_by_compaction(maintained, spark):
     assert as_of.exceptAll(again).isEmpty() and again.exceptAll(as_of).isEmpty()
 
 
+def test_inline_runs_one_action_between_two_batches(tmp_path, tally_cli, spark):
+    """Inline, a plan of several actions is spread over the gaps after the next batches, one
+    each; the plan's log rows are written with its last action; `finish` leaves nothing."""
+    from streaming.housekeeping import Clock, Closing, Housekeeper
+    from tally import maintenance as M
+
+    input_dir, wh = two_dates(tmp_path, seed=13), tmp_path / "warehouse"
+    argv = stream_argv(input_dir, wh, "--drain")
+    assert tally_cli(argv, TALLY_MAINTENANCE="false", TALLY_SHUFFLE_PARTITIONS="2") == 0
+    schedule = M.Schedule(3_600_000, True, 0, compact_min_files=2)
+    housekeeper = Housekeeper(
+        spark,
+        str(wh),
+        schedule,
+        Closing(60_000, 0),
+        mode="inline",
+        wall_ms=lambda: int(datetime.now(UTC).timestamp() * 1000),
+    )
+    clock = Clock(int(datetime(2026, 11, 23, tzinfo=UTC).timestamp() * 1000), None, drained=True)
+    per_gap = []
+    while True:
+        housekeeper.after_batch(clock)  # a batch committed: the housekeeper's turn
+        per_gap.append(len(housekeeper.outcomes) - sum(per_gap))
+        if not housekeeper.pending:
+            break
+        assert not T.exists(spark, str(wh), "maintenance_log")  # rows wait for the last
+    # two closed dates and the four small tables, each its own gap
+    assert per_gap == [1] * len(per_gap) and len(per_gap) >= 4, per_gap
+    kinds = {(o.action.kind, o.action.partition) for o in housekeeper.outcomes}
+    assert {(M.COMPACT_CLOSED, "2026-11-20"), (M.COMPACT_CLOSED, "2026-11-21")} <= kinds
+    assert all(o.outcome == M.DONE for o in housekeeper.outcomes)
+    assert len(logged(spark, wh)) == len(per_gap)
+    assert housekeeper.finish() == []  # nothing was left due
+    assert all(n <= 1 for d, n in events_files_per_date(spark, wh).items() if d), wh
+
+
 def test_maintain_refuses_while_a_live_stream_holds_the_lease(tmp_path, tally_cli, capsys):
     from streaming.lease import WarehouseLease, lease_store, this_process
     from tally.dates import epoch_ms

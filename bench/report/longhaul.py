@@ -12,8 +12,8 @@ from bench.report.formatting import duration, number, secs, table, verdict
 HEADING = "## 13. The long haul: many days at small micro-batches, housekeeping off and on"
 MODE_LABELS = {
     "off": "off (`--maintenance false`), live cadence",
-    "thread": "on, thread (default), live cadence",
-    "inline": "on, inline, live cadence",
+    "thread": "on, thread, live cadence",
+    "inline": "on, inline (default), live cadence",
     "replay": "on, thread, the month replayed",
 }
 
