@@ -436,12 +436,7 @@ def run_action(
         if action.kind in (COMPACT, COMPACT_CLOSED):
             files = layout() if layout else live_files(spark, path, action.partition_column)
             before = files.get(action.partition, FileStats())
-            after = compact(spark, path, action, before)
-            if layout is not None:
-                # the scope's live files now, from the log: OPTIMIZE's own counts would miss
-                # the files a writer appended between `before` and OPTIMIZE's snapshot (a
-                # compaction of 48 files that removed 49 would log 48 -> 0)
-                after = layout().get(action.partition, FileStats())
+            before, after = compact(spark, path, action, before)
         else:
             before = stored_files(spark, path)
             vacuum(spark, path)
@@ -458,10 +453,14 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
-def compact(spark: SparkSession, path: str, action: Action, before: FileStats) -> FileStats:
+def compact(
+    spark: SparkSession, path: str, action: Action, before: FileStats
+) -> tuple[FileStats, FileStats]:
     """OPTIMIZE the table or the action's partition: files below `min_bytes` are binned into
-    files of up to `target_bytes` (a bin of one file is left alone). The scope's files after,
-    from OPTIMIZE's own counts (a stream appending meanwhile adds files it did not touch)."""
+    files of up to `target_bytes` (a bin of one file is left alone). The scope's files before
+    and after, counted in the snapshot OPTIMIZE compacted (`totalConsideredFiles`): `before`
+    (the caller's count) misses what a writer appended since, which OPTIMIZE may have merged
+    too (48 files known, 49 compacted into 1, would read 48 -> 0)."""
     from delta.tables import DeltaTable
 
     conf = {
@@ -474,12 +473,15 @@ def compact(spark: SparkSession, path: str, action: Action, before: FileStats) -
             builder = builder.where(action.predicate)
         metrics = builder.executeCompaction().select("metrics.*").first()
     if metrics is None:
-        return before
+        return before, before
     added, removed = metrics["filesAdded"], metrics["filesRemoved"]
-    return FileStats(
-        before.files - int(metrics["numFilesRemoved"]) + int(metrics["numFilesAdded"]),
-        before.bytes - int(removed["totalSize"] or 0) + int(added["totalSize"] or 0),
+    considered = max(int(metrics["totalConsideredFiles"] or 0), before.files)
+    seen = FileStats(considered, before.bytes)
+    after = FileStats(
+        considered - int(metrics["numFilesRemoved"]) + int(metrics["numFilesAdded"]),
+        max(0, before.bytes - int(removed["totalSize"] or 0)) + int(added["totalSize"] or 0),
     )
+    return seen, after
 
 
 def vacuum(spark: SparkSession, path: str) -> None:
