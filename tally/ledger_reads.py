@@ -143,6 +143,12 @@ def event_dates(location: Location) -> list[date]:
     return sorted(out)
 
 
+def holds_ledger(location: Location) -> bool:
+    """Whether the warehouse holds any table the ledger reads (a mistyped location holds
+    none)."""
+    return any(_table(location, name) is not None for name in (SUMMARY, RUNS, EVENTS))
+
+
 def read_ledger(location: Location) -> list[dict[str, Any]]:
     """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`)."""
     from tally import ledger as L

@@ -75,6 +75,12 @@ def print_ledger(
         settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
     )
     try:
+        if not W.holds_ledger(location):
+            print(
+                f"tally: ledger: no events or reconciliation in {settings.warehouse}",
+                file=sys.stderr,
+            )
+            return 2
         rows = L.matching(W.read_ledger(location), query)
     except W.WarehouseUnavailable as exc:
         print(f"tally: {exc}", file=sys.stderr)

@@ -109,6 +109,17 @@ def test_ledger_grid_aligns_and_escapes() -> None:
     assert lines[2][:end].endswith("-50,000") and lines[1][:end].endswith("0")
 
 
+def test_tally_ledger_on_a_warehouse_with_no_tables_is_one_line(tmp_path, tally_cli, capsys):
+    # a mistyped --warehouse: nothing to show is said, not printed as an empty ledger
+    assert tally_cli(["ledger", "--warehouse", str(tmp_path / "no-such")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        captured.err.strip()
+        == f"tally: ledger: no events or reconciliation in {tmp_path / 'no-such'}"
+    )
+
+
 def test_query_parse_and_page() -> None:
     rows = L.ledger_rows([summary(date(2026, 1, d)) for d in range(1, 11)], [], [], [], [])
     page = L.select_page(rows, L.LedgerQuery.parse(None, "2026-01-03", "2026-01-08", 2, 4))
