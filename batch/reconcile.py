@@ -75,6 +75,7 @@ from batch.sessions import (
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL
 from tally.dates import DayBounds, business_day_bounds, epoch_ms, window_in_day
+from tally.ledger import TOTALS
 from tally.pins import frontier_of, read_at_frontier
 from tally.settings import windowing_problem
 from tally.spark import without_adaptive_execution
@@ -90,12 +91,7 @@ INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
 # (`batch.reproduce` compares a recomputation with them).
 FIGURES = (
     "windows",
-    "stream_count",
-    "stream_amount",
-    "batch_count",
-    "batch_amount",
-    "gap_count",
-    "gap_amount",
+    *TOTALS,
     "late_events",
     "unexplained_windows",
     "unexplained_amount",

@@ -24,14 +24,19 @@ STATUS_LABELS = {
     "validation_failed": "validation failed",
     "not_run": "not yet run",
 }
-SUMMARY_COLUMNS = (
-    "business_date",
+# A date's stream, batch and gap totals, as `reconciliation_summary` names them: the ledger's,
+# the desk's and the run's recorded figures (batch.reconcile.FIGURES) all start from these.
+TOTALS = (
     "stream_count",
     "stream_amount",
     "batch_count",
     "batch_amount",
     "gap_count",
     "gap_amount",
+)
+SUMMARY_COLUMNS = (
+    "business_date",
+    *TOTALS,
     "explained_amount",
     "unexplained_windows",
     "unexplained_amount",

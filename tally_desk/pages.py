@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from tally.ledger import STATUS_LABELS, STATUSES, LedgerQuery
+from tally.ledger import STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
@@ -183,12 +183,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
     totals = {
         k: row[k]
         for k in (
-            "stream_count",
-            "stream_amount",
-            "batch_count",
-            "batch_amount",
-            "gap_count",
-            "gap_amount",
+            *TOTALS,
             "unexplained_windows",
             "unexplained_amount",
             "late_event_rate",
