@@ -83,10 +83,11 @@ LATE_COLUMNS = tuple(
 ID_HASH = "_id_hash"
 
 
-def id_hash() -> Column:
-    """A 64-bit hash of `event_id`: ids are counted by it (8 bytes a row on the shuffle
-    instead of the id). Distinct ids that share a hash only take the exact path together."""
-    return F.xxhash64("event_id")
+def id_hash(event_id: Column | str = "event_id") -> Column:
+    """A 64-bit hash of `event_id`: ids are counted and probed by it (8 bytes a row on the
+    shuffle or in the index, `batch.firsts`, instead of the id). Distinct ids that share a
+    hash only take the exact path together."""
+    return F.xxhash64(event_id)
 
 
 def repeated_ids(events: DataFrame) -> DataFrame:
@@ -109,7 +110,7 @@ def ranked_hashes(repeated: DataFrame, late_rows: DataFrame) -> DataFrame:
     hash twice on the broadcast side of a semi-join is harmless)."""
     late = late_rows.select(id_hash().alias(ID_HASH))
     no_id = late_rows.sparkSession.range(1).select(
-        F.xxhash64(F.lit(None).cast("string")).alias(ID_HASH)
+        id_hash(F.lit(None).cast("string")).alias(ID_HASH)
     )
     return repeated.unionByName(late).unionByName(no_id)
 

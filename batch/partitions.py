@@ -131,8 +131,9 @@ def write_partition_figures(
             logged = spark.sql(rows_sql(figures, fields))
             rows = logged.join(lateness, F.col("partition").eqNullSafe(F.col("_p")), "full")
             partition = F.coalesce(F.col("partition"), F.col("_p"))
-        else:
-            rows, partition = lateness, F.col("_p")
+        else:  # no event of the date in the log (nor, then, a late row of it)
+            counts = [F.lit(None).cast("long").alias(c) for c in _FIGURES[1:]]
+            rows, partition = lateness.select("*", *counts), F.col("_p")
         empty = F.array().cast(table.schema()["lateness"].dataType)
         out = rows.select(
             F.lit(business_date).alias("business_date"),

@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
 from batch.diff import (
+    COPY_COLUMNS,
     LATE_COLUMNS,
     Copies,
     batch_aggregates,
@@ -62,6 +63,7 @@ from batch.diff import (
     repeated_ids,
     summarize,
 )
+from batch.firsts import catch_up, day_copies, ranked_copies
 from batch.partitions import write_partition_figures
 from batch.sessions import (
     SessionError,
@@ -74,11 +76,18 @@ from batch.sessions import (
 )
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL
-from tally.dates import DayBounds, business_day_bounds, epoch_ms, window_in_day
+from tally.dates import (
+    DayBounds,
+    business_day_bounds,
+    epoch_ms,
+    utc_dates_touching,
+    window_in_day,
+)
 from tally.ledger import TOTALS
 from tally.pins import frontier_of, read_at_frontier
-from tally.settings import windowing_problem
+from tally.settings import DEDUP_MODES, windowing_problem
 from tally.spark import without_adaptive_execution
+from tally.vocabulary import ARRIVAL_ORDER
 from tally.windows import describe_windowing, slide_of, window_kind
 
 log = logging.getLogger("tally.reconcile")
@@ -551,6 +560,9 @@ class _Run:
     hand_over: bool = False
     # False: the run computes what it would write and writes nothing (`batch.reproduce`)
     writes: bool = True
+    # `dedup = index`: the index of event ids, caught up to the pin (`batch.firsts`);
+    # None: `dedup = full`, the whole log's repeated ids are ranked
+    firsts: DataFrame | None = None
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -625,7 +637,7 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
         # columns the diff and the figures read (`LATE_COLUMNS`: not `extra`, a map, nor the
         # watermark, delay and reason columns), narrower to read and to cache
         rows = run.keep(run.late_events.where(window_in_day(bounds)).select(*LATE_COLUMNS))
-    copies = _kept_copies(run, rows)
+    copies = _kept_copies(run, rows, window_ms)
     truth = run.keep(
         batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms, copies)
     )
@@ -635,13 +647,22 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
         return _write_diff(run, truth, stream, late, copies)
 
 
-def _kept_copies(run: _Run, late_rows: DataFrame) -> Copies:
-    """The log's copies the run ranks once (`ranked_hashes` of the log's repeated ids and of
+def _kept_copies(run: _Run, late_rows: DataFrame, window_ms: int) -> Copies:
+    """The log's copies the run ranks once (`ranked_hashes` of the repeated ids and of
     `late_rows`), kept with the repeated ids: the re-aggregation takes its first arrivals
     from them, the diff its late rows' marks and the figures per partition their repeats,
-    so the log is scanned for them once."""
-    repeated = run.keep(repeated_ids(run.events))
-    return Copies(repeated, run.keep(log_copies(run.events, ranked_hashes(repeated, late_rows))))
+    so the log is scanned for them once. `--dedup full`: the ids repeated anywhere in the
+    log, ranked over the whole log; `--dedup index`: those repeated in the date's
+    partitions or with an index entry outside them (`batch.firsts`), ranked over the
+    date's lines and those entries."""
+    if run.firsts is None:
+        repeated = run.keep(repeated_ids(run.events))
+        lines = log_copies(run.events, ranked_hashes(repeated, late_rows))
+        return Copies(repeated, run.keep(lines))
+    dates = utc_dates_touching(run.bounds, window_ms)
+    day, repeated, outside = day_copies(run.events, run.firsts, dates, COPY_COLUMNS, run.keep)
+    hashes = ranked_hashes(repeated, late_rows)
+    return Copies(repeated, run.keep(ranked_copies(day, outside, hashes, ARRIVAL_ORDER)))
 
 
 def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
@@ -671,7 +692,7 @@ def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
             latest_stream(run.stream_aggregates, read), sessions, run.bounds
         )
         rows = run.late_events.where(window_in_day(read))
-        copies = _kept_copies(run, rows)
+        copies = _kept_copies(run, rows, 0)
         late = late_per_session(late_arrivals(rows, copies.lines, read), sessions, run.bounds)
         return _write_diff(run, truth, stream, late, copies)
     finally:
@@ -694,6 +715,7 @@ def reconcile(
     keep_frames: bool = False,
     frontiers: Mapping[str, Mapping[str, int]] | None = None,
     write: bool = True,
+    dedup: str = "index",
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -708,8 +730,12 @@ def reconcile(
     wrote (`ReconcileFrames`; the caller releases them). `frontiers`: per table, the batch
     frontier a run recorded at its version: the table is read at it instead (`Pin`).
     `write=False`: compute everything, write nothing (the frames then hold what it would
-    have written).
+    have written). `dedup`: how first arrivals over the whole log are found, "index" (the
+    index of event ids, caught up to the pin: `batch.firsts`; not for session windows)
+    or "full" (every repeated id of the log ranked); both give the same rows.
     """
+    if dedup not in DEDUP_MODES:
+        raise ReconcileError(f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {dedup!r}")
     slide_ms = window_slide_ms if window_slide_ms != window_ms else None
     windowing = (window_ms, slide_ms, session_gap_ms)
     stream_versions = dict(stream_versions or {})
@@ -719,6 +745,10 @@ def reconcile(
     reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
     if write:
         _ensure_outputs(spark, warehouse)
+    pinned = Pinned.of(pins, reads)
+    firsts = None
+    if dedup == "index" and not session_gap_ms:
+        firsts = _index_entries(spark, warehouse, reads[T.EVENTS.name], pinned, now, write)
     run = _Run(
         spark,
         warehouse,
@@ -731,11 +761,26 @@ def reconcile(
         now,
         hand_over=keep_frames,
         writes=write,
+        firsts=firsts,
     )
     try:
-        return _run(run, Pinned.of(pins, reads), windowing, settings)
+        return _run(run, pinned, windowing, settings)
     finally:
         run.release()
+
+
+def _index_entries(
+    spark: SparkSession,
+    warehouse: str,
+    events: DataFrame,
+    pinned: Pinned,
+    now: datetime,
+    write: bool,
+) -> DataFrame:
+    """The index of event ids caught up to the pinned log (appended if the run writes:
+    `batch.firsts`)."""
+    frontier = pinned.frontiers[T.EVENTS.name]
+    return catch_up(spark, warehouse, events, frontier, pinned.events, now, write=write)
 
 
 def _pins(

@@ -8,11 +8,12 @@ scaleout (a standalone cluster and S3), windows (tumbling and hopping on one inp
 (5), nightly, curve, lateness (adaptive lateness against fixed bounds), backlog (catch-up
 after an outage: 40 days, five a micro-batch), longhaul (housekeeping off and on in hour-long
 runs at the live trigger; 30 days at one file a micro-batch with housekeeping, then the
-nightly, maintenance, cleanup and `--reproduce` of every date). Full mode writes into `docs/`
+nightly, maintenance, cleanup and `--reproduce` of every date), history (the whole nightly of
+a day alone and after 1, 10 and 40 days of history). Full mode writes into `docs/`
 by default and takes over an hour on a
 2-core machine (speed ~10 min, latency ~4 min, state ~5 min, kafka ~5 min, scaleout ~8 min,
 windows ~5-8 min, nightly ~22 min, curve ~20 s, lateness ~10-15 min, backlog ~20 min, longhaul
-~75 min, bigfile ~15-20 min, run last); `--quick`
+~75 min, history ~25 min, bigfile ~15-20 min, run last); `--quick`
 (~7-13 min; the smoke test runs some of its sections, the others carried over from a
 recorded quick run) writes into a new temporary
 directory unless `--out` is given, so it never overwrites the committed results. A run of
@@ -47,6 +48,7 @@ from bench.findings import findings
 
 if TYPE_CHECKING:  # bench.backlog imports Spark: the command line loads this module without it
     from bench.backlog import CatchUp
+    from bench.history import History
     from bench.longhaul import LongHaul
 
 FORMAT = 2  # of benchmarks.json: 2 since the issue-12 targets (throughput as processes, ...)
@@ -65,6 +67,7 @@ SECTIONS = (
     "lateness",
     "backlog",
     "longhaul",
+    "history",
 )
 
 
@@ -122,6 +125,12 @@ class Preset:
     longhaul_live_minutes: int
     longhaul_live_events_per_file: int
     longhaul_modes: tuple[str, ...]
+    # 14. the nightly's cost with history (bench.history)
+    history_day_events: int
+    history_day_files: int
+    history_events_per_day: int
+    history_days: tuple[int, ...]
+    history_rounds: int
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -180,6 +189,18 @@ class Preset:
             self.longhaul_live_minutes,
             self.longhaul_live_events_per_file,
             self.longhaul_modes,
+        )
+
+    @property
+    def history(self) -> History:
+        from bench.history import History
+
+        return History(
+            self.history_day_events,
+            self.history_day_files,
+            self.history_events_per_day,
+            self.history_days,
+            self.history_rounds,
         )
 
     @property
@@ -268,6 +289,14 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "longhaul_live_minutes": (60, 4),
     "longhaul_live_events_per_file": (1_000, 250),
     "longhaul_modes": (("off", "thread", "inline", "replay"), ("off", "thread", "replay")),
+    # 14. the nightly with history (issue 40): a day of 200k events alone and after 1, 10 and
+    # 40 days of 500k, three rounds of whole `tally reconcile` processes; quick: 2k events
+    # after 1 and 3 days of 5k, one round
+    "history_day_events": (200_000, 2_000),
+    "history_day_files": (100, 4),
+    "history_events_per_day": (500_000, 5_000),
+    "history_days": ((1, 10, 40), (1, 3)),
+    "history_rounds": (3, 1),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -340,6 +369,7 @@ class BenchRun:
                 ("lateness", self.lateness),
                 ("backlog", self.backlog),
                 ("longhaul", self.longhaul),
+                ("history", self.history),
             ):
                 if name in wanted:
                     self.section(name, body)
@@ -428,6 +458,13 @@ class BenchRun:
 
         self.results["longhaul"] = longhaul.longhaul_section(
             self.spark, self.work, self.preset.long_haul, self.env
+        )
+
+    def history(self) -> None:
+        from bench import history
+
+        self.results["history"] = history.history_section(
+            self.spark, self.work, self.preset.history, self.preset.nightly_shape
         )
 
     def bigfile(self) -> None:

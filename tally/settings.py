@@ -24,6 +24,8 @@ SOURCE_KINDS = ("files", "kafka")
 KAFKA_STARTING_OFFSETS = ("earliest", "latest")
 SPARK_RUNNERS = ("local", "submit")
 MAINTENANCE_MODES = ("thread", "inline")
+# How the nightly finds first arrivals over the whole log (batch/firsts.py).
+DEDUP_MODES = ("index", "full")
 
 
 class SettingsError(ValueError):
@@ -449,6 +451,12 @@ class Settings:
         "time zone of business dates (a window belongs to the date its start falls on) and of "
         "the Airflow schedules, e.g. Asia/Kolkata",
     )
+    dedup: str = _setting(
+        "index",
+        "how the nightly finds each event's first arrival over the whole log: index (the "
+        "index of event ids, caught up with what arrived since the last run: the cost "
+        "of the day) or full (every repeated id of the log ranked each run; the oracle)",
+    )
     late_rate_warn: float = _setting(
         0.001, "validation warns when late events exceed this share of the day's events"
     )
@@ -593,6 +601,10 @@ class Settings:
             raise SettingsError(
                 f"maintenance_mode: expected one of {', '.join(MAINTENANCE_MODES)}, "
                 f"got {self.maintenance_mode!r}"
+            )
+        if self.dedup not in DEDUP_MODES:
+            raise SettingsError(
+                f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}"
             )
         if self.compact_min_files < 2:
             raise SettingsError(

@@ -290,6 +290,31 @@ LATENESS_RECOMMENDATIONS = Table(
     order_by=("period_start",),
 )
 
+# -- the nightly's index of event ids (batch/firsts.py) -----------------------------------
+
+EVENT_INDEX = Table(
+    "event_index",
+    "id_hash BIGINT, event_date DATE",
+    "Internal, written by the nightly: where each event_id has lines in the event log, one "
+    "row per line (id_hash: the 64-bit hash of its event_id; event_date: the line's "
+    "partition). The nightly probes it with the day's ids to find their copies in other "
+    'dates without reading them (docs/semantics.md, "First arrival over the whole log").',
+    partition_by=("event_date",),
+    internal=True,
+    order_by=("event_date", "id_hash"),
+)
+EVENT_INDEX_CATCHUPS = Table(
+    "event_index_catchups",
+    "caught_up_at TIMESTAMP, events_version BIGINT, frontier MAP<STRING, BIGINT>, "
+    "kind STRING, entries BIGINT, seconds DOUBLE",
+    "Internal, written by the nightly: one row per catch-up of event_index (kind build: "
+    "the first, over the whole log; catch_up: the lines above the previous frontier): the "
+    "events version and batch frontier it reached, rows appended and seconds taken. The "
+    "index covers, per app_id, every batch up to the largest frontier recorded here.",
+    internal=True,
+    order_by=("caught_up_at",),
+)
+
 _MAINTENANCE_DDL = (
     "action_time TIMESTAMP, processing_time TIMESTAMP, table_name STRING, action STRING, "
     "partition STRING, predicate STRING, files_before BIGINT, files_after BIGINT, "
@@ -343,6 +368,8 @@ ALL_TABLES = (
     LATENESS_RECOMMENDATIONS,
     MAINTENANCE_LOG,
     NIGHTLY_MAINTENANCE_LOG,
+    EVENT_INDEX,
+    EVENT_INDEX_CATCHUPS,
 )
 # Every table tally writes, by name: declared here, never registered at run time.
 CATALOG: dict[str, Table] = {t.name: t for t in ALL_TABLES}

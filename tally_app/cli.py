@@ -86,6 +86,7 @@ RECONCILE_SETTINGS = (
     "warehouse",
     "report_timezone",
     "spark_master",
+    "dedup",
 )
 CURVE_SETTINGS = (
     "window",

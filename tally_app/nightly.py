@@ -141,6 +141,7 @@ def reaggregate(
             window_slide_ms=settings.window_slide or None,
             session_gap_ms=settings.session_gap,
             keep_frames=keep_frames,
+            dedup=settings.dedup,
         )
 
 

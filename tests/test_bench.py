@@ -870,6 +870,24 @@ def _check_backlog(bl: dict[str, Any]) -> None:
     assert bl["batch_s"]["max"] == max(b["seconds"] for b in bl["batches"])
 
 
+def _check_history(hi: dict[str, Any]) -> None:
+    """14. the nightly with history: a timed whole nightly per warehouse and round; every
+    history warehouse built its index over its history and caught up the day in each run."""
+    from bench.run import QUICK
+
+    sizes = {s["history_days"]: s for s in hi["sizes"]}
+    assert sorted(sizes) == [0, *QUICK.history_days]
+    for days, size in sizes.items():
+        assert len(size["nightly_s"]) == QUICK.history_rounds and size["median_s"] > 0, days
+        if days:
+            assert size["build_lines"] == days * QUICK.history_events_per_day
+            assert size["index_bytes_per_line"] > 0 and size["build_s"] > 0
+            assert len(size["catch_up_s"]) == QUICK.history_rounds  # one catch-up a run
+    largest = sizes[max(QUICK.history_days)]["median_s"]
+    assert hi["ratio"] == pytest.approx(largest / sizes[0]["median_s"])
+    assert hi["met"] == (hi["ratio"] <= hi["target"]) and len(hi["full_s"]) == QUICK.history_rounds
+
+
 def _check_longhaul(lh: dict[str, Any]) -> None:
     """13. the long haul: every run read every line of its input; in the cost runs the day
     before midnight closed and housekeeping packed it and vacuumed every table; the replay
@@ -956,6 +974,7 @@ HEADINGS = {
     "lateness": "## 11. Adaptive lateness: calm, burst, calm",
     "backlog": "## 12. Catch-up after an outage: a backlog several days a micro-batch",
     "longhaul": "## 13. The long haul: many days at small micro-batches, housekeeping off and on",
+    "history": "## 14. The nightly with history: the cost of the day, not of the log",
 }
 
 
@@ -1013,6 +1032,7 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     _check_nightly(r)
     _check_backlog(r["backlog"])
     _check_longhaul(r["longhaul"])
+    _check_history(r["history"])
 
     # the harness's derived results, again from the recorded runs
     for kind in KINDS:
@@ -1048,6 +1068,8 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     assert "every line counted" in "\n".join(r["findings"])
     lh = r["longhaul"]
     assert f"at most {lh['max_files_per_closed_date']} over" in md
+    hi = r["history"]
+    assert f"{hi['ratio']:.2f} ({hi['sizes'][-1]['median_s']:.1f} s vs" in md
     assert "Sizing retention, housekept warehouse" in "\n".join(r["findings"])
     for heading in HEADINGS.values():
         assert "carried over" not in md.split(heading)[1].split("\n")[0], heading

@@ -9,6 +9,7 @@ from typing import Any
 from bench import nightly_targets as NT
 from bench.findings import closing_notes
 from bench.report import backlog as B
+from bench.report import history as HI
 from bench.report import lateness as L
 from bench.report import longhaul as LH
 from bench.report import sections as S
@@ -44,6 +45,8 @@ def _targets(r: dict[str, Any]) -> list[str]:
         B.target_row(r["backlog"], row)
     if r.get("longhaul"):
         LH.target_rows(r["longhaul"], row)
+    if r.get("history"):
+        HI.target_row(r["history"], row)
     return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
@@ -303,6 +306,8 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         out += B.section(r["backlog"], carried_label(r, "backlog"))
     if r.get("longhaul"):
         out += LH.section(r["longhaul"], carried_label(r, "longhaul"))
+    if r.get("history"):
+        out += HI.section(r["history"], carried_label(r, "history"))
     if r.get("nightly") or r.get("curve"):
         out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"

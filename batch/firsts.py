@@ -1,0 +1,209 @@
+"""First arrival over the whole log at the cost of the day: the index of event ids
+(`event_index`; `dedup = index`, the default; `dedup = full` ranks every repeated id of the
+log instead, `batch.diff.repeated_ids`, and is the tests' oracle).
+
+An event counts once, by its first arrival in the log (`tally.arrivals`), and its copies may
+lie in any `event_date`, weeks apart. A date's windows can only hold events of its
+`event_date` partitions P(D) (`tally.dates.utc_dates_touching`), so what a date needs from the
+rest of the log is the copies of the ids P(D) holds. The index says where they are without
+reading the log:
+
+* **Entries.** One row per line of the log: the 64-bit hash of its event_id (`id_hash`,
+  `batch.diff.id_hash`) and its `event_date` (the partition). No arrival order and no
+  strings: the lines themselves are read for that, from the pinned log, so the ranking and
+  the exact event_id comparison are the full path's (`tally.arrivals.marked_copies`).
+* **Catch-up** (`catch_up`). The index covers, per app_id, the batches up to the largest
+  frontier its catch-ups recorded (`event_index_catchups`, `tally.pins`); a run reads only the
+  pinned log's lines above that (Delta skips the files by their app_id and batch_id
+  statistics), appends their entries and records the frontier it reached. A warehouse without
+  the index builds it once, the same way from an empty frontier (the whole log).
+* **Probe** (`day_copies`). The hashes of P(D)'s ids are matched against the entries outside
+  P(D) (one scan of an 8-byte column, the day's hashes broadcast: no shuffle of history);
+  then the pinned log is read only in the `event_date` partitions holding a hit, for the
+  lines of the hit hashes. An entry of a line above the pin only costs a partition read: the
+  lines come from the pinned log, so every pin, older runs' included, reads exactly its rows.
+
+Writes: the nightly (reconcile) process only, one writer per table. A run that writes nothing
+(`--reproduce`) computes the entries it lacks and uses them without appending them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from batch import diff
+from tally import tables as T
+from tally.arrivals import marked_copies
+from tally.dates import epoch_ms
+from tally.pins import NO_APP, Frontier
+
+ID_HASH = diff.ID_HASH
+BUILD = "build"
+CATCH_UP = "catch_up"
+
+
+def entries_of(lines: DataFrame) -> DataFrame:
+    """The index rows of the log's `lines`: `id_hash`, `event_date` (a projection)."""
+    return lines.select(diff.id_hash().alias("id_hash"), "event_date")
+
+
+def _app_is(app: str) -> Column:
+    if app == NO_APP:
+        return F.col("app_id").isNull() | (F.col("app_id") == NO_APP)
+    return F.col("app_id") == app
+
+
+def above(pin: Mapping[str, int], covered: Mapping[str, int]) -> Column | None:
+    """The log's lines within `pin` that the index does not cover yet (`covered`: its
+    frontier): per app_id, the batches above it (simple comparisons of app_id and batch_id,
+    which Delta skips files by); None: nothing to catch up."""
+    terms = [
+        _app_is(app) & (F.col("batch_id") > F.lit(covered.get(app, -1)))
+        for app, batch in sorted(pin.items())
+        if batch > covered.get(app, -1)
+    ]
+    if not terms:
+        return None
+    column = terms[0]
+    for term in terms[1:]:
+        column = column | term
+    return column
+
+
+def merged(a: Mapping[str, int], b: Mapping[str, int]) -> Frontier:
+    """The frontier covering both: the larger batch per app_id."""
+    return {app: max(a.get(app, -1), b.get(app, -1)) for app in sorted({*a, *b})}
+
+
+def covered_frontier(spark: SparkSession, warehouse: str) -> Frontier | None:
+    """The batches the index covers (per app_id, the largest batch its catch-ups recorded);
+    None: no index yet."""
+    if not T.exists(spark, warehouse, T.EVENT_INDEX_CATCHUPS.name):
+        return None
+    rows = (
+        T.read_table(spark, warehouse, T.EVENT_INDEX_CATCHUPS.name)
+        .select(F.explode("frontier").alias("app", "batch"))
+        .groupBy("app")
+        .agg(F.max("batch").alias("batch"))
+        .collect()
+    )
+    if not rows:
+        return None
+    return {str(r["app"]): int(r["batch"]) for r in rows}
+
+
+def catch_up(
+    spark: SparkSession,
+    warehouse: str,
+    events: DataFrame,
+    pin: Mapping[str, int],
+    events_version: int,
+    now: datetime,
+    *,
+    write: bool,
+) -> DataFrame:
+    """The index, covering every line of `events` (the log read at `pin`): the lines above
+    the index's frontier add their entries, appended (and the frontier reached recorded) if
+    `write`, else only in the frame returned."""
+    covered = covered_frontier(spark, warehouse)
+    todo = above(pin, covered or {})
+    if covered is not None and todo is None:
+        return T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+    started = time.monotonic()
+    lines = events.where(todo) if todo is not None else events.limit(0)
+    entries = entries_of(lines)
+    if not write:
+        if covered is None:
+            return entries
+        return T.read_table(spark, warehouse, T.EVENT_INDEX.name).unionByName(entries)
+    T.write_table(entries, warehouse, T.EVENT_INDEX)
+    _record(
+        spark,
+        warehouse,
+        now,
+        events_version,
+        merged(covered or {}, pin),
+        BUILD if covered is None else CATCH_UP,
+        time.monotonic() - started,
+    )
+    return T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+
+
+def _rows_appended(spark: SparkSession, warehouse: str) -> int:
+    """The rows the index's last commit appended (its operation metrics: no count job)."""
+    from delta.tables import DeltaTable
+
+    path = T.table_path(warehouse, T.EVENT_INDEX.name)
+    last = DeltaTable.forPath(spark, path).history(1).select("operationMetrics").first()
+    metrics = (last["operationMetrics"] if last is not None else None) or {}
+    return int(metrics.get("numOutputRows", 0))
+
+
+def _record(
+    spark: SparkSession,
+    warehouse: str,
+    now: datetime,
+    events_version: int,
+    frontier: Frontier,
+    kind: str,
+    seconds: float,
+) -> None:
+    """Append the catch-up's `event_index_catchups` row."""
+    record = spark.range(1).select(
+        F.timestamp_millis(F.lit(epoch_ms(now))).alias("caught_up_at"),
+        F.lit(events_version).cast("long").alias("events_version"),
+        T.literal_map(frontier, "string", "bigint").alias("frontier"),
+        F.lit(kind).alias("kind"),
+        F.lit(_rows_appended(spark, warehouse)).cast("long").alias("entries"),
+        F.lit(seconds).cast("double").alias("seconds"),
+    )
+    T.write_table(record, warehouse, T.EVENT_INDEX_CATCHUPS)
+
+
+def day_copies(
+    events: DataFrame,
+    index: DataFrame,
+    dates: tuple[date, date],
+    columns: Sequence[str],
+    keep: Callable[[DataFrame], DataFrame],
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The date's lines of the (pinned) log (`dates`: its partitions, P(D)) with `columns`
+    and `ID_HASH`; the hashes of the ids P(D) holds more than once or that have lines in
+    other partitions (`index`); and those other lines, from the pinned log:
+    (day, repeated, outside). `keep` persists a frame for the run (the hits and the
+    outside lines: read more than once)."""
+    first, last = dates
+    in_dates = F.col("event_date").between(F.lit(first), F.lit(last))
+    day = events.where(in_dates).select(*columns, diff.id_hash().alias(ID_HASH))
+    hashes = day.select(ID_HASH)
+    twice = hashes.groupBy(ID_HASH).count().where(F.col("count") > 1).select(ID_HASH)
+    day_hashes = F.broadcast(hashes.distinct().withColumnRenamed(ID_HASH, "id_hash"))
+    hits = keep(
+        index.where(~in_dates)
+        .join(day_hashes, "id_hash", "left_semi")
+        .select(F.col("id_hash").alias(ID_HASH), "event_date")
+        .distinct()
+    )
+    hit_dates = [r["event_date"] for r in hits.select("event_date").distinct().collect()]
+    outside = keep(
+        events.where(F.col("event_date").isin(hit_dates))
+        .select(*columns, diff.id_hash().alias(ID_HASH))
+        .join(F.broadcast(hits), [ID_HASH, "event_date"], "left_semi")
+    )
+    repeated = keep(twice.unionByName(outside.select(ID_HASH)).distinct())
+    return day, repeated, outside
+
+
+def ranked_copies(
+    day: DataFrame, outside: DataFrame, hashes: DataFrame, order: Sequence[str]
+) -> DataFrame:
+    """The lines of `day` whose `ID_HASH` is in `hashes` (broadcast) and the `outside` lines,
+    ranked per event_id (`tally.arrivals.marked_copies`) as `batch.diff.log_copies` ranks
+    the whole log's: every line of those ids that could come first is among them."""
+    lines = day.join(F.broadcast(hashes), ID_HASH, "left_semi").unionByName(outside)
+    return marked_copies(lines, order)
