@@ -12,19 +12,22 @@ reading the log:
   `batch.diff.id_hash`) and its `event_date` (the partition). No arrival order and no
   strings: the lines themselves are read for that, from the pinned log, so the ranking and
   the exact event_id comparison are the full path's (`tally.arrivals.marked_copies`).
-* **Catch-up** (`catch_up`). The index covers, per app_id, the batches up to the largest
-  frontier its catch-ups recorded (`event_index_catchups`, `tally.pins`); a run reads only the
-  pinned log's lines above that (Delta skips the files by their app_id and batch_id
-  statistics), appends their entries and records the frontier it reached. A warehouse without
-  the index builds it once, the same way from an empty frontier (the whole log).
+* **Catch-up** (`catch_up`, after the run: the nightly's maintenance stage). The index covers,
+  per app_id, the batches up to the largest frontier its catch-ups recorded
+  (`event_index_catchups`, `tally.pins`); a catch-up reads only the log's lines above that,
+  within the run's pin (Delta skips the files by their app_id and batch_id statistics),
+  appends their entries and records the frontier it reached. A warehouse without the index
+  builds it once, the same way from an empty frontier (the whole log). A run itself adds, in
+  memory, the entries of the lines the index lacks outside its date's partitions
+  (`index_for_run`: few, the files skipped the same way), so it never waits for the index.
 * **Probe** (`day_copies`). The hashes of P(D)'s ids are matched against the entries outside
   P(D) (one scan of an 8-byte column, the day's hashes broadcast: no shuffle of history);
   then the pinned log is read only in the `event_date` partitions holding a hit, for the
   lines of the hit hashes. An entry of a line above the pin only costs a partition read: the
   lines come from the pinned log, so every pin, older runs' included, reads exactly its rows.
 
-Writes: the nightly (reconcile) process only, one writer per table. A run that writes nothing
-(`--reproduce`) computes the entries it lacks and uses them without appending them.
+Writes: the nightly process only (`catch_up`), one writer per table; a run, `--reproduce`
+included, only reads the index.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from batch import diff
 from tally import tables as T
 from tally.arrivals import marked_copies
 from tally.dates import epoch_ms
-from tally.pins import NO_APP, Frontier
+from tally.pins import NO_APP, Frontier, read_at_frontier
 
 ID_HASH = diff.ID_HASH
 BUILD = "build"
@@ -97,41 +100,56 @@ def covered_frontier(spark: SparkSession, warehouse: str) -> Frontier | None:
     return {str(r["app"]): int(r["batch"]) for r in rows}
 
 
-def catch_up(
+def index_for_run(
     spark: SparkSession,
     warehouse: str,
     events: DataFrame,
     pin: Mapping[str, int],
-    events_version: int,
-    now: datetime,
-    *,
-    write: bool,
+    dates: tuple[date, date],
 ) -> DataFrame:
-    """The index, covering every line of `events` (the log read at `pin`): the lines above
-    the index's frontier add their entries, appended (and the frontier reached recorded) if
-    `write`, else only in the frame returned."""
+    """The index as a run probes it: the table, plus (in memory) the entries of the pinned
+    log's lines it does not cover yet outside the date's partitions `dates` (the lines inside
+    them the run reads anyway). The table itself is caught up after the run (`catch_up`), so
+    the re-aggregation never waits for the index."""
     covered = covered_frontier(spark, warehouse)
     todo = above(pin, covered or {})
-    if covered is not None and todo is None:
-        return T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+    index = None if covered is None else T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+    if todo is None:
+        return index if index is not None else T.empty_frame(spark, T.EVENT_INDEX)
+    first, last = dates
+    outside = ~F.col("event_date").between(F.lit(first), F.lit(last))
+    missing = entries_of(events.where(todo & outside))
+    return missing if index is None else index.unionByName(missing)
+
+
+def catch_up(
+    spark: SparkSession,
+    warehouse: str,
+    pin: Mapping[str, int],
+    events_version: int,
+    now: datetime,
+) -> int | None:
+    """Append the entries of the log's lines within `pin` (a run's batch frontier of `events`,
+    read at it: `tally.pins`) that the index does not cover yet, and record the frontier
+    reached; the first catch-up of a warehouse builds the index over its whole log. The rows
+    appended; None: nothing to catch up."""
+    covered = covered_frontier(spark, warehouse)
+    todo = above(pin, covered or {})
+    if todo is None:
+        return None
     started = time.monotonic()
-    lines = events.where(todo) if todo is not None else events.limit(0)
-    entries = entries_of(lines)
-    if not write:
-        if covered is None:
-            return entries
-        return T.read_table(spark, warehouse, T.EVENT_INDEX.name).unionByName(entries)
-    T.write_table(entries, warehouse, T.EVENT_INDEX)
+    lines = read_at_frontier(spark, warehouse, T.EVENTS.name, pin).where(todo)
+    T.write_table(entries_of(lines), warehouse, T.EVENT_INDEX)
+    appended = _rows_appended(spark, warehouse)
     _record(
         spark,
         warehouse,
-        now,
-        events_version,
+        (now, events_version),
         merged(covered or {}, pin),
-        BUILD if covered is None else CATCH_UP,
+        (BUILD if covered is None else CATCH_UP, appended),
         time.monotonic() - started,
     )
-    return T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+    return appended
 
 
 def _rows_appended(spark: SparkSession, warehouse: str) -> int:
@@ -147,19 +165,20 @@ def _rows_appended(spark: SparkSession, warehouse: str) -> int:
 def _record(
     spark: SparkSession,
     warehouse: str,
-    now: datetime,
-    events_version: int,
+    when: tuple[datetime, int],
     frontier: Frontier,
-    kind: str,
+    what: tuple[str, int],
     seconds: float,
 ) -> None:
-    """Append the catch-up's `event_index_catchups` row."""
+    """Append the catch-up's `event_index_catchups` row (`when`: its time and the events
+    version of the pin; `what`: its kind and the rows appended)."""
+    (now, events_version), (kind, appended) = when, what
     record = spark.range(1).select(
         F.timestamp_millis(F.lit(epoch_ms(now))).alias("caught_up_at"),
         F.lit(events_version).cast("long").alias("events_version"),
         T.literal_map(frontier, "string", "bigint").alias("frontier"),
         F.lit(kind).alias("kind"),
-        F.lit(_rows_appended(spark, warehouse)).cast("long").alias("entries"),
+        F.lit(appended).cast("long").alias("entries"),
         F.lit(seconds).cast("double").alias("seconds"),
     )
     T.write_table(record, warehouse, T.EVENT_INDEX_CATCHUPS)

@@ -63,7 +63,7 @@ from batch.diff import (
     repeated_ids,
     summarize,
 )
-from batch.firsts import catch_up, day_copies, ranked_copies
+from batch.firsts import day_copies, index_for_run, ranked_copies
 from batch.partitions import write_partition_figures
 from batch.sessions import (
     SessionError,
@@ -560,7 +560,7 @@ class _Run:
     hand_over: bool = False
     # False: the run computes what it would write and writes nothing (`batch.reproduce`)
     writes: bool = True
-    # `dedup = index`: the index of event ids, caught up to the pin (`batch.firsts`);
+    # `dedup = index`: the index of event ids as the run probes it (`batch.firsts`);
     # None: `dedup = full`, the whole log's repeated ids are ranked
     firsts: DataFrame | None = None
 
@@ -731,8 +731,9 @@ def reconcile(
     frontier a run recorded at its version: the table is read at it instead (`Pin`).
     `write=False`: compute everything, write nothing (the frames then hold what it would
     have written). `dedup`: how first arrivals over the whole log are found, "index" (the
-    index of event ids, caught up to the pin: `batch.firsts`; not for session windows)
-    or "full" (every repeated id of the log ranked); both give the same rows.
+    index of event ids, read only: `batch.firsts.catch_up` appends to it after the run; not
+    for session windows) or "full" (every repeated id of the log ranked); both give the
+    same rows.
     """
     if dedup not in DEDUP_MODES:
         raise ReconcileError(f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {dedup!r}")
@@ -748,7 +749,9 @@ def reconcile(
     pinned = Pinned.of(pins, reads)
     firsts = None
     if dedup == "index" and not session_gap_ms:
-        firsts = _index_entries(spark, warehouse, reads[T.EVENTS.name], pinned, now, write)
+        pin = pinned.frontiers[T.EVENTS.name]
+        dates = utc_dates_touching(bounds, window_ms)
+        firsts = index_for_run(spark, warehouse, reads[T.EVENTS.name], pin, dates)
     run = _Run(
         spark,
         warehouse,
@@ -767,20 +770,6 @@ def reconcile(
         return _run(run, pinned, windowing, settings)
     finally:
         run.release()
-
-
-def _index_entries(
-    spark: SparkSession,
-    warehouse: str,
-    events: DataFrame,
-    pinned: Pinned,
-    now: datetime,
-    write: bool,
-) -> DataFrame:
-    """The index of event ids caught up to the pinned log (appended if the run writes:
-    `batch.firsts`)."""
-    frontier = pinned.frontiers[T.EVENTS.name]
-    return catch_up(spark, warehouse, events, frontier, pinned.events, now, write=write)
 
 
 def _pins(

@@ -100,7 +100,7 @@ def _index_history(spark: SparkSession, warehouse: str) -> dict[str, Any]:
     pin = {HISTORY_APP: frontier_of(events.where(F.col("app_id") == HISTORY_APP))[HISTORY_APP]}
     version = T.latest_version(spark, warehouse, T.EVENTS.name)
     with stopwatch() as t:
-        catch_up(spark, warehouse, events, pin, version, DAY, write=True)
+        catch_up(spark, warehouse, pin, version, DAY)
     lines = events.where(F.col("app_id") == HISTORY_APP).count()
     index_bytes = sum(dir_bytes(Path(warehouse) / name) or 0 for name in INDEX_TABLES)
     return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,15 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from batch.reconcile import ReconcileFrames, ReconcileResult, reconcile, stream_window_ms
+from batch.firsts import catch_up
+from batch.reconcile import (
+    ReconcileFrames,
+    ReconcileResult,
+    reconcile,
+    recorded_frontiers,
+    recorded_run,
+    stream_window_ms,
+)
 from expectations.report import build_report
 from expectations.report_data import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
@@ -26,6 +35,8 @@ from tally import tables as T
 from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
 from tally.settings import Settings
 from tally.spark import batch_caching, session_for
+
+log = logging.getLogger("tally.nightly")
 
 
 @dataclass(frozen=True)
@@ -342,23 +353,51 @@ def run_nightly(
     return NightlyOutcome(reconciliation, validation, report)
 
 
-# The tables the nightly writes (one writer each), with the date column they are partitioned by.
-NIGHTLY_MAINTAINED = (*T.RECONCILE_TABLES, T.VALIDATION_RESULTS)
+# The tables the nightly writes (one writer each), with the date column they are partitioned by
+# (the index of event ids by event_date: each run appends to the partitions of the dates whose
+# lines arrived since the last, the business date's among them).
+NIGHTLY_MAINTAINED = (*T.RECONCILE_TABLES, T.VALIDATION_RESULTS, T.EVENT_INDEX)
+
+
+def stage_index(settings: Settings, business_date: date, now: datetime, spark: Any) -> int | None:
+    """Catch the index of event ids up to the `events` pin of the date's latest run
+    (`batch.firsts.catch_up`), after the run, so the next run finds the day's lines in it.
+    The rows appended (None: nothing to do: `dedup = full`, session windows, no run, or
+    nothing new). A failure is one warning line: the next run adds the missing entries in
+    memory, the next catch-up appends them."""
+    from pyspark.errors import PySparkException
+
+    if settings.dedup != "index" or settings.session_gap:
+        return None
+    run = recorded_run(spark, settings.warehouse, business_date)
+    frontiers = recorded_frontiers(run) if run is not None else None
+    if run is None or not frontiers or T.EVENTS.name not in frontiers:
+        return None
+    try:
+        return catch_up(
+            spark, settings.warehouse, frontiers[T.EVENTS.name], int(run["events_version"]), now
+        )
+    except PySparkException as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("index of event ids: catch-up failed, retried after the next run: %s", first)
+        return None
 
 
 def stage_maintain(
     settings: Settings, business_date: date, now: datetime, spark: Any = None
 ) -> list[Any]:
     """The nightly's housekeeping, after the date's run (never beside a reconcile of the same
-    date: OPTIMIZE and replaceWhere on one partition conflict): the date's partition of each
+    date: OPTIMIZE and replaceWhere on one partition conflict): the index of event ids caught
+    up (`stage_index`, whatever `maintenance` says), the date's partition of each
     table it writes compacted when it holds small files, retention set, and every table
     vacuumed once every `vacuum_interval` of `now`. Each action is a row of
     `nightly_maintenance_log`; a failed action is logged, never raised (retried next night)."""
     from tally import maintenance as M
 
+    spark = spark or session_for(settings, "tally-maintain", short_lived=True)
+    stage_index(settings, business_date, now, spark)
     if not settings.maintenance:
         return []
-    spark = spark or session_for(settings, "tally-maintain", short_lived=True)
     warehouse, now_ms = settings.warehouse, epoch_ms(now)
     wanted = M.retention_properties(settings.deleted_file_retention, settings.log_retention)
     last = M.last_done(spark, warehouse, T.NIGHTLY_MAINTENANCE_LOG)

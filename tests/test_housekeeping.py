@@ -290,7 +290,7 @@ def test_the_nightly_maintains_the_tables_it_writes(maintained, tally_cli, spark
     assert [r for r in rows if r["outcome"] != "done"] == []
     assert {r["run_by"] for r in rows} == {"nightly"}
     vacuumed = {r["table_name"] for r in rows if r["action"] == "vacuum"}
-    assert {"reconciliation", "batch_aggregates", "reconciliation_runs"} <= vacuumed
+    assert {"reconciliation", "batch_aggregates", "reconciliation_runs", "event_index"} <= vacuumed
     for r in rows:
         if r["action"] == "compact":
             assert r["partition"] == "2026-11-20" and r["files_after"] < r["files_before"], r
