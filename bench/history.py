@@ -145,8 +145,14 @@ def _nightly(name: str, warehouse: Path, log_dir: Path, dedup: str, window: int)
         str(log_dir / "reports"),
     ]
     # the generated day holds events timed up to minutes ahead of their file (a source's
-    # clock): not what this section measures, so validation tolerates them
-    env = {"TALLY_MAX_CLOCK_SKEW": "1h", "TALLY_GX_ROOT": str(warehouse.parent / "gx")}
+    # clock) and about 1 % late events: not what this section measures, so validation
+    # tolerates them (the checks still run, as every night)
+    env = {
+        "TALLY_MAX_CLOCK_SKEW": "1h",
+        "TALLY_LATE_RATE_WARN": "0.05",
+        "TALLY_LATE_RATE_FAIL": "0.05",
+        "TALLY_GX_ROOT": str(warehouse.parent / "gx"),
+    }
     return run_process(name, argv, log_dir, env=env).seconds
 
 
