@@ -49,7 +49,13 @@ from tally.arrivals import (
     marked_copies,
     marked_first,
 )
-from tally.dates import DayBounds, business_day_bounds, utc_dates_touching, window_in_day
+from tally.dates import (
+    DayBounds,
+    business_day_bounds,
+    utc_dates_touching,
+    window_event_times,
+    window_in_day,
+)
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     EXPLAINED_BY_LATE,
@@ -174,8 +180,14 @@ def day_events(
         lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
         copies = Copies(repeated, lines)
     repeated = F.broadcast(copies.repeated)
+    # only lines timed where one of their windows can start in the day: the rest can only be
+    # copies (ranked among `copies`); Delta skips the files of the dates around the day
+    start_ms, end_ms = window_event_times(bounds, window_ms)
+    timed = (F.col("event_time") >= F.timestamp_millis(F.lit(start_ms))) & (
+        F.col("event_time") < F.timestamp_millis(F.lit(end_ms))
+    )
     singles = (
-        events.where(F.col("event_date").between(F.lit(first), F.lit(last)))
+        events.where(F.col("event_date").between(F.lit(first), F.lit(last)) & timed)
         .select(*needed, id_hash().alias(ID_HASH))
         .join(repeated, ID_HASH, "left_anti")
     )

@@ -80,7 +80,7 @@ from tally.dates import (
     DayBounds,
     business_day_bounds,
     epoch_ms,
-    utc_dates_touching,
+    utc_dates_of,
     window_in_day,
 )
 from tally.ledger import TOTALS
@@ -659,7 +659,7 @@ def _kept_copies(run: _Run, late_rows: DataFrame, window_ms: int) -> Copies:
         repeated = run.keep(repeated_ids(run.events))
         lines = log_copies(run.events, ranked_hashes(repeated, late_rows))
         return Copies(repeated, run.keep(lines))
-    dates = utc_dates_touching(run.bounds, window_ms)
+    dates = utc_dates_of(run.bounds, window_ms)
     day, repeated, outside = day_copies(run.events, run.firsts, dates, COPY_COLUMNS, run.keep)
     hashes = ranked_hashes(repeated, late_rows)
     return Copies(repeated, run.keep(ranked_copies(day, outside, hashes, ARRIVAL_ORDER)))
@@ -750,7 +750,7 @@ def reconcile(
     firsts = None
     if dedup == "index" and not session_gap_ms:
         pin = pinned.frontiers[T.EVENTS.name]
-        dates = utc_dates_touching(bounds, window_ms)
+        dates = utc_dates_of(bounds, window_ms)
         firsts = index_for_run(spark, warehouse, reads[T.EVENTS.name], pin, dates)
     run = _Run(
         spark,

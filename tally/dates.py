@@ -119,6 +119,21 @@ def plain_utc(value: datetime) -> datetime:
     )
 
 
+def window_event_times(bounds: DayBounds, window_ms: int) -> tuple[int, int]:
+    """The event times (epoch ms, [start, end)) an event can have if one of its windows of
+    `window_ms` (tumbling or hopping) starts within the day: a window starting before the
+    day's end ends before `end + window_ms`."""
+    return bounds[0], bounds[1] + window_ms
+
+
+def utc_dates_of(bounds: DayBounds, window_ms: int) -> tuple[date, date]:
+    """The UTC dates of `window_event_times`: exactly the `event_date` partitions holding the
+    events of the day's windows (the stream's `event_date` is the UTC date of `event_time`,
+    its session running in UTC; the index of event ids, `batch.firsts`, relies on it)."""
+    start, end = window_event_times(bounds, window_ms)
+    return from_epoch_ms(start).date(), from_epoch_ms(end - 1).date()
+
+
 def utc_dates_touching(bounds: DayBounds, window_ms: int) -> tuple[date, date]:
     """The UTC calendar dates (`event_date` partitions) that can hold events of the day's
     windows, with a day of slack either side so pruning never depends on a time zone."""

@@ -14,6 +14,7 @@ from tally.dates import (
     iso_ms,
     parse_business_date,
     plain_utc,
+    utc_dates_of,
     utc_dates_touching,
 )
 
@@ -81,6 +82,20 @@ def test_utc_dates_touching_has_a_day_of_slack_and_covers_the_last_window() -> N
     bounds = business_day_bounds(date(2026, 11, 20), "Asia/Kolkata")
     # the day's last window can end a window after local midnight (18:30Z on the 20th)
     assert utc_dates_touching(bounds, 7 * 60_000) == (date(2026, 11, 18), date(2026, 11, 21))
+
+
+@pytest.mark.parametrize(
+    ("zone", "window_ms", "dates"),
+    [
+        # zone, window, the event_date partitions of the day's windows' events; why
+        ("UTC", 60_000, (date(2026, 11, 20), date(2026, 11, 21))),  # the last window's reach
+        ("UTC", 0, (date(2026, 11, 20), date(2026, 11, 20))),  # no reach: the day itself
+        ("Asia/Kolkata", 60_000, (date(2026, 11, 19), date(2026, 11, 20))),  # 18:30Z to 18:31Z
+        ("America/New_York", 3_600_000, (date(2026, 11, 20), date(2026, 11, 21))),  # 05Z to 06Z
+    ],
+)
+def test_utc_dates_of_are_exactly_the_dates_of_the_windows_events(zone, window_ms, dates) -> None:
+    assert utc_dates_of(business_day_bounds(date(2026, 11, 20), zone), window_ms) == dates
 
 
 @pytest.mark.parametrize("text", ["20-11-2026", "2026-13-01", "2026-11-20T00:00", "", "20261120"])
