@@ -5,9 +5,8 @@ log instead, `batch.diff.repeated_ids`, and is the tests' oracle).
 An event counts once, by its first arrival in the log (`tally.arrivals`), and its copies may
 lie in any `event_date`, weeks apart. A date's windows can only hold events of its
 `event_date` partitions P(D) (`tally.dates.utc_dates_of`: exactly the UTC dates its windows'
-events are timed on), so what a date needs from the
-rest of the log is the copies of the ids P(D) holds. The index says where they are without
-reading the log:
+events are timed on), so what a date needs from the rest of the log is the copies of the ids
+P(D) holds. The index says where they are without reading the log:
 
 * **Entries.** One row per line of the log: the 64-bit hash of its event_id (`id_hash`,
   `batch.diff.id_hash`) and its `event_date` (the partition). No arrival order and no
