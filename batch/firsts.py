@@ -21,7 +21,7 @@ P(D) holds. The index says where they are without reading the log:
   memory, the entries of the lines the index lacks outside its date's partitions
   (`index_for_run`: few, the files skipped the same way), so it never waits for the index.
 * **Probe** (`day_copies`). The hashes of P(D)'s ids are matched against the entries outside
-  P(D) (one scan of an 8-byte column, the day's hashes broadcast: no shuffle of history);
+  P(D) (one scan of an 8-byte column; the day's hashes broadcast when they are small);
   then the pinned log is read only in the `event_date` partitions holding a hit, for the
   lines of the hit hashes. An entry of a line above the pin only costs a partition read: the
   lines come from the pinned log, so every pin, older runs' included, reads exactly its rows.
@@ -199,9 +199,12 @@ def day_copies(
     first, last = dates
     in_dates = F.col("event_date").between(F.lit(first), F.lit(last))
     day = events.where(in_dates).select(*columns, diff.id_hash().alias(ID_HASH))
-    hashes = day.select(ID_HASH)
-    twice = hashes.groupBy(ID_HASH).count().where(F.col("count") > 1).select(ID_HASH)
-    day_hashes = F.broadcast(hashes.distinct().withColumnRenamed(ID_HASH, "id_hash"))
+    counts = day.groupBy(ID_HASH).count()
+    twice = counts.where(F.col("count") > 1).select(ID_HASH)
+    # the day's distinct hashes from the same aggregate (no second shuffle); the join is left
+    # to adaptive execution, which broadcasts them when they are small (a day against a long
+    # history) and does not when the day itself is large
+    day_hashes = counts.select(F.col(ID_HASH).alias("id_hash"))
     hits = keep(
         index.where(~in_dates)
         .join(day_hashes, "id_hash", "left_semi")
