@@ -199,15 +199,17 @@ def day_copies(
     first, last = dates
     in_dates = F.col("event_date").between(F.lit(first), F.lit(last))
     day = events.where(in_dates).select(*columns, diff.id_hash().alias(ID_HASH))
-    counts = day.groupBy(ID_HASH).count()
+    counts = keep(day.groupBy(ID_HASH).count())  # read twice: the repeats, the probe
     twice = counts.where(F.col("count") > 1).select(ID_HASH)
+    others = index.where(~in_dates)
+    if others.limit(1).count() == 0:  # no line outside the date's partitions (a first day)
+        return day, keep(twice), keep(day.limit(0))
     # the day's distinct hashes from the same aggregate (no second shuffle); the join is left
     # to adaptive execution, which broadcasts them when they are small (a day against a long
     # history) and does not when the day itself is large
     day_hashes = counts.select(F.col(ID_HASH).alias("id_hash"))
     hits = keep(
-        index.where(~in_dates)
-        .join(day_hashes, "id_hash", "left_semi")
+        others.join(day_hashes, "id_hash", "left_semi")
         .select(F.col("id_hash").alias(ID_HASH), "event_date")
         .distinct()
     )
