@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +39,14 @@ from bench.common import (
     stopwatch,
 )
 from bench.nightly import load_day
+from bench.scaleout import reconcile_argv
 from bench.speed import generate_backlog
 from tally import tables as T
 from tally.pins import frontier_of
 from tally.settings import format_duration
 
 TARGET = 1.15
+Run = tuple[int, str]  # a nightly's window (ms) and Spark master
 HISTORY_APP = "bench-history"
 INDEX_TABLES = (T.EVENT_INDEX.name, T.EVENT_INDEX_CATCHUPS.name)
 
@@ -126,23 +127,15 @@ def _restore(warehouse: Path, keep: Path) -> None:
             shutil.copytree(keep / name, warehouse / name)
 
 
-def _nightly(name: str, warehouse: Path, log_dir: Path, dedup: str, window: int) -> float:
+def _nightly(name: str, warehouse: Path, log_dir: Path, dedup: str, run: Run) -> float:
     """One `tally reconcile` process (the whole nightly) of the day: its wall seconds."""
+    window, master = run
     argv = [
-        sys.executable,
-        "-m",
-        "tally_app.cli",
-        "reconcile",
-        "--date",
-        DAY.date().isoformat(),
-        "--warehouse",
-        str(warehouse),
+        *reconcile_argv(str(warehouse), master, log_dir / "reports"),
         "--window",
         format_duration(window),
         "--dedup",
         dedup,
-        "--out",
-        str(log_dir / "reports"),
     ]
     # the generated day holds events timed up to minutes ahead of their file (a source's
     # clock) and about 1 % late events: not what this section measures, so validation
@@ -187,7 +180,7 @@ def _warehouses(
 
 
 def history_section(
-    spark: SparkSession, work: Path, h: History, shape: StreamShape
+    spark: SparkSession, work: Path, h: History, shape: StreamShape, master: str
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "day_events": h.day_events,
@@ -198,21 +191,20 @@ def history_section(
         "load_average_before": load_average(),
     }
     stores = _warehouses(spark, work, h, shape)
+    run: Run = (shape.window_ms, master)
     runs: dict[int, list[float]] = {days: [] for days in stores}
     catch_up_s: dict[int, list[float]] = {days: [] for days in stores}
     for r in range(h.rounds):
         for days, entry in stores.items():
             _restore(entry["warehouse"], entry["keep"])
-            seconds = _nightly(
-                f"r{r}_h{days}", entry["warehouse"], work / "logs", "index", shape.window_ms
-            )
+            seconds = _nightly(f"r{r}_h{days}", entry["warehouse"], work / "logs", "index", run)
             runs[days].append(seconds)
             if days:
                 catch_up_s[days] += _catch_ups(spark, str(entry["warehouse"]))
             log(f"history: {days} days, round {r}: {seconds:.1f} s")
     largest = max(h.history_days)
     full = [
-        _nightly(f"full_{r}", stores[largest]["warehouse"], work / "logs", "full", shape.window_ms)
+        _nightly(f"full_{r}", stores[largest]["warehouse"], work / "logs", "full", run)
         for r in range(h.rounds)
     ]
     medians = {days: statistics.median(s) for days, s in runs.items()}

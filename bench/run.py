@@ -464,7 +464,7 @@ class BenchRun:
         from bench import history
 
         self.results["history"] = history.history_section(
-            self.spark, self.work, self.preset.history, self.preset.nightly_shape
+            self.spark, self.work, self.preset.history, self.preset.nightly_shape, self.env.master
         )
 
     def bigfile(self) -> None:
