@@ -43,7 +43,8 @@ from batch import diff
 from tally import tables as T
 from tally.arrivals import marked_copies
 from tally.dates import epoch_ms
-from tally.pins import NO_APP, Frontier, read_at_frontier
+from tally.frontier import NO_APP, Frontier, merged
+from tally.pins import read_at_frontier
 
 ID_HASH = diff.ID_HASH
 BUILD = "build"
@@ -76,11 +77,6 @@ def above(pin: Mapping[str, int], covered: Mapping[str, int]) -> Column | None:
     for term in terms[1:]:
         column = column | term
     return column
-
-
-def merged(a: Mapping[str, int], b: Mapping[str, int]) -> Frontier:
-    """The frontier covering both: the larger batch per app_id."""
-    return {app: max(a.get(app, -1), b.get(app, -1)) for app in sorted({*a, *b})}
 
 
 def covered_frontier(spark: SparkSession, warehouse: str) -> Frontier | None:
@@ -199,11 +195,14 @@ def day_copies(
     first, last = dates
     in_dates = F.col("event_date").between(F.lit(first), F.lit(last))
     day = events.where(in_dates).select(*columns, diff.id_hash().alias(ID_HASH))
-    counts = keep(day.groupBy(ID_HASH).count())  # read twice: the repeats, the probe
-    twice = counts.where(F.col("count") > 1).select(ID_HASH)
+    counts = day.groupBy(ID_HASH).count()
     others = index.where(~in_dates)
     if others.limit(1).count() == 0:  # no line outside the date's partitions (a first day)
+        # the repeats only: small (kept), not the day's whole aggregate (20M rows at 20M)
+        twice = counts.where(F.col("count") > 1).select(ID_HASH)
         return day, keep(twice), keep(day.limit(0))
+    counts = keep(counts)  # read twice: the repeats, the probe (one shuffle)
+    twice = counts.where(F.col("count") > 1).select(ID_HASH)
     # the day's distinct hashes from the same aggregate (no second shuffle); the join is left
     # to adaptive execution, which broadcasts them when they are small (a day against a long
     # history) and does not when the day itself is large

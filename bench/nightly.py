@@ -261,6 +261,10 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "partition_lateness_ms": T.literal_map({}, "int", "bigint"),
         "partition_delay_weights": F.create_map().cast("map<int,map<int,bigint>>"),
         "partition_delays_measured": T.literal_map({}, "int", "bigint"),
+        # restatements' signal: nothing reads it in this section
+        "new_events_by_date": T.literal_map({}, "date", "bigint"),
+        "new_amount_by_date": T.literal_map({}, "date", "bigint"),
+        "report_timezone": F.lit("UTC"),
     }
 
 

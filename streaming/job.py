@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -46,7 +47,7 @@ from streaming.progress import Progress, read_columns
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark, fixed_bounds
 from tally import tables as T
-from tally.dates import epoch_ms, iso_ms
+from tally.dates import counted_dates_columns, epoch_ms, iso_ms, window_reach_back_ms
 from tally.events import (
     SPLIT_START,
     ParsedEvents,
@@ -122,8 +123,23 @@ class Classified:
     delay_counts: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
 
     def count(self, column: str) -> int:
-        """Total over partitions of a stats column (a status, `valid` or `skewed`)."""
+        """Total over the stats rows of a column (a status, `valid` or `skewed`)."""
         return sum(int(r[column]) for r in self.stats)
+
+    def new_by_date(self, column: str) -> dict[date, int]:
+        """Per business date whose windows can hold them (each stats row's `first_date` to
+        `last_date`), the total of a stats column (`new`: the non-duplicate events;
+        `new_amount`: their amount) over the rows with such events (a date without any is
+        left out of both)."""
+        out: dict[date, int] = {}
+        for r in self.stats:
+            if not r["new"]:
+                continue
+            day, last = r["first_date"], r["last_date"]
+            while day <= last:
+                out[day] = out.get(day, 0) + int(r[column])
+                day += timedelta(days=1)
+        return out
 
     @property
     def valid(self) -> int:
@@ -137,7 +153,11 @@ class Classified:
     def high_water_ms(self) -> dict[int, int]:
         """Newest event time per partition, clipped to now + max skew, so an event from a
         clock running ahead cannot drag the watermark into the future."""
-        return {int(r["partition"]): min(int(r["max_ms"]), self.skew_limit_ms) for r in self.stats}
+        newest: dict[int, int] = {}
+        for r in self.stats:  # a row per (partition, event date)
+            part = int(r["partition"])
+            newest[part] = max(newest.get(part, int(r["max_ms"])), int(r["max_ms"]))
+        return {part: min(ms, self.skew_limit_ms) for part, ms in newest.items()}
 
 
 @dataclass(frozen=True)
@@ -775,6 +795,9 @@ class BatchProcessor:
             partition_lateness_ms=dict(step.lateness_ms),
             partition_delay_weights={part: dict(h.weights) for part, h in step.delays.items()},
             partition_delays_measured={part: h.measured for part, h in step.delays.items()},
+            new_events_by_date=classified.new_by_date("new"),
+            new_amount_by_date=classified.new_by_date("new_amount"),
+            report_timezone=self.params.report_timezone,
         )
 
     def _finish(self, progress: Progress, kept: KeptState) -> None:
@@ -783,20 +806,32 @@ class BatchProcessor:
         self._committed = progress
         self._kept = kept
 
-    @staticmethod
-    def _batch_stats(classified: DataFrame, skew_limit_ms: int, late_windows: Column) -> list[Any]:
-        """One small row per source partition: newest event time, counts by status and the
-        number of late (event, window) rows (`late_windows`: the side output's size). The
-        aggregates are SQL text: one Py4J call each."""
+    def _batch_stats(
+        self, classified: DataFrame, skew_limit_ms: int, late_windows: Column
+    ) -> list[Any]:
+        """One small row per source partition and span of business dates whose windows can
+        hold the events (`tally.dates.counted_dates`: a batch spans one or two): newest event
+        time, counts by status, the non-duplicate events and their amount (`new`,
+        `new_amount`: what a reconciled date gains, restatements) and the number of late
+        (event, window) rows (`late_windows`: the side output's size). The aggregates are SQL
+        text: one Py4J call each."""
+        p = self.params
+        first, last = counted_dates_columns(
+            window_reach_back_ms(p.window_ms, p.window_slide_ms, p.session_gap_ms),
+            p.report_timezone,
+        )
         statuses = (ON_TIME, ALLOWED_LATE, LATE, DUPLICATE)
+        fresh = f"arrival_status <> '{DUPLICATE}'"
         aggregates = [
             "max(unix_millis(event_time)) AS max_ms",
             "count(1) AS valid",
             *[f"count_if(arrival_status = '{s}') AS {s}" for s in statuses],
             f"count_if(unix_millis(event_time) > {batch_long_sql(skew_limit_ms)}) AS skewed",
+            f"count_if({fresh}) AS new",
+            f"coalesce(sum(CASE WHEN {fresh} THEN amount END), 0) AS new_amount",
         ]
         return (
-            classified.groupBy("partition")
+            classified.groupBy("partition", first.alias("first_date"), last.alias("last_date"))
             .agg(*[F.expr(a) for a in aggregates], F.sum(late_windows).alias("late_windows"))
             .collect()
         )

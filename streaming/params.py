@@ -49,6 +49,8 @@ class StreamParams:
     lateness_min_ms: int = 0
     lateness_max_ms: int = 0
     lateness_min_history: int = MIN_HISTORY_EVENTS  # not a setting: tests lower it
+    # business dates are calendar dates here (stream_progress.new_events_by_date's keys)
+    report_timezone: str = "UTC"
     # settings kept as properties of the stream's tables (retention; tally.maintenance)
     table_properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -97,6 +99,7 @@ class StreamParams:
             completeness_target=settings.completeness_target,
             lateness_min_ms=settings.lateness_min,
             lateness_max_ms=settings.lateness_max,
+            report_timezone=settings.report_timezone,
             table_properties=(
                 retention_properties(settings.deleted_file_retention, settings.log_retention)
                 if settings.maintenance

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from pyspark.sql import Row
@@ -58,6 +59,11 @@ class Progress:
     partition_lateness_ms: Mapping[int, int]
     partition_delay_weights: Mapping[int, Mapping[int, int]]
     partition_delays_measured: Mapping[int, int]
+    # per business date (in `report_timezone`) whose windows can hold them: the batch's
+    # non-duplicate events and their amount (restatements, tally.restatements.signal)
+    new_events_by_date: Mapping[date, int]
+    new_amount_by_date: Mapping[date, int]
+    report_timezone: str | None  # null in rows from before the signal
 
     def to_sql(self) -> str:
         """`SELECT <literals> FROM range(0, 1, 1, 1)`: the row as one SQL query of literals,
@@ -103,10 +109,18 @@ def _read_column(name: str, column: str, sql_type: str) -> str:
 
 
 def _map_values(sql_type: str) -> str | None:
-    """The value type of a `map<int,...>` type; None for any other type."""
-    if not sql_type.startswith("map<int,"):
-        return None
-    return sql_type.removeprefix("map<int,").removesuffix(">")
+    """The value type of a `map<int,...>` or `map<date,...>` type; None for any other type."""
+    for key in ("int", "date"):
+        if sql_type.startswith(f"map<{key},"):
+            return sql_type.removeprefix(f"map<{key},").removesuffix(">")
+    return None
+
+
+def _key_literal(key: Any) -> str:
+    """A map key (an int, or a date) as a SQL literal."""
+    if isinstance(key, date):
+        return f"DATE'{key.isoformat()}'"
+    return str(int(key))
 
 
 def _literal(value: Any, sql_type: str) -> str:
@@ -117,7 +131,9 @@ def _literal(value: Any, sql_type: str) -> str:
     if values is not None and isinstance(value, Mapping):
         if not value:
             return f"CAST(map() AS {sql_type})"
-        pairs = ", ".join(f"{int(k)}, {_literal(v, values)}" for k, v in sorted(value.items()))
+        pairs = ", ".join(
+            f"{_key_literal(k)}, {_literal(v, values)}" for k, v in sorted(value.items())
+        )
         return f"CAST(map({pairs}) AS {sql_type})"
     if sql_type == "boolean" and isinstance(value, bool):
         return "true" if value else "false"
@@ -136,4 +152,6 @@ def _python(value: Any, sql_type: str) -> Any:
     values = _map_values(sql_type)
     if values is None:
         return value
+    if sql_type.startswith("map<date,"):
+        return {k: _python(v, values) for k, v in (value or {}).items()}
     return {int(k): _python(v, values) for k, v in (value or {}).items()}

@@ -3,8 +3,8 @@
 A business date is a calendar date in `report_timezone`; its bounds are the two local midnights
 as UTC epoch milliseconds (a day can last 23 or 25 hours). A window belongs to the business date
 on which its *start* falls, so a window that straddles midnight belongs to the earlier date.
-Pure stdlib, cheap to import (Airflow DAG files import it at parse time); the one Column helper
-imports pyspark when it is called.
+Pure stdlib, cheap to import (Airflow DAG files import it at parse time); the Column helpers
+import pyspark when they are called.
 """
 
 from __future__ import annotations
@@ -166,3 +166,37 @@ def carried_day(bounds: DayBounds) -> Column:
     return (
         F.col("watermark_after").isNull() | (F.unix_millis("watermark_after") >= F.lit(start))
     ) & (F.col("watermark_before").isNull() | (F.unix_millis("watermark_before") < F.lit(end)))
+
+
+def window_reach_back_ms(
+    window_ms: int, slide_ms: int | None = None, session_gap_ms: int = 0
+) -> int:
+    """How long before the start of an event's latest window (its event time, for sessions)
+    the earliest window that can hold the event starts: 0 for tumbling windows, size - slide
+    for hopping ones, 2 gaps for sessions (as `window_reach_ms` bounds a date's sessions)."""
+    if session_gap_ms:
+        return 2 * session_gap_ms
+    return window_ms - (slide_ms or window_ms)
+
+
+def counted_dates(
+    latest_start_ms: int, reach_back_ms: int, report_timezone: str = "UTC"
+) -> tuple[date, date]:
+    """The first and last business date whose windows can hold an event whose latest window
+    starts at `latest_start_ms` (`window_reach_back_ms`): the dates of its windows' starts."""
+    zone = ZoneInfo(report_timezone)
+    first = from_epoch_ms(latest_start_ms - reach_back_ms).astimezone(zone).date()
+    return first, from_epoch_ms(latest_start_ms).astimezone(zone).date()
+
+
+def counted_dates_columns(
+    reach_back_ms: int, report_timezone: str = "UTC"
+) -> tuple[Column, Column]:
+    """`counted_dates` as Columns over a row's `window_start` (the Spark session in UTC)."""
+    from pyspark.sql import functions as F
+
+    def local_date(ms: Column) -> Column:
+        return F.to_date(F.from_utc_timestamp(F.timestamp_millis(ms), report_timezone))
+
+    start = F.unix_millis("window_start")
+    return local_date(start - F.lit(reach_back_ms)), local_date(start)

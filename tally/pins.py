@@ -29,11 +29,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tally import tables as T
+from tally.frontier import NO_APP, Frontier
 
-# app_id -> the newest batch_id of that query in the table at the pinned version. Rows written
-# without an app_id (not by a stream) are under the key "".
-Frontier = dict[str, int]
-NO_APP = ""
+__all__ = ["NO_APP", "Frontier", "frontier_of", "read_at_frontier", "within"]
 
 
 def _app() -> Column:
@@ -48,7 +46,8 @@ def frontier_of(rows: DataFrame) -> Frontier:
 
 
 def within(frontier: Mapping[str, int]) -> Column:
-    """Rows at or below the frontier: (app_id, batch_id) of a query it names, no later batch."""
+    """Rows at or below the frontier: (app_id, batch_id) of a query it names, no later batch
+    (the Column twin of `tally.frontier.is_within`)."""
     if not frontier:
         return F.lit(False)
     bound = F.create_map(

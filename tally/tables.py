@@ -137,7 +137,8 @@ STREAM_PROGRESS = Table(
     "source_watermark_regressions MAP<INT, BIGINT>, "
     "source_watermark_regression_ms MAP<INT, BIGINT>, partition_lateness_ms MAP<INT, BIGINT>, "
     "partition_delay_weights MAP<INT, MAP<INT, BIGINT>>, partition_delays_measured "
-    "MAP<INT, BIGINT>",
+    "MAP<INT, BIGINT>, new_events_by_date MAP<DATE, BIGINT>, "
+    "new_amount_by_date MAP<DATE, BIGINT>, report_timezone STRING",
     "One row per micro-batch: watermark before/after, per-partition high-water marks and "
     "idle flags, counts, lag, spread, duration; window_state_version and dedup_state_version "
     "name the batch whose state files (in the checkpoint) hold the state after it; "
@@ -150,7 +151,11 @@ STREAM_PROGRESS = Table(
     "bound in force per known partition after the batch (fixed, or chosen by lateness auto); "
     "partition_delay_weights and partition_delays_measured: lateness auto's delay histogram "
     "per partition ((event-time slot mod 6) * 128 + bucket -> events over its one-minute "
-    "horizon) and events measured (its checkpointed state).",
+    "horizon) and events measured (its checkpointed state); new_events_by_date and "
+    "new_amount_by_date: per business date (in report_timezone) whose windows can hold "
+    "them, the batch's events that are not duplicates (on_time, allowed_late, late) and their "
+    "amount: what a reconciled date can have gained since its run (restatements; null in rows "
+    "from before).",
     properties=_stats_on("app_id", "batch_id", "processing_time"),
     order_by=("processing_time", "app_id", "batch_id"),
 )
@@ -264,6 +269,23 @@ SIGNOFFS = Table(
     "it refers to (reconciliation_runs.run_time and the Airflow run).",
     order_by=("business_date", "decided_at"),
 )
+RESTATEMENTS = Table(
+    "restatements",
+    "business_date DATE, detected_at TIMESTAMP, run_time TIMESTAMP, "
+    "events_frontier MAP<STRING, BIGINT>, signal_events BIGINT, signal_amount BIGINT, "
+    "new_events BIGINT, new_amount BIGINT, windows_affected BIGINT, status STRING, "
+    "policy STRING, rerun_time TIMESTAMP, decided_by STRING, reason STRING",
+    "Append-only: every check of a reconciled date that the stream's later micro-batches "
+    'touched (docs/semantics.md, "Dates that change after their run"): the run it '
+    "restates (run_time), the event log's batch frontier checked (events_frontier), the "
+    "stream's count of non-duplicate events since (signal_*), what the date's first arrivals "
+    "gained against the run, exactly (new_events, new_amount, windows_affected: (window, "
+    "key) totals that differ), and the status: unchanged (no restatement), pending (policy "
+    "flag), auto_accepted (re-run and signed off within the tolerance), rerun (re-run, "
+    "awaiting sign-off), accepted or rejected (by a person); rerun_time: the run that "
+    "settled it. A date and run's newest row is its state.",
+    order_by=("business_date", "detected_at"),
+)
 LATENESS_RECOMMENDATIONS = Table(
     "lateness_recommendations",
     "period_start DATE, period_end DATE, run_time TIMESTAMP, window_ms BIGINT, "
@@ -365,6 +387,7 @@ ALL_TABLES = (
     VALIDATION_RESULTS,
     ALERTS,
     SIGNOFFS,
+    RESTATEMENTS,
     LATENESS_RECOMMENDATIONS,
     MAINTENANCE_LOG,
     NIGHTLY_MAINTENANCE_LOG,

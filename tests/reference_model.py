@@ -284,6 +284,34 @@ class ProgressRow(NamedTuple):
     source_regression_ms: tuple[tuple[int, int], ...] = ()
     # the lateness bound in force per known partition (fixed or auto), sorted (partition, ms)
     lateness: tuple[tuple[int, int], ...] = ()
+    # per UTC event date (ISO text), the batch's non-duplicate events and their amount:
+    # sorted (date, events, amount)
+    new_by_date: tuple[tuple[str, int, int], ...] = ()
+
+
+def _new_by_date(
+    p: Params, valid: list[tuple[Parsed, Line, str]]
+) -> tuple[tuple[str, int, int], ...]:
+    """Per UTC date on which one of an event's windows can start (its windows' starts; for a
+    session, the event time back to two gaps before it), the non-duplicate events and their
+    amount."""
+    out: dict[str, tuple[int, int]] = {}
+    for parsed, _line, status in valid:
+        if status == DUPLICATE:
+            continue
+        t = parsed.event_time_ms
+        if p.sessions:
+            lo, hi = t - 2 * p.session_gap_ms, t
+        else:
+            starts = [start for start, _end in p.windows_of(t)]
+            lo, hi = min(starts), max(starts)
+        day = datetime.fromtimestamp(lo / 1000, UTC).date()
+        last = datetime.fromtimestamp(hi / 1000, UTC).date()
+        while day <= last:
+            events, amount = out.get(day.isoformat(), (0, 0))
+            out[day.isoformat()] = (events + 1, amount + parsed.amount)
+            day += timedelta(days=1)
+    return tuple((day, n, a) for day, (n, a) in sorted(out.items()))
 
 
 class DrainedError(RuntimeError):
@@ -679,6 +707,7 @@ class ReferenceModel:
             source_regressions=tuple(sorted(regressions.items())),
             source_regression_ms=tuple(sorted(regression_gap.items())),
             lateness=tuple(sorted(lateness.items())),
+            new_by_date=_new_by_date(p, valid),
         )
         self.progress.append(row)
         self.batch_id += 1

@@ -257,6 +257,7 @@ class SparkProgress:
     source_regressions: tuple[tuple[int, int], ...]
     source_regression_ms: tuple[tuple[int, int], ...]
     lateness: tuple[tuple[int, int], ...]
+    new_by_date: tuple[tuple[str, int, int], ...]
 
 
 PROGRESS_FIELDS = tuple(SparkProgress.__dataclass_fields__)
@@ -298,6 +299,8 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             "source_watermark_regressions",
             "source_watermark_regression_ms",
             "partition_lateness_ms",
+            "new_events_by_date",
+            "new_amount_by_date",
         )
         .orderBy("batch_id")
         .collect()
@@ -328,6 +331,10 @@ def read_progress(spark: SparkSession, warehouse: str) -> list[SparkProgress]:
             source_regressions=_pairs(r.source_watermark_regressions),
             source_regression_ms=_pairs(r.source_watermark_regression_ms),
             lateness=_pairs(r.partition_lateness_ms),
+            new_by_date=tuple(
+                (day.isoformat(), n, (r.new_amount_by_date or {})[day])
+                for day, n in sorted((r.new_events_by_date or {}).items())
+            ),
         )
         for r in rows
     ]

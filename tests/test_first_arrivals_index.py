@@ -32,10 +32,11 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from batch import diff
-from batch.firsts import above, catch_up, merged
+from batch.firsts import above, catch_up
 from batch.reconcile import reconcile, recorded_run, runs_of
 from batch.reproduce import verify
 from tally import tables as T
+from tally.frontier import merged
 from tally.vocabulary import ARRIVAL_ORDER
 from tally.windows import window_start_ms
 

@@ -5,7 +5,7 @@ and NULLs included; `Progress.from_row` reads it back as the same value."""
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -49,6 +49,9 @@ PROGRESS = Progress(
     partition_lateness_ms={0: 30_000, 1: 30_000},
     partition_delay_weights={0: {3: 12, 130: 4}, 1: {}},
     partition_delays_measured={0: 16, 1: 0},
+    new_events_by_date={date(2026, 11, 26): 19_000, date(2026, 11, 25): 15},
+    new_amount_by_date={date(2026, 11, 26): -3, date(2026, 11, 25): 2**40},
+    report_timezone="Asia/Kolkata",
 )
 
 
@@ -83,6 +86,8 @@ def test_the_progress_row_has_every_value_with_its_type(spark: SparkSession) -> 
     assert r["partition_delay_weights"] == {0: {3: 12, 130: 4}, 1: {}}
     assert r["partition_delays_measured"] == {0: 16, 1: 0}
     assert r["drained"] is False and r["duplicate_events"] == 885
+    assert r["new_events_by_date"] == {date(2026, 11, 25): 15, date(2026, 11, 26): 19_000}
+    assert r["new_amount_by_date"] == {date(2026, 11, 25): 2**40, date(2026, 11, 26): -3}
 
 
 def test_a_drained_row_without_partitions(spark: SparkSession) -> None:
@@ -96,6 +101,9 @@ def test_a_drained_row_without_partitions(spark: SparkSession) -> None:
         partition_last_seen_ms={},
         partition_idle={},
         partition_lateness_ms={},
+        new_events_by_date={},
+        new_amount_by_date={},
+        report_timezone=None,
     )
     [row] = T.conform(spark.sql(p.to_sql()), T.STREAM_PROGRESS).collect()
     assert row["drained"] is True and row["watermark_after"] is None
@@ -118,6 +126,9 @@ def test_maps_an_older_row_lacks_read_as_empty(spark: SparkSession) -> None:
         "partition_delay_weights": "map<int,map<int,bigint>>",
         "partition_delays_measured": "map<int,bigint>",
         "control_records": "bigint",
+        "new_events_by_date": "map<date,bigint>",
+        "new_amount_by_date": "map<date,bigint>",
+        "report_timezone": "string",
     }
     [row] = (
         T.conform(spark.sql(PROGRESS.to_sql()), T.STREAM_PROGRESS)
@@ -132,4 +143,7 @@ def test_maps_an_older_row_lacks_read_as_empty(spark: SparkSession) -> None:
         partition_delay_weights={},
         partition_delays_measured={},
         control_records=None,
+        new_events_by_date={},
+        new_amount_by_date={},
+        report_timezone=None,
     )
