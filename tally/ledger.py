@@ -1,8 +1,10 @@
 """The ledger of business dates and one date's detail, from the tables' rows (pure logic).
 
-A date's status, first match wins: `unexplained` (a residual the late side output does not
-explain), `validation_failed` (a critical expectation failed), `explained_by_late` (a gap,
-all of it late events), `balanced`, or `not_run` (events but no reconciliation yet).
+A date's status, first match wins: `reopened` (the stream committed first arrivals for it
+after its latest run, `tally.restatements.reopened`: computed when asked, until a new run
+settles it), `unexplained` (a residual the late side output does not explain),
+`validation_failed` (a critical expectation failed), `explained_by_late` (a gap, all of it
+late events), `balanced`, or `not_run` (events but no reconciliation yet).
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from typing import Any
 
 from tally.dates import parse_business_date
 
-STATUSES = ("balanced", "explained_by_late", "unexplained", "validation_failed", "not_run")
+STATUSES = (
+    "balanced",
+    "explained_by_late",
+    "unexplained",
+    "validation_failed",
+    "not_run",
+    "reopened",
+)
 STATUS_LABELS = {
+    "reopened": "reopened (changed after its run)",
     "balanced": "balanced",
     "explained_by_late": "explained by late events",
     "unexplained": "unexplained",
@@ -42,7 +52,28 @@ SUMMARY_COLUMNS = (
     "unexplained_amount",
     "late_event_rate",
 )
-RUN_COLUMNS = ("business_date", "run_time", "balanced")
+RUN_COLUMNS = (
+    "business_date",
+    "run_time",
+    "balanced",
+    # what places a run for the restatement signal (`tally.restatements.reopened`)
+    "pin_frontiers",
+    "window_ms",
+    "report_timezone",
+    "settings",
+)
+RESTATEMENT_COLUMNS = (
+    "business_date",
+    "detected_at",
+    "run_time",
+    "events_frontier",
+    "new_events",
+    "new_amount",
+    "windows_affected",
+    "status",
+    "rerun_time",
+    "reason",
+)
 SIGNOFF_COLUMNS = (
     "business_date",
     "decision",
@@ -142,22 +173,27 @@ def ledger_rows(
     validation: Sequence[Mapping[str, Any]],
     signoffs: Sequence[Mapping[str, Any]],
     event_dates: Sequence[date],
+    restated: Mapping[date, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every known business date, newest first, with its status, totals and sign-off."""
+    """Every known business date, newest first, with its status, totals and sign-off.
+    `restated`: the reopened dates (`tally.restatements.reopened`) and what they gained."""
     by_date = {r["business_date"]: r for r in summaries}
     last_run = {r["business_date"]: r.get("run_time") for r in runs}
     failed = failed_critical_dates(validation)
     decisions = latest_signoffs(signoffs)
+    restated = restated or {}
     days = sorted(set(by_date) | set(last_run) | set(event_dates), reverse=True)
     out = []
     for day in days:
         s = by_date.get(day)
         signoff = decisions.get(day)
+        change = restated.get(day)
         row: dict[str, Any] = {
             "business_date": day.isoformat(),
-            "status": status_of(s, day in failed),
+            "status": "reopened" if change else status_of(s, day in failed),
             "last_run": _iso(last_run.get(day)),
             "signoff": None if signoff is None else {k: _iso(v) for k, v in signoff.items()},
+            "reopened": None if not change else {k: _iso(v) for k, v in change.items()},
         }
         for column in SUMMARY_COLUMNS[1:]:
             row[column] = None if s is None else s.get(column)

@@ -21,7 +21,17 @@ VALIDATION = "validation_results"
 ALERTS = "alerts"
 SIGNOFFS = "signoffs"
 EVENTS = "events"
-DESK_TABLES = (SUMMARY, RUNS, VALIDATION, ALERTS, SIGNOFFS, EVENTS)
+RESTATEMENTS = "restatements"
+PROGRESS = "stream_progress"
+DESK_TABLES = (SUMMARY, RUNS, VALIDATION, ALERTS, SIGNOFFS, EVENTS, RESTATEMENTS, PROGRESS)
+# What the restatement signal reads of `stream_progress` (`tally.restatements.signal`).
+PROGRESS_COLUMNS = (
+    "app_id",
+    "batch_id",
+    "new_events_by_date",
+    "new_amount_by_date",
+    "report_timezone",
+)
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -153,10 +163,64 @@ def read_ledger(location: Location) -> list[dict[str, Any]]:
     """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`)."""
     from tally import ledger as L
 
+    runs = read_rows(location, RUNS, L.RUN_COLUMNS)
     return L.ledger_rows(
         read_rows(location, SUMMARY, L.SUMMARY_COLUMNS),
-        read_rows(location, RUNS, L.RUN_COLUMNS),
+        runs,
         read_rows(location, VALIDATION, ("business_date", "severity", "success")),
         read_rows(location, SIGNOFFS, L.SIGNOFF_COLUMNS),
         event_dates(location),
+        read_reopened(location, runs),
     )
+
+
+def read_reopened(
+    location: Location, runs: Sequence[dict[str, Any]], business_date: date | None = None
+) -> dict[date, dict[str, Any]]:
+    """The reopened dates among the latest `runs` (`tally.restatements.reopened`), from the
+    `restatements` rows and the `stream_progress` rows above the oldest run's frontier."""
+    from tally import ledger as L
+    from tally import restatements as R
+
+    frontiers = [f for f in (R.run_frontier(r) for r in runs) if f is not None]
+    if not frontiers:
+        return {}
+    rows = read_rows(location, RESTATEMENTS, L.RESTATEMENT_COLUMNS, business_date)
+    progress = _progress_above(location, frontiers)
+    out = {}
+    for run in runs:
+        day = run["business_date"]
+        change = R.reopened(run, [r for r in rows if r["business_date"] == day], progress)
+        if change is not None:
+            out[day] = change
+    return out
+
+
+def _progress_above(
+    location: Location, frontiers: Sequence[dict[str, int]]
+) -> list[dict[str, Any]]:
+    """`stream_progress` rows above the lowest of `frontiers` (a superset of those above
+    each run's: every batch after the smallest batch any of them names, and every batch of
+    a query none of them names), only the signal's columns; the Parquet row groups' batch_id
+    statistics skip the older ones."""
+    import pyarrow.dataset as ds
+
+    known = sorted({app for f in frontiers for app in f})
+    lowest = min(min(f.values(), default=-1) for f in frontiers)
+    wanted = (ds.field("batch_id") > lowest) | ~ds.field("app_id").isin(known)
+    if "" in known:  # rows written without an app_id are under "" (tally.frontier.NO_APP)
+        wanted = wanted | ds.field("app_id").is_null()
+
+    table = _table(location, PROGRESS)
+    if table is None:
+        return []
+    present = set(table.schema().to_arrow().names)
+    if not set(PROGRESS_COLUMNS) <= present:  # a table from before the signal
+        return []
+    try:
+        dataset = table.to_pyarrow_dataset()
+        found = dataset.to_table(columns=list(PROGRESS_COLUMNS), filter=wanted)
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {PROGRESS}: {detail}") from exc
+    return list(found.to_pylist())  # maps as lists of pairs (tally.restatements.as_mapping)

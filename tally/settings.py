@@ -26,6 +26,7 @@ SPARK_RUNNERS = ("local", "submit")
 MAINTENANCE_MODES = ("thread", "inline")
 # How the nightly finds first arrivals over the whole log (batch/firsts.py).
 DEDUP_MODES = ("index", "full")
+RESTATEMENT_POLICIES = ("rerun", "flag")
 
 
 class SettingsError(ValueError):
@@ -457,6 +458,21 @@ class Settings:
         "index of event ids, caught up with what arrived since the last run: the cost "
         "of the day) or full (every repeated id of the log ranked each run; the oracle)",
     )
+    restatement_policy: str = _setting(
+        "rerun",
+        "what a reconciled date that gained first arrivals after its run gets: rerun (the date "
+        "is re-run; a change within the restatement tolerance is signed off automatically, a "
+        "larger one asks for sign-off again) or flag (recorded pending, and tally "
+        "restatements exits 1; the date stays reopened until someone re-runs it)",
+    )
+    restatement_tolerance_events: int = _setting(
+        0, "events a restatement may add (in absolute value) and be signed off automatically"
+    )
+    restatement_tolerance_amount: int = _setting(
+        0,
+        "amount (minor units) a restatement may add (in absolute value) and be signed off "
+        "automatically",
+    )
     late_rate_warn: float = _setting(
         0.001, "validation warns when late events exceed this share of the day's events"
     )
@@ -606,6 +622,14 @@ class Settings:
             raise SettingsError(
                 f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}"
             )
+        if self.restatement_policy not in RESTATEMENT_POLICIES:
+            raise SettingsError(
+                "restatement_policy: expected one of "
+                f"{', '.join(RESTATEMENT_POLICIES)}, got {self.restatement_policy!r}"
+            )
+        for name in ("restatement_tolerance_events", "restatement_tolerance_amount"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name}: must be 0 or more, got {getattr(self, name)}")
         if self.compact_min_files < 2:
             raise SettingsError(
                 f"compact_min_files: must be at least 2, got {self.compact_min_files}"

@@ -88,6 +88,15 @@ RECONCILE_SETTINGS = (
     "spark_master",
     "dedup",
 )
+# each date is recomputed with its own run's windowing and zone (no window flags to ignore)
+RESTATEMENT_SETTINGS = (
+    "warehouse",
+    "spark_master",
+    "dedup",
+    "restatement_policy",
+    "restatement_tolerance_events",
+    "restatement_tolerance_amount",
+)
 CURVE_SETTINGS = (
     "window",
     "warehouse",
@@ -194,6 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the nightly sequence for a business date: re-aggregate, diff, validate, report",
     )
     c.reconcile_flags(reconcile)
+    restatements = _command(
+        sub,
+        "restatements",
+        c.restatements,
+        RESTATEMENT_SETTINGS,
+        help="check the reconciled dates the stream changed after their run, and re-run or "
+        "flag them (restatement_policy)",
+        epilog="Exit codes: 0 nothing changed or every change signed off, 1 a date is "
+        "pending or awaits sign-off (one line each), 2 bad setting or input.",
+    )
+    c.restatements_flags(restatements)
     curve = _command(
         sub,
         "lateness-curve",

@@ -313,6 +313,45 @@ def reconcile(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def restatements_flags(parser: argparse.ArgumentParser) -> None:
+    _date_flag(parser, required=False)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="report directory of the re-runs (default: TALLY_REPORT_DIR, else reports/ "
+        "beside the warehouse)",
+    )
+
+
+def restatements(args: argparse.Namespace, settings: Settings) -> int:
+    """Check every reconciled date (or --date) for first arrivals after its run; record each
+    change and act by the policy (`tally_app.restatements.settle`). One line per date checked;
+    exit 1 when a date is pending or awaits sign-off."""
+    from batch.reconcile import ReconcileError
+    from tally import restatements as R
+    from tally_app.restatements import settle
+
+    try:
+        only = None if args.date is None else [parse_business_date(args.date)]
+    except ValueError as exc:
+        return _bad_setting(exc)
+    spark = session_for(settings, "tally-restatements", short_lived=True)
+    now = datetime.now(UTC)
+    report_to = Path(args.out) if args.out else Path(settings.report_location)
+    try:
+        settled = settle(settings, now, spark, report_to, only)
+    except ReconcileError as exc:
+        return _fail("restatements", exc, 2)
+    for s in settled:
+        print(s.describe())
+    if not settled:
+        print("restatements: no reconciled date gained events since its run")
+    open_ones = [s for s in settled if s.status in (R.PENDING, R.RERUN)]
+    for s in open_ones:
+        print(f"tally: restatements: {s.describe()}", file=sys.stderr)
+    return 1 if open_ones else 0
+
+
 def _reproduce_flags(args: argparse.Namespace) -> datetime | None:
     """--run-time as an aware datetime (no zone: UTC); --run-time and --write need
     --reproduce (ValueError, one line)."""

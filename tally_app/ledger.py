@@ -27,11 +27,21 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
     ("late rate", lambda r: "" if r["late_event_rate"] is None else f"{r['late_event_rate']:.3%}"),
     ("last run", lambda r: r["last_run"] or ""),
     ("sign-off", lambda r: _signoff(r["signoff"])),
+    ("since the run", lambda r: _reopened(r["reopened"])),
 )
 
 
 def _number(value: Any) -> str:
     return "" if value is None else f"{value:,}"
+
+
+def _reopened(change: Mapping[str, Any] | None) -> str:
+    """What a reopened date gained since its run (`unchecked`: the stream's count, before the
+    exact check of `tally restatements`)."""
+    if not change:
+        return ""
+    text = f"{change['events']:+,} events / {change['amount']:+,}"
+    return text if change.get("verified") else f"{text} (unchecked)"
 
 
 def _signoff(signoff: Mapping[str, Any] | None) -> str:

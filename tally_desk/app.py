@@ -158,6 +158,7 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
         validation,
         signoffs,
         [day],
+        W.read_reopened(loc, runs, day),
     )
     return {
         "business_date": day.isoformat(),

@@ -16,7 +16,7 @@ _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 8px}
 th{background:#f2f2f2;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-unexplained{color:#b00020}
+.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-unexplained{color:#b00020}.s-reopened{color:#8a2be2}
 .s-validation_failed{color:#b00020}.s-not_run{color:#666}.err{color:#b00020}
 form{margin:8px 0}nav a{margin-right:12px}pre{background:#f7f7f7;padding:8px;overflow:auto}
 iframe{width:100%;height:900px;border:1px solid #ccc}
@@ -203,6 +203,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f'<p>status: <b id="status" class="s-{_e(row["status"])}">'
         f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
         f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
+        f"{_reopened_text(row.get('reopened'))}"
         f"{_kv_table(totals, 'totals')}"
         '<h2>Airflow runs</h2><ul id="airflow-runs">'
         f"{runs or '<li>none found</li>'}</ul>"
@@ -211,6 +212,22 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f"{_e(json.dumps(detail['provenance'], indent=2, sort_keys=True))}</pre>"
     )
     return page(f"tally {detail['business_date']}", body)
+
+
+def _reopened_text(change: dict[str, Any] | None) -> str:
+    """What a reopened date gained after its run (the stream's count until checked)."""
+    if not change:
+        return ""
+    what = f"{change['events']:+,} events, {change['amount']:+,} amount"
+    if change.get("verified"):
+        where = f" in {change['windows']:,} windows" if change.get("windows") is not None else ""
+        text = f"Changed after its run: {what}{where} (checked; re-run the date to settle it)."
+    else:
+        text = (
+            f"Changed after its run: the stream committed {what} for it since "
+            "(not checked yet: tally restatements, or the next check, says exactly)."
+        )
+    return f'<p id="reopened" class="s-reopened">{_e(text)}</p>'
 
 
 def message_page(title: str, text: str) -> str:

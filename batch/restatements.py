@@ -1,0 +1,334 @@
+"""Restatements in the batch layer: which reconciled dates the stream touched after their
+latest run, and exactly what they gained (docs/semantics.md, "Dates that change after their
+run"; the rules are `tally.restatements`).
+
+    check(spark, warehouse, *, now, policy, tolerance, dedup) -> list[Restatement]
+
+1. **Signal** (`signals`): the stream's own per-date counts of non-duplicate events
+   (`stream_progress.new_events_by_date`), summed per date over the micro-batches above the
+   date's baseline for its partitions' dates: one small aggregate of `stream_progress`, read
+   from the oldest baseline on (its files skipped by their batch_id statistics), whatever the
+   number of dates. No scan of the log.
+2. **Exact change** (`exact_change`), only for the dates with a signal: the date recomputed
+   at the log's latest pin, writing nothing (`reconcile(write=False)`, the run's windowing and
+   zone), against the `reconciliation` rows of its latest run: the first arrivals it gained
+   (count, amount) and the (window, key) batch totals that differ. A re-delivery the stream
+   no longer remembered gives no change: recorded `unchanged`, never a restatement.
+3. **Record**: one `restatements` row per date checked (append-only), with the status
+   `tally.restatements.decide` gives it. Acting on it (re-running, signing off) is the
+   nightly sequence's (`tally_app.restatements`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from batch.reconcile import reconcile, recorded_frontiers, rerun_arguments
+from tally import restatements as R
+from tally import tables as T
+from tally.dates import epoch_ms
+from tally.frontier import Frontier
+from tally.pins import within
+from tally.windows import WINDOW_KEY
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A reconciled date: its latest run, the frontier its signal counts from, its zone."""
+
+    business_date: date
+    run: dict[str, Any]
+    baseline: Frontier
+    report_timezone: str
+    # the newest `restatements` row of this run (None: never checked)
+    last_check: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Restatement:
+    """One date checked: the run it restates, the signal, the exact change, the status and the
+    log's frontier the check read."""
+
+    business_date: date
+    run_time: datetime
+    signal: tuple[int, int]
+    change: R.Change
+    status: str
+    frontier: Frontier
+    run: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
+    """Every reconciled date whose latest run recorded its frontiers (a run from before them
+    is read by version and not checked), with its baseline."""
+    if not T.exists(spark, warehouse, T.RECONCILIATION_RUNS.name):
+        return []
+    runs = _latest_runs(spark, warehouse)
+    checked = _checks(spark, warehouse)
+    out = []
+    for run in runs:
+        frontiers = recorded_frontiers(run)
+        if frontiers is None or T.EVENTS.name not in frontiers:
+            continue
+        day = run["business_date"]
+        seen = checked.get((day, epoch_ms(_aware(run["run_time"]))), [])
+        baseline = R.baseline(frontiers[T.EVENTS.name], [_frontier(r) for r in seen])
+        zone = str(run["report_timezone"] or "UTC")
+        out.append(Candidate(day, run, baseline, zone, seen[-1] if seen else None))
+    return out
+
+
+def _latest_runs(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
+    """Each date's latest `reconciliation_runs` row (one row a run: a small table)."""
+    from tally.ledger_reads import latest_runs
+
+    rows = [
+        r.asDict() for r in T.read_table(spark, warehouse, T.RECONCILIATION_RUNS.name).collect()
+    ]
+    return latest_runs(rows)
+
+
+def _checks(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[dict[str, Any]]]:
+    """Per (date, run time in epoch ms), its `restatements` rows, oldest first (few: one per
+    check of a touched date)."""
+    if not T.exists(spark, warehouse, T.RESTATEMENTS.name):
+        return {}
+    rows = T.read_table(spark, warehouse, T.RESTATEMENTS.name).orderBy("detected_at").collect()
+    out: dict[tuple[date, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        key = (r["business_date"], epoch_ms(_aware(r["run_time"])))
+        out.setdefault(key, []).append(r.asDict())
+    return out
+
+
+def _frontier(row: Mapping[str, Any]) -> Frontier:
+    return {str(a): int(b) for a, b in (row["events_frontier"] or {}).items()}
+
+
+def signals(
+    spark: SparkSession, warehouse: str, dates: Sequence[Candidate]
+) -> dict[date, tuple[int, int]]:
+    """Per candidate date, (events, amount) of the stream's non-duplicate events for it above
+    its baseline (`tally.restatements.signal`, as one aggregate); dates without any are
+    left out."""
+    if not dates or not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+        return {}
+    progress = T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+    if "new_events_by_date" not in progress.columns:  # a table from before the signal
+        return {}
+    touched = (
+        progress.where(~F.coalesce(within(_oldest(dates)), F.lit(False)))
+        .select(
+            F.coalesce("app_id", F.lit("")).alias("app"),
+            "batch_id",
+            F.col("report_timezone").alias("zone"),
+            F.explode("new_events_by_date").alias("day", "events"),
+            "new_amount_by_date",
+        )
+        .select(
+            "app",
+            "batch_id",
+            "zone",
+            "day",
+            "events",
+            F.coalesce(F.col("new_amount_by_date")[F.col("day")], F.lit(0)).alias("amount"),
+        )
+    )
+    # a row keyed in another zone counts the dates around (tally.restatements.signal)
+    same_zone = F.col("zone") == F.col("report_timezone")
+    date_matches = F.when(same_zone, F.col("day") == F.col("business_date")).otherwise(
+        F.col("day").between(F.date_sub("business_date", 1), F.date_add("business_date", 1))
+    )
+    above = F.col("batch_id") > F.coalesce(F.col("baseline")[F.col("app")], F.lit(-1))
+    matched = touched.join(F.broadcast(_candidate_frame(spark, dates)), date_matches & above)
+    rows = (
+        matched.groupBy("business_date")
+        .agg(F.sum("events").alias("events"), F.sum("amount").alias("amount"))
+        .collect()
+    )
+    return {
+        r["business_date"]: (int(r["events"]), int(r["amount"]))
+        for r in rows
+        if r["events"] or r["amount"]
+    }
+
+
+def _oldest(dates: Sequence[Candidate]) -> Frontier:
+    """The frontier below every candidate's baseline: per app_id named by all of them, the
+    smallest batch (an app one of them does not name is above it for that date)."""
+    apps = set.intersection(*(set(c.baseline) for c in dates))
+    return {app: min(c.baseline[app] for c in dates) for app in sorted(apps)}
+
+
+def _candidate_frame(spark: SparkSession, dates: Sequence[Candidate]) -> DataFrame:
+    rows = [
+        (c.business_date, c.report_timezone, {a: int(b) for a, b in c.baseline.items()})
+        for c in dates
+    ]
+    return spark.createDataFrame(
+        rows, "business_date DATE, report_timezone STRING, baseline MAP<STRING, BIGINT>"
+    )
+
+
+def exact_change(
+    spark: SparkSession, warehouse: str, candidate: Candidate, *, now: datetime, dedup: str
+) -> tuple[R.Change, Frontier]:
+    """The date recomputed at the log's latest pin (writing nothing) against its latest run's
+    `reconciliation` rows: the change, and the events frontier read."""
+    arguments = rerun_arguments(candidate.run)
+    result = reconcile(
+        spark,
+        warehouse,
+        candidate.business_date,
+        arguments["window_ms"],
+        arguments["report_timezone"],
+        now=now,
+        settings=arguments["settings"],
+        window_slide_ms=arguments["window_slide_ms"],
+        session_gap_ms=arguments["session_gap_ms"],
+        keep_frames=True,
+        write=False,
+        dedup=dedup,
+    )
+    assert result.frames is not None
+    try:
+        recorded = T.read_table(spark, warehouse, T.RECONCILIATION.name).where(
+            F.col("business_date") == F.lit(candidate.business_date)
+        )
+        row = gained(result.frames.reconciliation, recorded).first()
+        frontiers = recorded_frontiers(result.frames.run) or {}
+    finally:
+        result.frames.release()
+    assert row is not None
+    change = R.Change(int(row["events"]), int(row["amount"]), int(row["windows"]))
+    return change, frontiers.get(T.EVENTS.name, {})
+
+
+def gained(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
+    """One row: what the batch side of `recomputed` holds beyond `recorded` (`reconciliation`
+    rows of one date): events, amount, and the (window, key) rows whose batch totals differ."""
+
+    def side(rows: DataFrame, name: str) -> DataFrame:
+        return rows.select(
+            *WINDOW_KEY,
+            F.col("batch_count").alias(f"{name}_count"),
+            F.col("batch_amount").alias(f"{name}_amount"),
+        )
+
+    joined = side(recomputed, "new").join(side(recorded, "old"), list(WINDOW_KEY), "full_outer")
+    zero = F.lit(0).cast("long")
+    count = F.coalesce("new_count", zero) - F.coalesce("old_count", zero)
+    amount = F.coalesce("new_amount", zero) - F.coalesce("old_amount", zero)
+    return joined.agg(
+        F.coalesce(F.sum(count), zero).alias("events"),
+        F.coalesce(F.sum(amount), zero).alias("amount"),
+        F.count_if((count != 0) | (amount != 0)).alias("windows"),
+    )
+
+
+def check(
+    spark: SparkSession,
+    warehouse: str,
+    *,
+    now: datetime,
+    policy: str,
+    tolerance: tuple[int, int],
+    dedup: str = "index",
+    only: Sequence[date] | None = None,
+) -> list[Restatement]:
+    """Check every reconciled date (or those in `only`) and return each one with a signal, and
+    each still `pending` from an earlier check (decided again: the policy may have changed).
+    The final ones are recorded here (`unchanged`, and `pending` under policy flag); those to
+    re-run (`auto_accepted`, `rerun`) are recorded by the caller once re-run (`record`), so a
+    re-run that never happened leaves no row and the next check finds the date again."""
+    found = candidates(spark, warehouse)
+    if only is not None:
+        found = [c for c in found if c.business_date in set(only)]
+    signalled = signals(spark, warehouse, found)
+    out = []
+    for candidate in found:
+        if candidate.business_date not in signalled:
+            last = candidate.last_check
+            if last is not None and last["status"] == R.PENDING:  # still open: decided again
+                earlier = _recorded(candidate, last)  # (the policy may have changed since)
+                status = R.decide(earlier.change, policy, tolerance)
+                out.append(dataclasses.replace(earlier, status=status))
+            continue
+        change, frontier = exact_change(spark, warehouse, candidate, now=now, dedup=dedup)
+        status = R.decide(change, policy, tolerance)
+        restatement = Restatement(
+            candidate.business_date,
+            _aware(candidate.run["run_time"]),
+            signalled[candidate.business_date],
+            change,
+            status,
+            frontier,
+            candidate.run,
+        )
+        if status in (R.UNCHANGED, R.PENDING):
+            record(spark, warehouse, restatement, now=now, policy=policy)
+        out.append(restatement)
+    return out
+
+
+def _recorded(candidate: Candidate, row: Mapping[str, Any]) -> Restatement:
+    """A restatement as an earlier check recorded it."""
+    change = R.Change(int(row["new_events"]), int(row["new_amount"]), int(row["windows_affected"]))
+    return Restatement(
+        candidate.business_date,
+        _aware(candidate.run["run_time"]),
+        (int(row["signal_events"]), int(row["signal_amount"])),
+        change,
+        str(row["status"]),
+        _frontier(row),
+        candidate.run,
+    )
+
+
+def record(
+    spark: SparkSession,
+    warehouse: str,
+    restatement: Restatement,
+    *,
+    now: datetime,
+    policy: str,
+    settled: tuple[datetime | None, str, str] = (None, "", ""),
+) -> None:
+    """Append the restatement's row (`settled`: the run that settled it, who decided and
+    why; a later row of the same date and run supersedes it)."""
+    rerun_time, decided_by, reason = settled
+    row = T.literal_row(
+        spark,
+        {
+            "business_date": F.lit(restatement.business_date).cast("date"),
+            "detected_at": F.timestamp_millis(F.lit(epoch_ms(now))),
+            "run_time": F.timestamp_millis(F.lit(epoch_ms(restatement.run_time))),
+            "events_frontier": T.literal_map(dict(restatement.frontier), "string", "bigint"),
+            "signal_events": F.lit(restatement.signal[0]).cast("long"),
+            "signal_amount": F.lit(restatement.signal[1]).cast("long"),
+            "new_events": F.lit(restatement.change.events).cast("long"),
+            "new_amount": F.lit(restatement.change.amount).cast("long"),
+            "windows_affected": F.lit(restatement.change.windows).cast("long"),
+            "status": F.lit(restatement.status),
+            "policy": F.lit(policy),
+            "rerun_time": F.timestamp_millis(
+                F.lit(None if rerun_time is None else epoch_ms(rerun_time)).cast("long")
+            ),
+            "decided_by": F.lit(decided_by),
+            "reason": F.lit(reason),
+        },
+    )
+    T.ensure_table(spark, warehouse, T.RESTATEMENTS)
+    T.write_table(row, warehouse, T.RESTATEMENTS)
+
+
+def _aware(value: datetime) -> datetime:
+    """A run_time as Spark returns it (naive, the process's local time) made aware."""
+    return value if value.tzinfo is not None else value.astimezone(UTC)
