@@ -178,49 +178,132 @@ def read_reopened(
     location: Location, runs: Sequence[dict[str, Any]], business_date: date | None = None
 ) -> dict[date, dict[str, Any]]:
     """The reopened dates among the latest `runs` (`tally.restatements.reopened`), from the
-    `restatements` rows and the `stream_progress` rows above the oldest run's frontier."""
+    `restatements` rows and the `stream_progress` rows above the oldest run's frontier, the
+    signal of every date computed at once over Arrow columns (`signals`)."""
     from tally import ledger as L
     from tally import restatements as R
 
-    frontiers = [f for f in (R.run_frontier(r) for r in runs) if f is not None]
-    if not frontiers:
-        return {}
     rows = read_rows(location, RESTATEMENTS, L.RESTATEMENT_COLUMNS, business_date)
-    progress = _progress_above(location, frontiers)
+    opened = [
+        o
+        for o in (
+            R.open_run(r, [x for x in rows if x["business_date"] == r["business_date"]])
+            for r in runs
+        )
+        if o is not None
+    ]
+    if not opened:
+        return {}
+    counted = signals(_progress_above(location, [o.baseline for o in opened]), opened)
     out = {}
-    for run in runs:
-        day = run["business_date"]
-        change = R.reopened(run, [r for r in rows if r["business_date"] == day], progress)
+    for o in opened:
+        change = R.reopened_change(o, counted.get(o.business_date, (0, 0)))
         if change is not None:
-            out[day] = change
+            out[o.business_date] = change
     return out
 
 
-def _progress_above(
-    location: Location, frontiers: Sequence[dict[str, int]]
-) -> list[dict[str, Any]]:
+def _progress_above(location: Location, frontiers: Sequence[dict[str, int]]) -> Any:
     """`stream_progress` rows above the lowest of `frontiers` (a superset of those above
     each run's: every batch after the smallest batch any of them names, and every batch of
-    a query none of them names), only the signal's columns; the Parquet row groups' batch_id
-    statistics skip the older ones."""
+    a query none of them names), only the signal's columns, as an Arrow table (None: no
+    such table, or one from before the signal); the Parquet row groups' batch_id statistics
+    skip the older ones."""
     import pyarrow.dataset as ds
 
+    table = _table(location, PROGRESS)
+    if table is None:
+        return None
+    present = set(table.schema().to_arrow().names)
+    if not set(PROGRESS_COLUMNS) <= present:  # a table from before the signal
+        return None
     known = sorted({app for f in frontiers for app in f})
     lowest = min(min(f.values(), default=-1) for f in frontiers)
     wanted = (ds.field("batch_id") > lowest) | ~ds.field("app_id").isin(known)
     if "" in known:  # rows written without an app_id are under "" (tally.frontier.NO_APP)
         wanted = wanted | ds.field("app_id").is_null()
-
-    table = _table(location, PROGRESS)
-    if table is None:
-        return []
-    present = set(table.schema().to_arrow().names)
-    if not set(PROGRESS_COLUMNS) <= present:  # a table from before the signal
-        return []
     try:
-        dataset = table.to_pyarrow_dataset()
-        found = dataset.to_table(columns=list(PROGRESS_COLUMNS), filter=wanted)
+        return table.to_pyarrow_dataset().to_table(columns=list(PROGRESS_COLUMNS), filter=wanted)
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise WarehouseUnavailable(f"warehouse {location.warehouse}: {PROGRESS}: {detail}") from exc
-    return list(found.to_pylist())  # maps as lists of pairs (tally.restatements.as_mapping)
+
+
+def signals(progress: Any, opened: Sequence[Any]) -> dict[date, tuple[int, int]]:
+    """`tally.restatements.signal` of every date in `opened` (`OpenRun`s) at once, over the
+    Arrow table of `stream_progress` rows `progress` (None: nothing): each map exploded to
+    (app, batch, zone, day, events, amount) rows, joined with each date's bound per app
+    (its baseline's batch, -1 for a query it does not name) on the day (for a row keyed in
+    another zone: the day before, the day and the day after), kept above the bound, summed
+    per date. Vectorised: the desk's ledger over a year of micro-batches stays one pass."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if progress is None or progress.num_rows == 0 or not opened:
+        return {}
+    exploded = _exploded(progress)
+    if exploded.num_rows == 0:
+        return {}
+    apps = [str(a) for a in pc.unique(exploded.column("app")).to_pylist()]
+    bounds = pa.table(
+        {
+            "business_date": [o.business_date for o in opened for _ in apps],
+            "run_zone": [o.report_timezone for o in opened for _ in apps],
+            "app": [a for _ in opened for a in apps],
+            "bound": pa.array([o.baseline.get(a, -1) for o in opened for a in apps], pa.int64()),
+        }
+    )
+    parts = []
+    for shift in (-1, 0, 1):  # a row keyed in another zone counts the days around
+        day = pc.cast(exploded.column("day"), pa.date32())
+        target = pc.add(pc.cast(day, pa.int32()), pa.scalar(shift, pa.int32())).cast(pa.date32())
+        shifted = exploded.append_column("business_date", target)
+        joined = shifted.join(bounds, ["business_date", "app"], join_type="inner")
+        above = pc.greater(joined.column("batch_id"), joined.column("bound"))
+        if shift:  # only a row keyed in another zone counts the days around
+            above = pc.and_(above, pc.not_equal(joined.column("zone"), joined.column("run_zone")))
+        parts.append(joined.filter(pc.fill_null(above, False)))
+    matched = pa.concat_tables(parts)
+    summed = matched.group_by("business_date").aggregate([("events", "sum"), ("amount", "sum")])
+    return {
+        r["business_date"]: (int(r["events_sum"] or 0), int(r["amount_sum"] or 0))
+        for r in summed.to_pylist()
+        if r["events_sum"] or r["amount_sum"]
+    }
+
+
+def _exploded(progress: Any) -> Any:
+    """One row per (micro-batch, business date) of the maps: app (null as ""), batch_id,
+    zone, day, events, amount."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def entries(column: str, value: str) -> Any:
+        maps = progress.column(column).combine_chunks()  # a MapArray: offsets, keys, items
+        offsets = np.asarray(maps.offsets)
+        rows = np.repeat(np.arange(len(maps), dtype=np.int64), np.diff(offsets))
+        start, end = int(offsets[0]), int(offsets[-1])
+        return pa.table(
+            {
+                "row": pa.array(rows),
+                "day": maps.keys.slice(start, end - start),
+                value: pc.cast(maps.items.slice(start, end - start), pa.int64()),
+            }
+        )
+
+    counts = entries("new_events_by_date", "events")
+    amounts = entries("new_amount_by_date", "amount")
+    joined = counts.join(amounts, ["row", "day"], join_type="left outer")
+    rows = joined.column("row")
+    apps = pc.fill_null(pc.take(progress.column("app_id"), rows), "")
+    return pa.table(
+        {
+            "app": apps,
+            "batch_id": pc.take(progress.column("batch_id"), rows),
+            "zone": pc.take(progress.column("report_timezone"), rows),
+            "day": joined.column("day"),
+            "events": joined.column("events"),
+            "amount": pc.fill_null(joined.column("amount"), 0),
+        }
+    )

@@ -111,6 +111,54 @@ def as_mapping(value: Any) -> Mapping[Any, Any]:
     return value if isinstance(value, Mapping) else dict(value)
 
 
+@dataclass(frozen=True)
+class OpenRun:
+    """A date's latest run as the signal sees it: its baseline, its zone, and the newest
+    `restatements` row of that run if it is still `pending` (None otherwise)."""
+
+    business_date: date
+    baseline: Frontier
+    report_timezone: str
+    pending: Mapping[str, Any] | None
+
+
+def open_run(run: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> OpenRun | None:
+    """The date's latest run `run` with its `restatements` rows `rows` (of the date); None:
+    a run from before frontiers (no signal)."""
+    frontier = run_frontier(run)
+    if frontier is None:
+        return None
+    own = sorted(
+        (r for r in rows if _same_time(r.get("run_time"), run.get("run_time"))),
+        key=lambda r: _sortable(r.get("detected_at")),
+    )
+    checked = [
+        {str(a): int(b) for a, b in as_mapping(r.get("events_frontier")).items()} for r in own
+    ]
+    pending = own[-1] if own and own[-1].get("status") == PENDING else None
+    zone = str(run.get("report_timezone") or "UTC")
+    return OpenRun(run["business_date"], baseline(frontier, checked), zone, pending)
+
+
+def reopened_change(opened: OpenRun, signalled: tuple[int, int]) -> dict[str, Any] | None:
+    """What the ledger shows of a reopened date (None: not reopened): the pending
+    restatement's checked change, else the stream's `signalled` (events, amount) when
+    non-zero (`verified` false: not checked yet)."""
+    if opened.pending is not None:
+        last = opened.pending
+        return {
+            "events": last.get("new_events"),
+            "amount": last.get("new_amount"),
+            "windows": last.get("windows_affected"),
+            "verified": True,
+            "detected_at": last.get("detected_at"),
+        }
+    events, amount = signalled
+    if not events and not amount:
+        return None
+    return {"events": events, "amount": amount, "windows": None, "verified": False}
+
+
 def reopened(
     run: Mapping[str, Any],
     rows: Iterable[Mapping[str, Any]],
@@ -120,31 +168,13 @@ def reopened(
     `restatements` row of that run says pending, or the stream's signal above the baseline
     is non-zero (not checked yet: `verified` false). `rows`: the date's `restatements` rows;
     `progress`: `stream_progress` rows (at least those above the baseline). None: not
-    reopened (or a run from before frontiers)."""
-    frontier = run_frontier(run)
-    if frontier is None:
+    reopened (or a run from before frontiers). The desk computes the signal of every date
+    at once (`tally.ledger_reads`, the same rule over Arrow columns)."""
+    opened = open_run(run, rows)
+    if opened is None:
         return None
-    own = sorted(
-        (r for r in rows if _same_time(r.get("run_time"), run.get("run_time"))),
-        key=lambda r: _sortable(r.get("detected_at")),
-    )
-    if own and own[-1].get("status") == PENDING:
-        last = own[-1]
-        return {
-            "events": last.get("new_events"),
-            "amount": last.get("new_amount"),
-            "windows": last.get("windows_affected"),
-            "verified": True,
-            "detected_at": last.get("detected_at"),
-        }
-    checked = [
-        {str(a): int(b) for a, b in as_mapping(r.get("events_frontier")).items()} for r in own
-    ]
-    zone = str(run.get("report_timezone") or "UTC")
-    events, amount = signal(progress, baseline(frontier, checked), run["business_date"], zone)
-    if not events and not amount:
-        return None
-    return {"events": events, "amount": amount, "windows": None, "verified": False}
+    counted = signal(progress, opened.baseline, opened.business_date, opened.report_timezone)
+    return reopened_change(opened, counted)
 
 
 def _sortable(value: Any) -> float:

@@ -197,3 +197,47 @@ def test_a_restatement_of_an_older_run_does_not_count() -> None:
 
 def test_a_run_from_before_frontiers_is_never_reopened() -> None:
     assert R.reopened({**RUN, "pin_frontiers": None}, [], PROGRESS) is None
+
+
+def _arrow(rows: list[dict[str, object]]) -> object:
+    """`stream_progress` rows as delta-rs reads them (maps as Arrow maps)."""
+    import pyarrow as pa
+
+    dates = pa.map_(pa.date32(), pa.int64())
+    return pa.table(
+        {
+            "app_id": pa.array([r["app_id"] for r in rows], pa.string()),
+            "batch_id": pa.array([r["batch_id"] for r in rows], pa.int64()),
+            "new_events_by_date": pa.array(
+                [list(r["new_events_by_date"].items()) for r in rows], dates
+            ),
+            "new_amount_by_date": pa.array(
+                [list(r["new_amount_by_date"].items()) for r in rows], dates
+            ),
+            "report_timezone": pa.array([r["report_timezone"] for r in rows], pa.string()),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("baseline", "zone"),
+    [
+        ({"a": 5}, "UTC"),  # b never seen: all of it above
+        ({"a": 5, "b": 0}, "UTC"),
+        ({"a": 7, "b": 0}, "UTC"),  # nothing above
+        ({"a": 3}, "Asia/Kolkata"),  # rows keyed in UTC: the days around count
+        ({}, "UTC"),  # a run that read nothing of these queries
+    ],
+)
+def test_the_desks_signal_of_every_date_at_once_is_the_rules(
+    baseline: dict[str, int], zone: str
+) -> None:
+    """`tally.ledger_reads.signals` (Arrow, every date at once) against `signal` (the rule)."""
+    from tally.ledger_reads import signals
+
+    rows = [*PROGRESS, _progress("c", 1, {NEXT + timedelta(days=1): (2, 20)})]
+    days = [D - timedelta(days=1), D, NEXT, NEXT + timedelta(days=1)]
+    opened = [R.OpenRun(day, baseline, zone, None) for day in days]
+    expected = {day: R.signal(rows, baseline, day, zone) for day in days}
+    assert signals(_arrow(rows), opened) == {d: v for d, v in expected.items() if v != (0, 0)}
+    assert any(v != (0, 0) for v in expected.values()) or baseline == {"a": 7, "b": 0}
