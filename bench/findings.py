@@ -341,7 +341,16 @@ def _history(hi: dict[str, Any]) -> list[str]:
         + (f", caught up after each run in {max(catch_up):.1f} s at most" if catch_up else "")
         + f". Target: {_verdict(hi['met'])}."
     )
-    return [text]
+    rs = hi.get("restatements")
+    if not rs:
+        return [text]
+    return [
+        text,
+        f"Restatements: detection {rs['check_one_s']:.2f} s with 1 reconciled date and "
+        f"{rs['check_all_s']:.2f} s with {rs['dates_reconciled']}; a date restated by 3 late "
+        f"first arrivals and a copy: {rs['restated_events']} events recorded "
+        f"(expected {rs['expected_events']}), false flags {rs['false_flags']}.",
+    ]
 
 
 # -- 13. the long haul --------------------------------------------------------------------------

@@ -131,6 +131,10 @@ class Preset:
     history_events_per_day: int
     history_days: tuple[int, ...]
     history_rounds: int
+    # 14. restatements (bench.restatements): streamed days, events and files a day
+    restate_days: int
+    restate_events_per_day: int
+    restate_files_per_day: int
     window_ms: int = 60_000
     lateness_ms: int = 30_000
     notes: list[str] = field(default_factory=list)
@@ -297,6 +301,11 @@ _PRESETS: dict[str, tuple[Any, Any]] = {
     "history_events_per_day": (500_000, 5_000),
     "history_days": ((1, 10, 40), (1, 3)),
     "history_rounds": (3, 1),
+    # 14. restatements (issue 40 part 2): 31 streamed days of 20k events (30 reconciled);
+    # quick: 4 days of 400 (3 reconciled)
+    "restate_days": (31, 4),
+    "restate_events_per_day": (20_000, 400),
+    "restate_files_per_day": (4, 2),
 }
 FULL = Preset(name="full", **{k: full for k, (full, _) in _PRESETS.items()})
 QUICK = Preset(
@@ -461,10 +470,17 @@ class BenchRun:
         )
 
     def history(self) -> None:
-        from bench import history
+        from bench import history, restatements
 
+        p = self.preset
         self.results["history"] = history.history_section(
-            self.spark, self.work, self.preset.history, self.preset.nightly_shape, self.env.master
+            self.spark, self.work, p.history, p.nightly_shape, self.env.master
+        )
+        restated = restatements.Restated(
+            p.restate_days, p.restate_events_per_day, p.restate_files_per_day
+        )
+        self.results["history"]["restatements"] = restatements.restatements_section(
+            self.spark, self.work, restated, p.nightly_shape, self.env.master
         )
 
     def bigfile(self) -> None:

@@ -886,6 +886,25 @@ def _check_history(hi: dict[str, Any]) -> None:
     largest = sizes[max(QUICK.history_days)]["median_s"]
     assert hi["ratio"] == pytest.approx(largest / sizes[0]["median_s"])
     assert hi["met"] == (hi["ratio"] <= hi["target"]) and len(hi["full_s"]) == QUICK.history_rounds
+    _check_restatements(hi["restatements"])
+
+
+def _check_restatements(rs: dict[str, Any]) -> None:
+    """14's restatements: the check at 1 and all reconciled dates found nothing; after the
+    late file exactly the restated date is reopened (the stream's count: the copy is a
+    duplicate) and recorded, with the late events and their amount."""
+    from bench.restatements import LATE_AMOUNTS
+    from bench.run import QUICK
+
+    assert rs["dates_reconciled"] == QUICK.restate_days - 1
+    assert rs["checks_without_signal_found"] == 0
+    assert rs["check_one_s"] > 0 and rs["check_all_s"] > 0
+    assert rs["ledger_reopened"] == [rs["restated_date"]]
+    # the copy is days old, beyond the stream's dedup horizon: new to the stream, counted in
+    # its signal; the exact check leaves it out
+    assert rs["ledger_count"] == len(LATE_AMOUNTS) + 1
+    assert (rs["restated_events"], rs["restated_amount"]) == (len(LATE_AMOUNTS), sum(LATE_AMOUNTS))
+    assert rs["false_flags"] == 0
 
 
 def _check_longhaul(lh: dict[str, Any]) -> None:

@@ -81,4 +81,26 @@ def section(hi: dict[str, Any], when: str) -> list[str]:
         f"÷ the day alone ≤ {hi['target']}: {verdict(hi['met'])}.",
         "",
     ]
+    if hi.get("restatements"):
+        out += restatement_lines(hi["restatements"])
     return out
+
+
+def restatement_lines(rs: dict[str, Any]) -> list[str]:
+    """What noticing a date that changed after its run costs (`bench.restatements`)."""
+    return [
+        f"**Restatements.** {rs['days']} days of {rs['events_per_day']:,} events streamed (a "
+        f"day a micro-batch) and {rs['dates_reconciled']} dates reconciled. The check (`tally "
+        "restatements`' detection: the runs, the restatements and one aggregate of "
+        f"`stream_progress`; no date had changed) took {secs(rs['check_one_s'])} s with 1 date "
+        f"reconciled and {secs(rs['check_all_s'])} s with {rs['dates_reconciled']} (median of 3; "
+        f"{'flat' if rs['flat'] else 'NOT flat'}). Then 3 late first arrivals and a copy of an "
+        f"event of {rs['restated_date']} were streamed: the desk's ledger read "
+        f"({secs(rs['ledger_s'])} s) showed {len(rs['ledger_reopened'])} date(s) reopened, "
+        f"{rs['restated_date']} with the stream's count of {rs['ledger_count']} (the copy "
+        "is days old, beyond the stream's dedup horizon: new to the stream); the check "
+        f"({secs(rs['check_s'])} s, recomputing that date) recorded {rs['restated_events']} "
+        f"events and {number(rs['restated_amount'])} (expected {rs['expected_events']} and "
+        f"{number(rs['expected_amount'])}). False flags: {rs['false_flags']}.",
+        "",
+    ]
