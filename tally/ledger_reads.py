@@ -275,18 +275,17 @@ def signals(progress: Any, opened: Sequence[Any]) -> dict[date, tuple[int, int]]
 def _exploded(progress: Any) -> Any:
     """One row per (micro-batch, business date) of the maps: app (null as ""), batch_id,
     zone, day, events, amount."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     def entries(column: str, value: str) -> Any:
         maps = progress.column(column).combine_chunks()  # a MapArray: offsets, keys, items
-        offsets = np.asarray(maps.offsets)
-        rows = np.repeat(np.arange(len(maps), dtype=np.int64), np.diff(offsets))
-        start, end = int(offsets[0]), int(offsets[-1])
+        start, end = maps.offsets[0].as_py(), maps.offsets[-1].as_py()
+        # each entry's row: the parent indices of a list with the map's offsets
+        lists = pa.ListArray.from_arrays(maps.offsets, pa.nulls(end, pa.null()))
         return pa.table(
             {
-                "row": pa.array(rows),
+                "row": pc.cast(pc.list_parent_indices(lists), pa.int64()),
                 "day": maps.keys.slice(start, end - start),
                 value: pc.cast(maps.items.slice(start, end - start), pa.int64()),
             }
