@@ -996,10 +996,11 @@ def recorded_run(
 
 def _same_moment(recorded: datetime, wanted: datetime) -> bool:
     """A recorded run_time (Spark returns session-local naive datetimes) is `wanted`."""
-    return epoch_ms(_aware(recorded)) == epoch_ms(wanted)
+    return epoch_ms(aware(recorded)) == epoch_ms(wanted)
 
 
-def _aware(value: datetime) -> datetime:
+def aware(value: datetime) -> datetime:
+    """A timestamp as Spark collects it (naive, the process's local time) made aware."""
     return value if value.tzinfo is not None else value.astimezone(UTC)
 
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch.reconcile import reconcile, recorded_frontiers, rerun_arguments
+from batch.reconcile import aware, reconcile, recorded_frontiers, rerun_arguments
 from tally import restatements as R
 from tally import tables as T
 from tally.dates import epoch_ms
@@ -78,7 +78,7 @@ def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
         if frontiers is None or T.EVENTS.name not in frontiers:
             continue
         day = run["business_date"]
-        seen = checked.get((day, epoch_ms(_aware(run["run_time"]))), [])
+        seen = checked.get((day, epoch_ms(aware(run["run_time"]))), [])
         baseline = R.baseline(frontiers[T.EVENTS.name], [_frontier(r) for r in seen])
         zone = str(run["report_timezone"] or "UTC")
         out.append(Candidate(day, run, baseline, zone, seen[-1] if seen else None))
@@ -103,7 +103,7 @@ def _checks(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[
     rows = T.read_table(spark, warehouse, T.RESTATEMENTS.name).orderBy("detected_at").collect()
     out: dict[tuple[date, int], list[dict[str, Any]]] = {}
     for r in rows:
-        key = (r["business_date"], epoch_ms(_aware(r["run_time"])))
+        key = (r["business_date"], epoch_ms(aware(r["run_time"])))
         out.setdefault(key, []).append(r.asDict())
     return out
 
@@ -265,7 +265,7 @@ def check(
         status = R.decide(change, policy, tolerance)
         restatement = Restatement(
             candidate.business_date,
-            _aware(candidate.run["run_time"]),
+            aware(candidate.run["run_time"]),
             signalled[candidate.business_date],
             change,
             status,
@@ -283,7 +283,7 @@ def _recorded(candidate: Candidate, row: Mapping[str, Any]) -> Restatement:
     change = R.Change(int(row["new_events"]), int(row["new_amount"]), int(row["windows_affected"]))
     return Restatement(
         candidate.business_date,
-        _aware(candidate.run["run_time"]),
+        aware(candidate.run["run_time"]),
         (int(row["signal_events"]), int(row["signal_amount"])),
         change,
         str(row["status"]),
@@ -327,8 +327,3 @@ def record(
     )
     T.ensure_table(spark, warehouse, T.RESTATEMENTS)
     T.write_table(row, warehouse, T.RESTATEMENTS)
-
-
-def _aware(value: datetime) -> datetime:
-    """A run_time as Spark returns it (naive, the process's local time) made aware."""
-    return value if value.tzinfo is not None else value.astimezone(UTC)

@@ -73,6 +73,12 @@ class Location:
         return options
 
 
+def _detail(exc: BaseException) -> str:
+    """An error's first line (at most 300 characters), or its type when it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def _table(location: Location, name: str) -> Any:
     """The Delta table, or None when the warehouse does not hold it."""
     from deltalake import DeltaTable
@@ -84,8 +90,9 @@ def _table(location: Location, name: str) -> Any:
     except TableNotFoundError:
         return None
     except Exception as exc:  # network, credentials, a corrupt log: say where, one line
-        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {name}: {detail}") from exc
+        raise WarehouseUnavailable(
+            f"warehouse {location.warehouse}: {name}: {_detail(exc)}"
+        ) from exc
 
 
 def read_rows(
@@ -109,8 +116,9 @@ def read_rows(
     try:
         rows = list(table.to_pyarrow_table(columns=wanted, filters=filters).to_pylist())
     except Exception as exc:
-        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {name}: {detail}") from exc
+        raise WarehouseUnavailable(
+            f"warehouse {location.warehouse}: {name}: {_detail(exc)}"
+        ) from exc
     if name != RUNS:
         return rows
     return [{k: v for k, v in r.items() if not columns or k in columns} for r in latest_runs(rows)]
@@ -225,8 +233,9 @@ def _progress_above(location: Location, frontiers: Sequence[dict[str, int]]) -> 
     try:
         return table.to_pyarrow_dataset().to_table(columns=list(PROGRESS_COLUMNS), filter=wanted)
     except Exception as exc:
-        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise WarehouseUnavailable(f"warehouse {location.warehouse}: {PROGRESS}: {detail}") from exc
+        raise WarehouseUnavailable(
+            f"warehouse {location.warehouse}: {PROGRESS}: {_detail(exc)}"
+        ) from exc
 
 
 def signals(progress: Any, opened: Sequence[Any]) -> dict[date, tuple[int, int]]:
