@@ -407,7 +407,11 @@ class Settings:
         "a Kafka record value longer than this is quarantined (oversized_value), never parsed",
     )
     # -- Spark and object storage
-    spark_master: str = _setting("local[*]", "Spark master URL, e.g. local[*] or spark://host:7077")
+    spark_master: str = _setting(
+        "local[*]",
+        "Spark master URL, e.g. local[*] or spark://host:7077; a local master retries a failed "
+        "task 4 times, as a cluster does (local[2] runs as local[2,4])",
+    )
     spark_executor_memory: str = _setting(
         "",
         "on a cluster: the heap of each executor, e.g. 2g (empty = Spark's default, 1g; "

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -199,6 +200,23 @@ def driver_cds_plan(profile: str) -> driver_cds.CdsPlan | None:
     return driver_cds.plan_for_run(cds_dir(), profile, files, time.time(), os.getpid(), conf_dirs)
 
 
+# Spark retries a failed task 4 times on a cluster (`spark.task.maxFailures`), but once only in
+# local mode unless the master says otherwise (`local[N,F]`). A task that lost a race for
+# execution memory to the other task's caching (SparkOutOfMemoryError under a small heap, more
+# often on a loaded machine) then failed the whole micro-batch, where a retry passes.
+LOCAL_TASK_ATTEMPTS = 4
+_LOCAL_MASTER = re.compile(r"local(?:\[\s*(\*|[0-9]+)\s*\])?")
+
+
+def with_task_retries(master: str, attempts: int = LOCAL_TASK_ATTEMPTS) -> str:
+    """A local master URL with the task attempts of a cluster (`local[N]` -> `local[N,4]`);
+    any other URL, and a local one that names its attempts, as given."""
+    match = _LOCAL_MASTER.fullmatch(master.strip())
+    if match is None:
+        return master
+    return f"local[{match.group(1) or 1},{attempts}]"
+
+
 def build_session(
     master: str = "local[*]",
     app_name: str = "tally",
@@ -219,7 +237,7 @@ def build_session(
 
     cds_plan = driver_cds_plan(cds_profile) if cds_profile else None
     builder = (
-        SparkSession.builder.master(master)
+        SparkSession.builder.master(with_task_retries(master))
         .appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(

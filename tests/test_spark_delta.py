@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from pyspark.sql import functions as F
 
 from tally import tables as T
-from tally.spark import delta_jars
+from tally.spark import delta_jars, with_task_retries
 
 
 def test_delta_time_travel(spark, warehouse) -> None:
@@ -31,6 +32,27 @@ def test_session_is_utc_with_delta_extensions(spark) -> None:
     assert "DeltaSparkSessionExtension" in conf.get("spark.sql.extensions")
     ts = spark.sql("SELECT unix_millis(TIMESTAMP'2026-11-21 00:00:00') AS ms").first()["ms"]
     assert ts == int(datetime(2026, 11, 21, tzinfo=UTC).timestamp()) * 1000
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("local[2]", "local[2,4]"),  # the tests' and benchmarks' master
+        ("local[*]", "local[*,4]"),  # the default setting
+        ("local", "local[1,4]"),  # one thread, as Spark reads it
+        (" local[ 8 ] ", "local[8,4]"),  # spaces a hand-written setting may carry
+        ("local[2,1]", "local[2,1]"),  # attempts named by the user: kept
+        ("local-cluster[2,1,1024]", "local-cluster[2,1,1024]"),  # not local mode's scheduler
+        ("spark://127.0.0.1:7077", "spark://127.0.0.1:7077"),  # a cluster retries on its own
+        ("localhost", "localhost"),  # not a local master at all
+    ],
+)
+def test_a_local_master_retries_a_failed_task_as_a_cluster_does(master, expected) -> None:
+    assert with_task_retries(master) == expected
+
+
+def test_the_session_retries_a_failed_task(spark) -> None:
+    assert spark.sparkContext.master.endswith(",4]")
 
 
 def test_delta_jars_come_from_the_local_cache() -> None:
