@@ -34,7 +34,7 @@ from batch.reconcile import aware, reconcile, recorded_frontiers, rerun_argument
 from tally import restatements as R
 from tally import tables as T
 from tally.dates import epoch_ms
-from tally.frontier import Frontier
+from tally.frontier import NO_APP, Frontier, merged
 from tally.pins import within
 from tally.windows import WINDOW_KEY
 
@@ -63,6 +63,8 @@ class Restatement:
     status: str
     frontier: Frontier
     run: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # found by an earlier check and still open (`pending`): already announced
+    repeated: bool = field(default=False, compare=False)
 
 
 def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
@@ -72,14 +74,17 @@ def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
         return []
     runs = _latest_runs(spark, warehouse)
     checked = _checks(spark, warehouse)
+    swept = _swept(spark, warehouse)
     out = []
     for run in runs:
         frontiers = recorded_frontiers(run)
         if frontiers is None or T.EVENTS.name not in frontiers:
             continue
         day = run["business_date"]
-        seen = checked.get((day, epoch_ms(aware(run["run_time"]))), [])
-        baseline = R.baseline(frontiers[T.EVENTS.name], [_frontier(r) for r in seen])
+        key = (day, epoch_ms(aware(run["run_time"])))
+        seen = checked.get(key, [])
+        raised = [_frontier(r) for r in (*seen, *swept.get(key, []))]
+        baseline = R.baseline(frontiers[T.EVENTS.name], raised)
         zone = str(run["report_timezone"] or "UTC")
         out.append(Candidate(day, run, baseline, zone, seen[-1] if seen else None))
     return out
@@ -108,38 +113,54 @@ def _checks(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[
     return out
 
 
+def _swept(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[dict[str, Any]]]:
+    """Per (date, run time in epoch ms), its `restatement_sweep` row (one per date at most)."""
+    if not T.exists(spark, warehouse, T.RESTATEMENT_SWEEP.name):
+        return {}
+    return {
+        (r["business_date"], epoch_ms(aware(r["run_time"]))): [r.asDict()]
+        for r in T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).collect()
+    }
+
+
 def _frontier(row: Mapping[str, Any]) -> Frontier:
     return {str(a): int(b) for a, b in (row["events_frontier"] or {}).items()}
 
 
-def signals(
-    spark: SparkSession, warehouse: str, dates: Sequence[Candidate]
-) -> dict[date, tuple[int, int]]:
+@dataclass(frozen=True)
+class Signals:
+    """What one read of `stream_progress` gave: per date with any, (events, amount) above its
+    baseline; and the frontier of the rows read (None: no table with the signal)."""
+
+    by_date: dict[date, tuple[int, int]]
+    frontier: Frontier | None
+
+
+def signals(spark: SparkSession, warehouse: str, dates: Sequence[Candidate]) -> Signals:
     """Per candidate date, (events, amount) of the stream's non-duplicate events for it above
-    its baseline (`tally.restatements.signal`, as one aggregate); dates without any are
-    left out."""
+    its baseline (`tally.restatements.signal`, as one aggregate; dates without any are left
+    out), from one version of `stream_progress`, and the batch frontier of that version."""
     if not dates or not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
-        return {}
-    progress = T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        return Signals({}, None)
+    version = T.latest_version(spark, warehouse, T.STREAM_PROGRESS.name)
+    progress = T.read_table(spark, warehouse, T.STREAM_PROGRESS.name, version)
     if "new_events_by_date" not in progress.columns:  # a table from before the signal
-        return {}
-    touched = (
-        progress.where(~F.coalesce(within(_oldest(dates)), F.lit(False)))
-        .select(
-            F.coalesce("app_id", F.lit("")).alias("app"),
-            "batch_id",
-            F.col("report_timezone").alias("zone"),
-            F.explode("new_events_by_date").alias("day", "events"),
-            "new_amount_by_date",
-        )
-        .select(
-            "app",
-            "batch_id",
-            "zone",
-            "day",
-            "events",
-            F.coalesce(F.col("new_amount_by_date")[F.col("day")], F.lit(0)).alias("amount"),
-        )
+        return Signals({}, None)
+    oldest = _oldest(dates)
+    above_oldest = progress.where(~F.coalesce(within(oldest), F.lit(False)))
+    touched = above_oldest.select(
+        F.coalesce("app_id", F.lit("")).alias("app"),
+        "batch_id",
+        F.col("report_timezone").alias("zone"),
+        F.explode("new_events_by_date").alias("day", "events"),
+        "new_amount_by_date",
+    ).select(
+        "app",
+        "batch_id",
+        "zone",
+        "day",
+        "events",
+        F.coalesce(F.col("new_amount_by_date")[F.col("day")], F.lit(0)).alias("amount"),
     )
     # a row keyed in another zone counts the dates around (tally.restatements.signal)
     same_zone = F.col("zone") == F.col("report_timezone")
@@ -153,11 +174,19 @@ def signals(
         .agg(F.sum("events").alias("events"), F.sum("amount").alias("amount"))
         .collect()
     )
-    return {
+    by_date = {
         r["business_date"]: (int(r["events"]), int(r["amount"]))
         for r in rows
         if r["events"] or r["amount"]
     }
+    return Signals(by_date, merged(oldest, _newest_batches(above_oldest)))
+
+
+def _newest_batches(progress: DataFrame) -> Frontier:
+    """The newest batch per app_id among `progress` rows (a few rows: one per query)."""
+    app = F.coalesce("app_id", F.lit(NO_APP)).alias("app")
+    rows = progress.groupBy(app).agg(F.max("batch_id").alias("batch")).collect()
+    return {str(r["app"]): int(r["batch"]) for r in rows}
 
 
 def _oldest(dates: Sequence[Candidate]) -> Frontier:
@@ -251,7 +280,8 @@ def check(
     found = candidates(spark, warehouse)
     if only is not None:
         found = [c for c in found if c.business_date in set(only)]
-    signalled = signals(spark, warehouse, found)
+    read = signals(spark, warehouse, found)
+    signalled = read.by_date
     out = []
     for candidate in found:
         if candidate.business_date not in signalled:
@@ -259,7 +289,7 @@ def check(
             if last is not None and last["status"] == R.PENDING:  # still open: decided again
                 earlier = _recorded(candidate, last)  # (the policy may have changed since)
                 status = R.decide(earlier.change, policy, tolerance)
-                out.append(dataclasses.replace(earlier, status=status))
+                out.append(dataclasses.replace(earlier, status=status, repeated=True))
             continue
         change, frontier = exact_change(spark, warehouse, candidate, now=now, dedup=dedup)
         status = R.decide(change, policy, tolerance)
@@ -275,20 +305,52 @@ def check(
         if status in (R.UNCHANGED, R.PENDING):
             record(spark, warehouse, restatement, now=now, policy=policy)
         out.append(restatement)
+    if only is None and read.frontier is not None:  # a full check: the dates it found quiet
+        quiet = [c for c in found if c.business_date not in signalled]
+        sweep(spark, warehouse, quiet, read.frontier, now=now)
     return out
+
+
+def sweep(
+    spark: SparkSession,
+    warehouse: str,
+    quiet: Sequence[Candidate],
+    frontier: Frontier,
+    *,
+    now: datetime,
+) -> None:
+    """Replace `restatement_sweep` with a row per `quiet` date (its latest run had no signal
+    up to `frontier`, the batch frontier the check read): their baselines move up to it, so
+    what reads the signal next starts there, not at the run. Nothing quiet: the rows stand
+    (a row stays true for its run: the batches below its frontier do not change)."""
+    if not quiet:
+        return
+    rows = [(c.business_date, aware(c.run["run_time"])) for c in quiet]
+    frame = spark.createDataFrame(rows, "business_date DATE, run_time TIMESTAMP").select(
+        "business_date",
+        "run_time",
+        T.literal_map(dict(frontier), "string", "bigint").alias("events_frontier"),
+        F.timestamp_millis(F.lit(epoch_ms(now))).alias("swept_at"),
+    )
+    T.ensure_table(spark, warehouse, T.RESTATEMENT_SWEEP)
+    T.write_table(frame, warehouse, T.RESTATEMENT_SWEEP, replace_where="true")
 
 
 def _recorded(candidate: Candidate, row: Mapping[str, Any]) -> Restatement:
     """A restatement as an earlier check recorded it."""
+    return dataclasses.replace(_restatement_of(row), run=candidate.run)
+
+
+def _restatement_of(row: Mapping[str, Any]) -> Restatement:
+    """A `restatements` row as the restatement it records."""
     change = R.Change(int(row["new_events"]), int(row["new_amount"]), int(row["windows_affected"]))
     return Restatement(
-        candidate.business_date,
-        aware(candidate.run["run_time"]),
+        row["business_date"],
+        aware(row["run_time"]),
         (int(row["signal_events"]), int(row["signal_amount"])),
         change,
         str(row["status"]),
         _frontier(row),
-        candidate.run,
     )
 
 
@@ -327,3 +389,44 @@ def record(
     )
     T.ensure_table(spark, warehouse, T.RESTATEMENTS)
     T.write_table(row, warehouse, T.RESTATEMENTS)
+
+
+def awaiting(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
+    """The dates re-run beyond the tolerance and not yet decided: each date's newest
+    `restatements` row, where its status is `rerun` and its run is still the date's latest
+    re-run (a later run of the date settles it otherwise)."""
+    if not T.exists(spark, warehouse, T.RESTATEMENTS.name):
+        return []
+    newest: dict[date, dict[str, Any]] = {}
+    for runs in _checks(spark, warehouse).values():
+        row = runs[-1]
+        seen = newest.get(row["business_date"])
+        if seen is None or aware(row["detected_at"]) >= aware(seen["detected_at"]):
+            newest[row["business_date"]] = row
+    latest = {r["business_date"]: aware(r["run_time"]) for r in _latest_runs(spark, warehouse)}
+    return [
+        row
+        for day, row in sorted(newest.items())
+        if row["status"] == R.RERUN
+        and row["rerun_time"] is not None
+        and latest.get(day) == aware(row["rerun_time"])
+    ]
+
+
+def decided(
+    spark: SparkSession,
+    warehouse: str,
+    row: Mapping[str, Any],
+    *,
+    status: str,
+    now: datetime,
+    decided_by: str,
+    reason: str,
+) -> None:
+    """Append a person's decision on a re-run restatement (`row`: its `rerun` row, from
+    `awaiting`): the same restatement, `accepted` or `rejected`, with who and why."""
+    if status not in (R.ACCEPTED, R.REJECTED):
+        raise ValueError(f"restatement decision: expected accepted or rejected, got {status!r}")
+    restatement = dataclasses.replace(_restatement_of(row), status=status)
+    settled = (aware(row["rerun_time"]), decided_by, reason)
+    record(spark, warehouse, restatement, now=now, policy=str(row["policy"]), settled=settled)

@@ -82,6 +82,17 @@ def reconciliation_asset(settings: Settings) -> Asset:
     )
 
 
+def restatements_asset(settings: Settings) -> Asset:
+    """The `restatements` Delta table: the health DAG's restatement check emits it when the
+    policy re-runs a date (extra: the dates); it triggers the `tally_restatements` DAG."""
+    return Asset(
+        name="tally_restatements",
+        uri=f"{warehouse_uri(settings.warehouse)}/restatements",
+        group="tally",
+        extra={"format": "delta"},
+    )
+
+
 def interval_of(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
     """The run's data interval. A run triggered without a logical date has none: it then
     covers the day before its `run_after` (like a manual trigger of the nightly schedule)."""

@@ -33,6 +33,39 @@ STATUS_TEXT = {
 }
 
 
+def answer_of(operator: HITLOperator, event: dict[str, Any]) -> tuple[str, str, str, Any]:
+    """A person's answer in Required Actions: (`accepted` or `rejected`, who, reason, when).
+    Accepting needs a reason: without one, an alert and nothing recorded."""
+    chosen = list(event.get("chosen_options") or [])
+    operator.validate_chosen_options(chosen)
+    reason = str((event.get("params_input") or {}).get("reason") or "").strip()
+    who = str((event.get("responded_by_user") or {}).get("name") or "?")
+    if chosen == [ACCEPT] and not reason:
+        raise AlertRaised(
+            [
+                Alert(
+                    "sign-off: accepted without a reason, not recorded",
+                    observed=f"accepted by {who}",
+                    threshold="a reason is required to accept (clear the task to ask again)",
+                )
+            ]
+        )
+    decision = "accepted" if chosen == [ACCEPT] else "rejected"
+    return decision, who, reason, event.get("responded_at")
+
+
+def reason_param() -> dict[str, Param]:
+    return {
+        "reason": Param(
+            "",
+            type="string",
+            title="Reason",
+            description="Required to accept: why the difference is acceptable, e.g. "
+            "'known upstream outage, ticket 123'.",
+        )
+    }
+
+
 def _stage_result(context: Any, task_id: str) -> dict[str, Any]:
     value = context["ti"].xcom_pull(task_ids=task_id) or {}
     return dict(value.get("result") or {})
@@ -48,15 +81,7 @@ class SignOffOperator(HITLOperator):
             subject="Sign off the business date",
             options=[ACCEPT, REJECT],
             multiple=False,
-            params={
-                "reason": Param(
-                    "",
-                    type="string",
-                    title="Reason",
-                    description="Required to accept: why the difference is acceptable, e.g. "
-                    "'known upstream outage, ticket 123'.",
-                )
-            },
+            params=reason_param(),
             response_timeout=timedelta(milliseconds=settings.signoff_timeout),
             **kwargs,
         )
@@ -100,22 +125,7 @@ class SignOffOperator(HITLOperator):
             self._fail(context, "sign-off timed out: nobody accepted or rejected the date", "")
         if "error" in event:
             return super().execute_complete(context, event)
-        chosen = list(event.get("chosen_options") or [])
-        self.validate_chosen_options(chosen)
-        reason = str((event.get("params_input") or {}).get("reason") or "").strip()
-        who = str((event.get("responded_by_user") or {}).get("name") or "?")
-        when = event.get("responded_at")
-        if chosen == [ACCEPT] and not reason:
-            raise AlertRaised(
-                [
-                    Alert(
-                        "sign-off: accepted without a reason, not recorded",
-                        observed=f"accepted by {who}",
-                        threshold="a reason is required to accept (clear the task to ask again)",
-                    )
-                ]
-            )
-        decision = "accepted" if chosen == [ACCEPT] else "rejected"
+        decision, who, reason, when = answer_of(self, event)
         self._record(context, decision, who, reason, when=when)
         if decision == "rejected":
             self._fail(context, f"sign-off: date rejected by {who}", reason)

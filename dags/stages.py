@@ -17,7 +17,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import date, datetime, timedelta
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from dags.alerting import AlertRaised, context_fields, emit
@@ -298,3 +298,53 @@ def in_force_alert(result: Mapping[str, Any]) -> Alert | None:
         f"{result['target_pct']}% (smallest bounds reaching it: {needed})",
         "warning",
     )
+
+
+def restatement_alert(restatement: Any, settings: Settings) -> Alert:
+    """A date that changed after its run (`batch.restatements.Restatement`), as a warning."""
+    tolerance = (
+        f"{settings.restatement_tolerance_events:,} events, "
+        f"{settings.restatement_tolerance_amount:,} amount"
+    )
+    return Alert(
+        f"business date {restatement.business_date.isoformat()} changed after its run "
+        f"{restatement.run_time.isoformat()}: {restatement.change.describe()}",
+        observed=f"{restatement.status} (policy {settings.restatement_policy})",
+        threshold=f"re-run and signed off automatically within {tolerance}",
+        severity="warning",
+        business_date=restatement.business_date,
+    )
+
+
+def check_restatements(
+    settings: Settings, *, now: datetime, context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The reconciled dates that changed after their run (`tally_app.restatements.checked`):
+    one warning each when first found; returns the dates the policy re-runs."""
+    from tally_app.restatements import checked, to_rerun
+
+    spark = session_for(settings, "tally-dag")
+    found = [r for r in checked(settings, now, spark) if r.status != "unchanged"]
+    fields = context_fields(context, settings) if context else {}
+    fields.pop("business_date", None)
+    alerts = [
+        restatement_alert(r, settings).with_context(**fields) for r in found if not r.repeated
+    ]
+    emit(alerts, settings, spark)
+    return {
+        "found": [r.business_date.isoformat() for r in found],
+        "rerun": [d.isoformat() for d in to_rerun(found)],
+    }
+
+
+def rerun_restatements(
+    settings: Settings, dates: list[date] | None, *, now: datetime
+) -> dict[str, Any]:
+    """Re-run the dates the policy re-runs (`only`: those the check named; None: any), each
+    signed off automatically within the tolerance or left awaiting a person's sign-off
+    (`tally_app.restatements.settle`); each date before and after, for the reviewer."""
+    from tally_app.restatements import before_after, settle
+
+    spark = session_for(settings, "tally-dag")
+    settled = settle(settings, now, spark, Path(settings.report_location), only=dates)
+    return {"settled": [plain(before_after(s)) for s in settled if s.rerun is not None]}

@@ -14,6 +14,11 @@ running query and alerts (the `alerts` table, plus SMTP/Slack when configured) w
 
 Error-level findings fail the run (shown red); warnings only alert. Each `TALLY_HEALTH_*`
 variable is the tally setting `health_*` (also settable in the TOML config).
+
+Beside it, **check_restatements** looks for reconciled dates the stream changed after their
+run (`restatement_policy`): a warning alert per date first found; when the policy re-runs a
+date it emits the asset `tally_restatements`, which triggers the `tally_restatements` DAG
+(otherwise the task shows skipped).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import dag
 
 from dags.common import default_args, stage_task
+from dags.restatements import check_restatements_task
 from tally.settings import load_settings
 
 _settings = load_settings()
@@ -47,6 +53,7 @@ def tally_streaming_health() -> None:
         "check_stream_health",
         doc_md="Evaluate the recent stream progress; record and send alerts.",
     )
+    check_restatements_task(_settings)
 
 
 tally_streaming_health()

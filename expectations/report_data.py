@@ -142,6 +142,7 @@ class ReportData:
     bounds: list[dict[str, Any]] = field(default_factory=list)
     window_ms: int | None = None
     signoff: dict[str, Any] | None = None  # the date's newest `signoffs` row (None: pending)
+    run_time: datetime | None = None  # the reconciliation run the report shows
 
 
 @dataclass(frozen=True)
@@ -1083,6 +1084,7 @@ def _assemble(
         # sessions have no one width: the per-window chart draws its narrowest bars
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
         signoff=_latest_signoff(spark, warehouse, business_date),
+        run_time=(rec.run or {}).get("run_time"),
     )
     return data
 
@@ -1096,7 +1098,7 @@ def _latest_signoff(
     row = (
         _of_date(spark, warehouse, T.SIGNOFFS.name, business_date)
         .orderBy(F.col("decided_at").desc())
-        .select("decision", "decided_by", "decided_at", "reason")
+        .select("decision", "decided_by", "decided_at", "reason", "run_time")
         .first()
     )
     return row.asDict() if row is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from expectations.report_charts import (
@@ -82,10 +83,28 @@ def _signoff_html(data: ReportData) -> str:
     if not s:
         return '<p id="signoff">Sign-off: <b>pending</b>.</p>'
     reason = f": {_e(s['reason'])}" if s.get("reason") else ""
-    return (
-        f'<p id="signoff">Sign-off: <b>{_e(s["decision"])}</b> by {_e(s["decided_by"])} '
-        f"at {_e(_fmt_when(s['decided_at']))}{reason}.</p>"
+    decided = (
+        f"<b>{_e(s['decision'])}</b> by {_e(s['decided_by'])} "
+        f"at {_e(_fmt_when(s['decided_at']))}{reason}"
     )
+    if _older_run(s.get("run_time"), data.run_time):  # this run restates the one signed off
+        return (
+            '<p id="signoff">Sign-off: <b>pending</b> for this run, which restates run '
+            f"{_e(_fmt_when(s['run_time']))} (signed off: {decided}).</p>"
+        )
+    return f'<p id="signoff">Sign-off: {decided}.</p>'
+
+
+def _older_run(signed: Any, shown: Any) -> bool:
+    """Whether the sign-off names a run before the one the report shows (a timestamp read
+    back by Spark is naive UTC; one this process holds, aware)."""
+    if not isinstance(signed, datetime) or not isinstance(shown, datetime):
+        return False
+    return _utc(signed) < _utc(shown)
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _fmt_when(value: Any) -> str:

@@ -192,13 +192,23 @@ def ledger_rows(
             "business_date": day.isoformat(),
             "status": "reopened" if change else status_of(s, day in failed),
             "last_run": _iso(last_run.get(day)),
-            "signoff": None if signoff is None else {k: _iso(v) for k, v in signoff.items()},
+            "signoff": _signoff_of(signoff, last_run.get(day)),
             "reopened": None if not change else {k: _iso(v) for k, v in change.items()},
         }
         for column in SUMMARY_COLUMNS[1:]:
             row[column] = None if s is None else s.get(column)
         out.append(row)
     return out
+
+
+def _signoff_of(signoff: Mapping[str, Any] | None, last_run: Any) -> dict[str, Any] | None:
+    """The date's newest decision, `superseded` when it names a run older than the date's
+    latest (a date re-run after its sign-off, a restatement: awaiting sign-off again)."""
+    if signoff is None:
+        return None
+    run = signoff.get("run_time")
+    older = run is not None and last_run is not None and when(run) < when(last_run)
+    return {**{k: _iso(v) for k, v in signoff.items()}, "superseded": older}
 
 
 def matching(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> list[dict[str, Any]]:

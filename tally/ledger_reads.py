@@ -22,8 +22,20 @@ ALERTS = "alerts"
 SIGNOFFS = "signoffs"
 EVENTS = "events"
 RESTATEMENTS = "restatements"
+SWEEP = "restatement_sweep"
 PROGRESS = "stream_progress"
-DESK_TABLES = (SUMMARY, RUNS, VALIDATION, ALERTS, SIGNOFFS, EVENTS, RESTATEMENTS, PROGRESS)
+DESK_TABLES = (
+    SUMMARY,
+    RUNS,
+    VALIDATION,
+    ALERTS,
+    SIGNOFFS,
+    EVENTS,
+    RESTATEMENTS,
+    SWEEP,
+    PROGRESS,
+)
+SWEEP_COLUMNS = ("business_date", "run_time", "events_frontier")
 # What the restatement signal reads of `stream_progress` (`tally.restatements.signal`).
 PROGRESS_COLUMNS = (
     "app_id",
@@ -186,17 +198,22 @@ def read_reopened(
     location: Location, runs: Sequence[dict[str, Any]], business_date: date | None = None
 ) -> dict[date, dict[str, Any]]:
     """The reopened dates among the latest `runs` (`tally.restatements.reopened`), from the
-    `restatements` rows and the `stream_progress` rows above the oldest run's frontier, the
-    signal of every date computed at once over Arrow columns (`signals`)."""
+    `restatements` and `restatement_sweep` rows and the `stream_progress` rows above the
+    oldest baseline (after a full check: its frontier, not the oldest run's), the signal of
+    every date computed at once over Arrow columns (`signals`)."""
     from tally import ledger as L
     from tally import restatements as R
 
     rows = read_rows(location, RESTATEMENTS, L.RESTATEMENT_COLUMNS, business_date)
+    swept = read_rows(location, SWEEP, SWEEP_COLUMNS, business_date)
+
+    def of(day: date, table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [x for x in table if x["business_date"] == day]
+
     opened = [
         o
         for o in (
-            R.open_run(r, [x for x in rows if x["business_date"] == r["business_date"]])
-            for r in runs
+            R.open_run(r, of(r["business_date"], rows), of(r["business_date"], swept)) for r in runs
         )
         if o is not None
     ]

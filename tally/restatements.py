@@ -122,9 +122,15 @@ class OpenRun:
     pending: Mapping[str, Any] | None
 
 
-def open_run(run: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> OpenRun | None:
-    """The date's latest run `run` with its `restatements` rows `rows` (of the date); None:
-    a run from before frontiers (no signal)."""
+def open_run(
+    run: Mapping[str, Any],
+    rows: Iterable[Mapping[str, Any]],
+    swept: Iterable[Mapping[str, Any]] = (),
+) -> OpenRun | None:
+    """The date's latest run `run` with its `restatements` rows `rows` and its
+    `restatement_sweep` rows `swept` (of the date); None: a run from before frontiers (no
+    signal). A sweep row of the same run raises the baseline as a check's row does: the
+    full check found no signal for the run up to its frontier."""
     frontier = run_frontier(run)
     if frontier is None:
         return None
@@ -132,8 +138,9 @@ def open_run(run: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> OpenR
         (r for r in rows if _same_time(r.get("run_time"), run.get("run_time"))),
         key=lambda r: _sortable(r.get("detected_at")),
     )
+    seen = [*own, *(r for r in swept if _same_time(r.get("run_time"), run.get("run_time")))]
     checked = [
-        {str(a): int(b) for a, b in as_mapping(r.get("events_frontier")).items()} for r in own
+        {str(a): int(b) for a, b in as_mapping(r.get("events_frontier")).items()} for r in seen
     ]
     pending = own[-1] if own and own[-1].get("status") == PENDING else None
     zone = str(run.get("report_timezone") or "UTC")
@@ -163,14 +170,16 @@ def reopened(
     run: Mapping[str, Any],
     rows: Iterable[Mapping[str, Any]],
     progress: Iterable[Mapping[str, Any]],
+    swept: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any] | None:
     """Whether a date whose latest run is `run` is reopened, computed when asked: the newest
     `restatements` row of that run says pending, or the stream's signal above the baseline
     is non-zero (not checked yet: `verified` false). `rows`: the date's `restatements` rows;
-    `progress`: `stream_progress` rows (at least those above the baseline). None: not
-    reopened (or a run from before frontiers). The desk computes the signal of every date
-    at once (`tally.ledger_reads`, the same rule over Arrow columns)."""
-    opened = open_run(run, rows)
+    `progress`: `stream_progress` rows (at least those above the baseline); `swept`: the
+    date's `restatement_sweep` rows. None: not reopened (or a run from before frontiers). The
+    desk computes the signal of every date at once (`tally.ledger_reads`, the same rule over
+    Arrow columns)."""
+    opened = open_run(run, rows, swept)
     if opened is None:
         return None
     counted = signal(progress, opened.baseline, opened.business_date, opened.report_timezone)

@@ -286,6 +286,17 @@ RESTATEMENTS = Table(
     "settled it. A date and run's newest row is its state.",
     order_by=("business_date", "detected_at"),
 )
+RESTATEMENT_SWEEP = Table(
+    "restatement_sweep",
+    "business_date DATE, run_time TIMESTAMP, events_frontier MAP<STRING, BIGINT>, "
+    "swept_at TIMESTAMP",
+    'The newest full restatement check, replaced by each (docs/semantics.md, "Dates that '
+    'change after their run"): per reconciled date whose latest run (run_time) it found '
+    "no signal for, the event log's batch frontier it read (events_frontier). That run's "
+    "signal counts from there on: the next check and the desk read only the stream_progress "
+    "rows after it, not every row since the date's run.",
+    order_by=("business_date",),
+)
 LATENESS_RECOMMENDATIONS = Table(
     "lateness_recommendations",
     "period_start DATE, period_end DATE, run_time TIMESTAMP, window_ms BIGINT, "
@@ -388,6 +399,7 @@ ALL_TABLES = (
     ALERTS,
     SIGNOFFS,
     RESTATEMENTS,
+    RESTATEMENT_SWEEP,
     LATENESS_RECOMMENDATIONS,
     MAINTENANCE_LOG,
     NIGHTLY_MAINTENANCE_LOG,

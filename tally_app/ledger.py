@@ -47,7 +47,8 @@ def _reopened(change: Mapping[str, Any] | None) -> str:
 def _signoff(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return ""
-    return one_line(f"{signoff.get('decision')} by {signoff.get('decided_by')}")
+    text = one_line(f"{signoff.get('decision')} by {signoff.get('decided_by')}")
+    return f"awaiting (was {text})" if signoff.get("superseded") else text
 
 
 def grid(rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -21,8 +21,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from batch.reconcile import rerun_arguments
-from batch.restatements import Restatement, check, record
+from batch.reconcile import FIGURES, aware, rerun_arguments
+from batch.restatements import Restatement, awaiting, check, decided, record
 from tally import restatements as R
 from tally.settings import Settings
 from tally_app.nightly import NightlyOutcome, run_nightly
@@ -38,6 +38,7 @@ class Settled:
     restatement: Restatement
     status: str
     rerun: NightlyOutcome | None = None
+    rerun_time: datetime | None = None  # the new run's (reconciliation_runs.run_time)
 
     def describe(self) -> str:
         r = self.restatement
@@ -52,16 +53,13 @@ class Settled:
         return f"{what}; re-run, awaiting sign-off"
 
 
-def settle(
-    settings: Settings,
-    now: datetime,
-    spark: Any,
-    report_to: Path,
-    only: Sequence[date] | None = None,
-) -> list[Settled]:
-    """Check the reconciled dates (or `only`) and act on each change by the policy."""
+def checked(
+    settings: Settings, now: datetime, spark: Any, only: Sequence[date] | None = None
+) -> list[Restatement]:
+    """The reconciled dates (or `only`) that changed after their run, each decided by the
+    policy (`batch.restatements.check`; nothing re-run here)."""
     tolerance = (settings.restatement_tolerance_events, settings.restatement_tolerance_amount)
-    found = check(
+    return check(
         spark,
         settings.warehouse,
         now=now,
@@ -70,6 +68,22 @@ def settle(
         dedup=settings.dedup,
         only=only,
     )
+
+
+def to_rerun(found: Sequence[Restatement]) -> list[date]:
+    """The dates the policy re-runs (`auto_accepted` or `rerun` as checked)."""
+    return [r.business_date for r in found if r.status in (R.AUTO_ACCEPTED, R.RERUN)]
+
+
+def settle(
+    settings: Settings,
+    now: datetime,
+    spark: Any,
+    report_to: Path,
+    only: Sequence[date] | None = None,
+) -> list[Settled]:
+    """Check the reconciled dates (or `only`) and act on each change by the policy."""
+    found = checked(settings, now, spark, only)
     out = []
     for restatement in found:
         if restatement.status not in (R.AUTO_ACCEPTED, R.RERUN):
@@ -86,8 +100,7 @@ def _rerun(
     when it may be, and record the restatement with the new run."""
     day = restatement.business_date
     outcome = run_nightly(_date_settings(settings, restatement), day, now, spark, report_to)
-    result = outcome.reconciliation
-    status = date_status(result.summary, {"success": outcome.validation.success})
+    status = _date_status(outcome)
     final = restatement.status
     restated = restatement.run_time.isoformat()
     reason = f"restatement of run {restated}: {restatement.change.describe()}"
@@ -116,7 +129,12 @@ def _rerun(
         policy=settings.restatement_policy,
         settled=(now, DECIDED_BY if final == R.AUTO_ACCEPTED else "", reason),
     )
-    return Settled(restatement, final, outcome)
+    return Settled(restatement, final, outcome, now)
+
+
+def _date_status(outcome: NightlyOutcome) -> str:
+    summary = outcome.reconciliation.summary
+    return date_status(summary, {"success": outcome.validation.success})
 
 
 def _date_settings(settings: Settings, restatement: Restatement) -> Settings:
@@ -129,3 +147,58 @@ def _date_settings(settings: Settings, restatement: Restatement) -> Settings:
         session_gap=arguments["session_gap_ms"],
         report_timezone=arguments["report_timezone"],
     )
+
+
+def before_after(settled: Settled) -> dict[str, Any]:
+    """A re-run date for the reviewer: the restated run's figures and the new run's, side by
+    side (`FIGURES`), the change and the final status (plain values: an XCom)."""
+    r = settled.restatement
+    after = {} if settled.rerun is None else settled.rerun.reconciliation.summary
+    return {
+        "business_date": r.business_date.isoformat(),
+        "status": settled.status,
+        # the new run's date status (tally_app.signoffs.date_status)
+        "date_status": None if settled.rerun is None else _date_status(settled.rerun),
+        "change": r.change.describe(),
+        "restated_run": r.run_time.isoformat(),
+        "new_run": None if settled.rerun_time is None else settled.rerun_time.isoformat(),
+        "figures": {f: [r.run.get(f), after.get(f)] for f in FIGURES},
+    }
+
+
+def conclude(
+    settings: Settings,
+    spark: Any,
+    *,
+    accepted: bool,
+    who: str,
+    when: datetime,
+    reason: str,
+    statuses: dict[date, str],
+    airflow_run: tuple[str, str] = ("", ""),
+) -> list[tuple[date, datetime]]:
+    """A person's decision on every date re-run and awaiting sign-off: the restatement
+    recorded `accepted` or `rejected` and the decision appended to `signoffs` for the new run
+    (`statuses`: each date's status from its re-run; `airflow_run`: dag and run id). Returns
+    each date decided with its new run's time."""
+    decision = R.ACCEPTED if accepted else R.REJECTED
+    days = []
+    for row in awaiting(spark, settings.warehouse):
+        day = row["business_date"]
+        decided(
+            spark, settings.warehouse, row, status=decision, now=when, decided_by=who, reason=reason
+        )
+        signoff = SignOff(
+            day,
+            decision,
+            who,
+            when,
+            reason=reason,
+            status=statuses.get(day, "unexplained"),
+            run_time=aware(row["rerun_time"]),
+            dag_id=airflow_run[0],
+            run_id=airflow_run[1],
+        )
+        record_signoff(spark, settings.warehouse, signoff)
+        days.append((day, aware(row["rerun_time"])))
+    return days

@@ -73,7 +73,10 @@ def signoff_text(signoff: Mapping[str, Any] | None) -> str:
         return "pending"
     who = signoff.get("decided_by") or "nobody"
     text = f"{signoff.get('decision')} by {who} at {_when(signoff.get('decided_at'))}"
-    return f"{text}: {signoff['reason']}" if signoff.get("reason") else text
+    text = f"{text}: {signoff['reason']}" if signoff.get("reason") else text
+    if signoff.get("superseded"):  # the date was re-run after it (a restatement)
+        return f"awaiting sign-off of the new run (the earlier run: {text})"
+    return text
 
 
 def _filters(query: LedgerQuery) -> str:

@@ -29,8 +29,9 @@ EXPECTED_TASKS = {
         "sign_off": {"publish"},
         "publish": set(),
     },
-    H.HEALTH: {"check_stream_health": set()},
+    H.HEALTH: {"check_stream_health": set(), "check_restatements": set()},
     H.TUNING: {"tune_lateness": set()},
+    H.RESTATEMENTS: {"rerun_dates": {"sign_off"}, "sign_off": set()},
 }
 STAGE_TASKS = {"reaggregate", "validate", "build_report", "publish"}
 
@@ -79,12 +80,14 @@ DEFAULT_RETRIES = {
     H.NIGHTLY: (2, timedelta(minutes=5), timedelta(hours=1)),
     H.TUNING: (2, timedelta(minutes=5), timedelta(hours=1)),
     H.HEALTH: (1, timedelta(minutes=1), timedelta(hours=1)),
+    H.RESTATEMENTS: (2, timedelta(minutes=5), timedelta(hours=1)),
 }
 # The same with TALLY_RETRIES=4, TALLY_RETRY_DELAY=30s, TALLY_MAX_RETRY_DELAY=2h at parse time.
 SET_RETRIES = {
     H.NIGHTLY: (4, timedelta(seconds=30), timedelta(hours=2)),
     H.TUNING: (4, timedelta(seconds=30), timedelta(hours=2)),
     H.HEALTH: (1, timedelta(minutes=1), timedelta(hours=2)),
+    H.RESTATEMENTS: (4, timedelta(seconds=30), timedelta(hours=2)),
 }
 
 
@@ -732,3 +735,54 @@ def test_tuning_stage_under_auto_alerts_on_bounds_short_of_the_curve(
     whats = [a.what for a in seen.get("alerts", [])]
     expected = "lateness auto chose bounds narrower than the completeness target needed"
     assert whats == ([expected] if lateness is None else [])
+
+
+# -- restated dates, without Spark ---------------------------------------------------------------
+
+
+def _asset_event(extra: dict[str, Any] | None) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(extra=extra)
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        (None, None),  # a manual trigger: no asset events, every changed date
+        ({"a": [_asset_event(None)]}, None),  # an event without dates: the same
+        ({"a": [_asset_event({"dates": ["2026-11-19"]})]}, [date(2026, 11, 19)]),
+        # two checks queued before the run: their dates once each, in order
+        (
+            {
+                "a": [
+                    _asset_event({"dates": ["2026-11-20", "2026-11-19"]}),
+                    _asset_event({"dates": ["2026-11-19"]}),
+                ]
+            },
+            [date(2026, 11, 19), date(2026, 11, 20)],
+        ),
+    ],
+)
+def test_triggering_dates(events: Any, expected: list[date] | None) -> None:
+    from dags.restatements import triggering_dates
+
+    assert triggering_dates(events) == expected
+
+
+def test_only_dates_re_run_beyond_the_tolerance_await_a_person() -> None:
+    from dags.restatements import awaiting_of, before_after_table
+
+    figures = {"batch_count": [20, 23], "batch_amount": [1900, 2616]}
+    settled = [
+        {"business_date": "2026-11-19", "status": "rerun", "change": "+3 events",
+         "restated_run": "r1", "new_run": "r2", "figures": figures},
+        {"business_date": "2026-11-20", "status": "auto_accepted", "change": "+1 events",
+         "restated_run": "r1", "new_run": "r2", "figures": figures},
+    ]  # fmt: skip
+    assert [d["business_date"] for d in awaiting_of({"settled": settled})] == ["2026-11-19"]
+    assert awaiting_of(None) == []
+    table = before_after_table(awaiting_of({"settled": settled}))
+    assert "**2026-11-19**: +3 events; signed-off run r1, new run r2" in table
+    assert "| batch_count | 20 | 23 |" in table and "| batch_amount | 1900 | 2616 |" in table
+    assert "2026-11-20" not in table

@@ -82,6 +82,32 @@ def test_status_sign_off_and_order() -> None:
     assert failing[0]["status"] == "validation_failed"
 
 
+@pytest.mark.parametrize(
+    ("signed_run", "last_run", "superseded"),
+    [
+        (1, 1, False),  # the decision is on the date's latest run
+        (1, 2, True),  # re-run after it (a restatement): awaiting sign-off again
+        (None, 2, False),  # a decision that names no run (older rows): not judged
+        (2, 1, False),  # never newer than the latest: a run the history lost is not awaited
+    ],
+)
+def test_a_sign_off_of_an_older_run_is_superseded(signed_run, last_run, superseded) -> None:
+    def at(hour: int | None) -> datetime | None:
+        return None if hour is None else datetime(2026, 11, 5, hour, tzinfo=UTC)
+
+    signoff = {
+        "business_date": D1,
+        "decision": "auto",
+        "decided_at": at(3),
+        "run_time": at(signed_run),
+    }
+    (row,) = L.ledger_rows(
+        [summary(D1)], [{"business_date": D1, "run_time": at(last_run)}], [], [signoff], []
+    )
+    assert row["signoff"]["superseded"] is superseded
+    assert pages.signoff_text(row["signoff"]).startswith("awaiting") is superseded
+
+
 def test_ledger_grid_aligns_and_escapes() -> None:
     from tally_app.ledger import grid
 

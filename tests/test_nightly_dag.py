@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -253,53 +251,6 @@ def signoffs(spark: Any, warehouse: str, day: date) -> list[Any]:
     return table.where(F.col("business_date") == F.lit(day)).orderBy("decided_at").collect()
 
 
-def answer_sign_off(choice: str | None, reason: str = "") -> threading.Thread:
-    """In the background, once the nightly's sign_off task waits for input: answer it as the
-    Required Actions page does (Airflow's own PATCH handler, user `reviewer`), or with
-    `choice=None` let its response deadline pass (the scheduler's own timeout sweep)."""
-
-    def run() -> None:
-        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
-        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
-        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
-        from airflow.models.taskinstance import TaskInstance
-        from airflow.utils.session import create_session
-        from airflow.utils.state import TaskInstanceState
-        from sqlalchemy import select
-
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            with create_session() as session:
-                ti = session.scalars(
-                    select(TaskInstance).where(
-                        TaskInstance.dag_id == H.NIGHTLY,
-                        TaskInstance.task_id == "sign_off",
-                        TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
-                    )
-                ).first()
-                if ti is not None and choice is not None:
-                    update_hitl_detail(
-                        dag_id=H.NIGHTLY,
-                        dag_run_id=ti.run_id,
-                        task_id="sign_off",
-                        update_hitl_detail_payload=UpdateHITLDetailPayload(
-                            chosen_options=[choice], params_input={"reason": reason}
-                        ),
-                        user=SimpleAuthManagerUser(username="reviewer", role="admin"),
-                        session=session,
-                    )
-                    return
-                if ti is not None:
-                    runner = SchedulerJobRunner.__new__(SchedulerJobRunner)
-                    runner.check_awaiting_input_timeouts(session=session)
-            time.sleep(1)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeypatch) -> None:
     from pyspark.sql import functions as F
 
@@ -320,7 +271,7 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     earlier = len(signoffs(spark, warehouse, day))
 
     # Rejected: the run fails, the date stays open, an alert fires.
-    answer = answer_sign_off("Reject", "totals look wrong")
+    answer = H.answer_sign_off("Reject", "totals look wrong")
     state, states = run_date(nightly, day)
     answer.join(timeout=5)
     assert state == "failed", states
@@ -342,7 +293,7 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     assert decision["status"] == "unexplained" and decision["run_id"] == rejected["run_id"]
 
     # A re-run asks again; accepted with a reason, the run publishes and the report shows it.
-    answer = answer_sign_off("Accept", "known upstream outage, ticket 123")
+    answer = H.answer_sign_off("Accept", "known upstream outage, ticket 123")
     state, states = run_date(nightly, day)
     answer.join(timeout=5)
     assert state == "success", states
@@ -356,7 +307,7 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     # Nobody answers before the deadline: recorded, an alert, the run fails.
     monkeypatch.setenv("TALLY_SIGNOFF_TIMEOUT", "1s")
     dag = parse_nightly()  # the response timeout is read when the DAG file is parsed
-    answer = answer_sign_off(None)
+    answer = H.answer_sign_off(None)
     state, states = run_date(dag, day)
     answer.join(timeout=5)
     assert state == "failed" and states["sign_off"] == "failed", states

@@ -129,8 +129,8 @@ def test_bounds_in_force_in_one_line(run: dict[str, Any] | None, text: str | Non
     assert describe_bounds(bounds_in_force(run)) == text
 
 
-def test_curve_is_not_computed_without_data() -> None:
-    data = ReportData(
+def _empty_report(**values: Any) -> ReportData:
+    return ReportData(
         business_date=DAY,
         now=NOW,
         report_timezone="UTC",
@@ -164,11 +164,35 @@ def test_curve_is_not_computed_without_data() -> None:
         partitions=[],
         validation=[],
         data_docs_index=None,
+        **values,
     )
-    page = render_html(data, "rows.csv")
+
+
+def test_curve_is_not_computed_without_data() -> None:
+    page = render_html(_empty_report(), "rows.csv")
     assert "Curve: not computed" in page
     assert page.count('src="data:image/png;base64,') == 5
     assert "Not validated" in page
+
+
+RUN_1, RUN_2 = datetime(2026, 11, 20, 1, tzinfo=UTC), datetime(2026, 11, 21, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("signed_run", "shown_run", "text"),
+    [
+        (RUN_1, RUN_1, "Sign-off: <b>accepted</b> by ann"),  # the run shown was signed off
+        # a re-run after the sign-off (a restatement): this run awaits its own
+        (RUN_1, RUN_2, "Sign-off: <b>pending</b> for this run, which restates run 2026-11-20"),
+        # Spark reads timestamps back naive (UTC): the same run either way
+        (RUN_1.replace(tzinfo=None), RUN_1, "Sign-off: <b>accepted</b> by ann"),
+        (None, RUN_2, "Sign-off: <b>accepted</b> by ann"),  # a decision naming no run
+    ],
+)
+def test_the_sign_off_shown_is_the_runs(signed_run, shown_run, text: str) -> None:
+    signoff = {"decision": "accepted", "decided_by": "ann", "decided_at": RUN_1, "reason": "ok"}
+    data = _empty_report(signoff={**signoff, "run_time": signed_run}, run_time=shown_run)
+    assert text in render_html(data, "rows.csv")
 
 
 # -- a rendered report ---------------------------------------------------------------------------

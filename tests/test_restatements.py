@@ -23,6 +23,7 @@ from stream_helpers import InputFile, event_line, run_processor
 
 from batch.reconcile import reconcile, runs_of
 from batch.reproduce import verify
+from batch.restatements import candidates
 from tally import restatements as R
 from tally import tables as T
 from tally.ledger_reads import Location, read_ledger
@@ -91,8 +92,7 @@ def _restatements(spark: Any, warehouse: str) -> list[dict[str, Any]]:
     return [r.asDict() for r in rows]
 
 
-@pytest.fixture
-def reconciled(spark, warehouse, tmp_path) -> datetime:
+def reconcile_the_day(spark: Any, warehouse: str, tmp_path: Path) -> datetime:
     """The day streamed, reconciled (balanced) and signed off; returns the run's time."""
     run_processor(spark, warehouse, tmp_path / "in", _day_batches(), PARAMS)
     first_run = datetime(2026, 11, 20, 1, tzinfo=UTC)
@@ -101,6 +101,11 @@ def reconciled(spark, warehouse, tmp_path) -> datetime:
     record_signoff(spark, warehouse, SignOff(DAY, "auto", "tally", first_run, run_time=first_run))
     assert _ledger_row(warehouse)["status"] == "balanced"
     return first_run
+
+
+@pytest.fixture
+def reconciled(spark, warehouse, tmp_path) -> datetime:
+    return reconcile_the_day(spark, warehouse, tmp_path)
 
 
 def test_a_late_first_arrival_reopens_the_date_until_it_is_rerun(
@@ -181,7 +186,8 @@ def test_a_late_first_arrival_reopens_the_date_until_it_is_rerun(
     assert settled.status == R.RERUN
     assert (settled.restatement.change.events, settled.restatement.change.amount) == (1, 40)
     assert len(runs_of(spark, warehouse, DAY)) == 3
-    assert _ledger_row(warehouse)["signoff"]["decision"] == "auto"  # the older run's
+    signoff = _ledger_row(warehouse)["signoff"]
+    assert signoff["decision"] == "auto" and signoff["superseded"] is True  # the older run's
 
 
 def test_a_copy_beyond_the_dedup_horizon_is_no_restatement(
@@ -202,3 +208,43 @@ def test_a_copy_beyond_the_dedup_horizon_is_no_restatement(
     assert (unchanged["new_events"], unchanged["signal_events"]) == (0, 1)
     assert _ledger_row(warehouse)["status"] == "balanced"
     assert len(runs_of(spark, warehouse, DAY)) == 1
+
+
+def test_a_full_check_moves_a_quiet_dates_baseline_and_misses_nothing_after(
+    spark, warehouse, tmp_path, reconciled
+) -> None:
+    """Two more batches that do not touch the day: a check of every date finds it quiet and
+    records where it read up to (`restatement_sweep`), so the next read of the signal starts
+    there; the late file after that still reopens the day, exactly."""
+    quiet = [
+        [
+            _file(
+                f"q{i}.jsonl",
+                NEXT + (2 + i) * MIN,
+                [event_line(f"q{i}", "a", 1, NEXT + i * MIN, 0)],
+            )
+        ]
+        for i in range(2)
+    ]
+    run_processor(spark, warehouse, tmp_path / "in", quiet, PARAMS, first_batch=2)
+    (before,) = candidates(spark, warehouse)
+    assert set(before.baseline.values()) == {1}  # the run's frontier: batches 0 and 1
+    settings = _settings(warehouse, tmp_path, restatement_policy="flag")
+    assert settle(settings, datetime(2026, 11, 20, 5, tzinfo=UTC), spark, tmp_path) == []
+    (swept,) = T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).collect()
+    assert swept["business_date"] == DAY and set(swept["events_frontier"].values()) == {3}
+    (after,) = candidates(spark, warehouse)
+    assert set(after.baseline.values()) == {3}  # what reads the signal next starts here
+    assert _ledger_row(warehouse)["status"] == "balanced"
+
+    run_processor(
+        spark, warehouse, tmp_path / "in", [_late_batch(NEXT + 9 * MIN)], PARAMS, first_batch=4
+    )
+    row = _ledger_row(warehouse)
+    assert row["status"] == "reopened" and row["reopened"]["events"] == 3
+    (pending,) = settle(settings, datetime(2026, 11, 20, 6, tzinfo=UTC), spark, tmp_path)
+    assert pending.status == R.PENDING
+    assert (pending.restatement.change.events, pending.restatement.change.amount) == (
+        3,
+        sum(LATE_AMOUNTS),
+    )

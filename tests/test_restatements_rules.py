@@ -195,6 +195,30 @@ def test_a_restatement_of_an_older_run_does_not_count() -> None:
     assert found is not None and found["verified"] is False  # the signal still counts
 
 
+def _swept(frontier: dict[str, int], run_time: datetime = RUN_TIME) -> dict:
+    return {"business_date": D, "run_time": run_time, "events_frontier": frontier}
+
+
+@pytest.mark.parametrize(
+    ("swept", "reopened"),
+    [
+        ([_swept({"a": 7, "b": 0})], False),  # a full check read up to here: nothing above
+        ([_swept({"a": 5})], True),  # below some of the signal: the rest still counts
+        ([_swept({"a": 7, "b": 0}, datetime(2026, 11, 20, 3, tzinfo=UTC))], True),  # older run
+        ([], True),  # never swept: from the run's frontier
+    ],
+)
+def test_a_sweep_of_the_same_run_raises_the_baseline(swept: list[dict], reopened: bool) -> None:
+    assert (R.reopened(RUN, [], PROGRESS, swept) is not None) is reopened
+
+
+def test_a_sweep_leaves_a_pending_restatement_open() -> None:
+    """A pending date has no new signal once checked, so a later sweep names it too."""
+    rows = [_restatement(R.PENDING, {"a": 7, "b": 0})]
+    found = R.reopened(RUN, rows, PROGRESS, [_swept({"a": 9, "b": 3})])
+    assert found is not None and found["verified"] is True
+
+
 def test_a_run_from_before_frontiers_is_never_reopened() -> None:
     assert R.reopened({**RUN, "pin_frontiers": None}, [], PROGRESS) is None
 

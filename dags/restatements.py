@@ -1,0 +1,202 @@
+"""Dates that change after their run, in Airflow (docs/airflow.md, "Restated dates").
+
+* `check_restatements_task` (in the health DAG): `tally_app.restatements.checked` every health
+  run; a warning alert for each date first found changed; when the policy re-runs a date it
+  emits the `tally_restatements` asset (extra: the dates), else it is skipped.
+* `rerun_task` (the `tally_restatements` DAG, triggered by the asset): the dates' nightly
+  sequence again (`tally_app.restatements.settle`: a new run each, the restated one kept and
+  reproducible); within the tolerance signed off automatically.
+* `RestatementSignOffOperator`: the dates re-run beyond the tolerance wait in **Required
+  Actions**, the signed-off run's figures beside the new run's: *Accept* with a reason or
+  *Reject* (an alert; the run fails, the dates stay awaiting). Each decision is appended to
+  `restatements` and `signoffs` (for the new run).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import HITLOperator
+from airflow.sdk import task
+
+from dags.alerting import AlertRaised, context_fields, emit
+from dags.common import restatements_asset
+from dags.signoff import ACCEPT, REJECT, answer_of, reason_param
+from tally.alert import Alert
+from tally.dates import parse_business_date
+from tally.settings import Settings, format_duration, load_settings
+
+RERUN_TASK = "rerun_dates"
+
+
+def check_restatements_task(settings: Settings) -> Any:
+    asset = restatements_asset(settings)
+
+    @task(
+        task_id="check_restatements",
+        outlets=[asset],
+        doc_md="Checks the reconciled dates for first arrivals after their run; a warning per "
+        "date found; emits `tally_restatements` when the policy re-runs one (else skipped).",
+    )
+    def check_restatements() -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from dags.stages import check_restatements as check
+
+        context = get_current_context()
+        result = check(load_settings(), now=context["dag_run"].run_after, context=context)
+        if not result["rerun"]:
+            raise AirflowSkipException(f"no date to re-run (changed: {len(result['found'])})")
+        context["outlet_events"][asset].extra = {"dates": result["rerun"]}
+        return result
+
+    return check_restatements()
+
+
+def triggering_dates(events: Any) -> list[date] | None:
+    """The dates the triggering asset events name (None: a run without them, e.g. a manual
+    trigger: every changed date is re-run)."""
+    days: set[date] = set()
+    for asset_events in (events or {}).values():
+        for event in asset_events:
+            days.update(parse_business_date(d) for d in (event.extra or {}).get("dates", []))
+    return sorted(days) or None
+
+
+def rerun_task(settings: Settings) -> Any:
+    @task(
+        task_id=RERUN_TASK,
+        doc_md="Re-runs the restated dates' nightly sequence; within the tolerance they are "
+        "signed off automatically, otherwise they await the sign-off below.",
+    )
+    def rerun_dates() -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+
+        from dags.stages import rerun_restatements
+
+        context = get_current_context()
+        dates = triggering_dates(context.get("triggering_asset_events"))
+        return rerun_restatements(load_settings(), dates, now=context["dag_run"].run_after)
+
+    return rerun_dates()
+
+
+def awaiting_of(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The re-run dates that wait for a person (status `rerun`)."""
+    return [s for s in (result or {}).get("settled", []) if s["status"] == "rerun"]
+
+
+def before_after_table(dates: list[dict[str, Any]]) -> str:
+    """Markdown: per date, each figure of the signed-off run and of the new run."""
+    lines = []
+    for d in dates:
+        lines += [
+            f"**{d['business_date']}**: {d['change']}; signed-off run {d['restated_run']}, "
+            f"new run {d['new_run']}",
+            "",
+            "| figure | signed-off run | new run |",
+            "|---|---:|---:|",
+            *[f"| {name} | {a} | {b} |" for name, (a, b) in d["figures"].items()],
+            "",
+        ]
+    return "\n".join(lines)
+
+
+class RestatementSignOffOperator(HITLOperator):
+    """Sign-off of the dates re-run beyond the tolerance (see the module)."""
+
+    ui_color = "#fff4e0"
+
+    def __init__(self, *, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(
+            subject="Sign off the restated dates",
+            options=[ACCEPT, REJECT],
+            multiple=False,
+            params=reason_param(),
+            response_timeout=timedelta(milliseconds=settings.signoff_timeout),
+            **kwargs,
+        )
+
+    def _awaiting(self, context: Any) -> list[dict[str, Any]]:
+        return awaiting_of(context["ti"].xcom_pull(task_ids=RERUN_TASK))
+
+    def execute(self, context: Any) -> Any:
+        dates = self._awaiting(context)
+        if not dates:
+            return {"decision": "none", "dates": []}
+        settings = load_settings()
+        names = ", ".join(d["business_date"] for d in dates)
+        self.subject = f"Sign off restated {names}: changed after sign-off"
+        self.body = (
+            f"First arrivals came after the signed-off run of {names} and beyond the "
+            "restatement tolerance; the date was re-run.\n\n"
+            f"{before_after_table(dates)}\n"
+            "Review it under **Reconciliation** (the date page, its report), then **Accept** "
+            "with a reason, or **Reject** (an alert; the date stays awaiting sign-off). "
+            f"Unanswered after {format_duration(settings.signoff_timeout)}: an alert."
+        )
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        if event.get("error_type") == "timeout":
+            self._fail(context, "restatement sign-off timed out: nobody decided", "")
+        if "error" in event:
+            return super().execute_complete(context, event)
+        decision, who, reason, when = answer_of(self, event)
+        days = self._record(context, decision, who, reason, when)
+        if decision == "rejected":
+            self._fail(context, f"restatement sign-off: rejected by {who}", reason)
+        return {"decision": decision, "by": who, "reason": reason, "dates": days}
+
+    def _record(self, context: Any, decision: str, who: str, reason: str, when: Any) -> list[str]:
+        """Record the decision for every awaiting date, then render each date's report again
+        to show it."""
+        from tally.spark import session_for
+        from tally_app.nightly import stage_report
+        from tally_app.restatements import conclude
+
+        settings = load_settings()
+        spark = session_for(settings, "tally-signoff")
+        statuses = {
+            parse_business_date(d["business_date"]): d["date_status"]
+            for d in self._awaiting(context)
+        }
+        days = conclude(
+            settings,
+            spark,
+            accepted=decision == "accepted",
+            who=who,
+            when=when if isinstance(when, datetime) else datetime.now(UTC),
+            reason=reason,
+            statuses=statuses,
+            airflow_run=(context["ti"].dag_id, context["ti"].run_id),
+        )
+        for day, run_time in days:
+            stage_report(settings, day, run_time, spark)
+        return [day.isoformat() for day, _ in days]
+
+    def _fail(self, context: Any, what: str, reason: str) -> None:
+        settings = load_settings()
+        days = [d["business_date"] for d in self._awaiting(context)]
+        fields = context_fields(context, settings)
+        fields["business_date"] = parse_business_date(days[0]) if days else None
+        alert = Alert(
+            what,
+            observed=f"restated {', '.join(days)}" + (f"; reason: {reason}" if reason else ""),
+            threshold=f"sign-off within {format_duration(settings.signoff_timeout)}",
+            severity="error",
+        ).with_context(**fields)
+        emit([alert], settings)
+        raise AlertRaised([alert], recorded=True)
+
+
+def restatement_sign_off_task(settings: Settings) -> RestatementSignOffOperator:
+    return RestatementSignOffOperator(
+        settings=settings,
+        task_id="sign_off",
+        doc_md="The dates re-run beyond the tolerance wait here (Required Actions), before and "
+        "after side by side: accept with a reason, or reject (alert). Decisions go to the "
+        "`restatements` and `signoffs` tables.",
+    )
