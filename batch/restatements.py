@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -311,6 +311,20 @@ def check(
     return out
 
 
+# How often a full check replaces `restatement_sweep`: what a check and the desk read is then
+# at most this much of the stream's batches (at the 5 s trigger, ~4,300 rows) past the last
+# sweep, at four small Delta commits a day (a check every 5 minutes would make 288).
+SWEEP_EVERY = timedelta(hours=6)
+
+
+def _swept_since(spark: SparkSession, warehouse: str, since: datetime) -> bool:
+    """Whether the table holds a sweep from `since` on."""
+    if not T.exists(spark, warehouse, T.RESTATEMENT_SWEEP.name):
+        return False
+    newest = T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).agg(F.max("swept_at")).first()
+    return newest is not None and newest[0] is not None and aware(newest[0]) >= since
+
+
 def sweep(
     spark: SparkSession,
     warehouse: str,
@@ -321,9 +335,10 @@ def sweep(
 ) -> None:
     """Replace `restatement_sweep` with a row per `quiet` date (its latest run had no signal
     up to `frontier`, the batch frontier the check read): their baselines move up to it, so
-    what reads the signal next starts there, not at the run. Nothing quiet: the rows stand
-    (a row stays true for its run: the batches below its frontier do not change)."""
-    if not quiet:
+    what reads the signal next starts there, not at the run. Nothing quiet, or a sweep
+    within `SWEEP_EVERY`: the rows stand (a row stays true for its run: the batches below
+    its frontier do not change)."""
+    if not quiet or _swept_since(spark, warehouse, now - SWEEP_EVERY):
         return
     rows = [(c.business_date, aware(c.run["run_time"])) for c in quiet]
     frame = spark.createDataFrame(rows, "business_date DATE, run_time TIMESTAMP").select(

@@ -290,7 +290,8 @@ RESTATEMENT_SWEEP = Table(
     "restatement_sweep",
     "business_date DATE, run_time TIMESTAMP, events_frontier MAP<STRING, BIGINT>, "
     "swept_at TIMESTAMP",
-    'The newest full restatement check, replaced by each (docs/semantics.md, "Dates that '
+    "The newest sweep of a full restatement check, replaced at most every 6 hours "
+    '(docs/semantics.md, "Dates that '
     'change after their run"): per reconciled date whose latest run (run_time) it found '
     "no signal for, the event log's batch frontier it read (events_frontier). That run's "
     "signal counts from there on: the next check and the desk read only the stream_progress "

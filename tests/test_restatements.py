@@ -215,7 +215,8 @@ def test_a_full_check_moves_a_quiet_dates_baseline_and_misses_nothing_after(
 ) -> None:
     """Two more batches that do not touch the day: a check of every date finds it quiet and
     records where it read up to (`restatement_sweep`), so the next read of the signal starts
-    there; the late file after that still reopens the day, exactly."""
+    there (moved again at most every 6 hours); the late file after that still reopens the
+    day, exactly."""
     quiet = [
         [
             _file(
@@ -237,12 +238,23 @@ def test_a_full_check_moves_a_quiet_dates_baseline_and_misses_nothing_after(
     assert set(after.baseline.values()) == {3}  # what reads the signal next starts here
     assert _ledger_row(warehouse)["status"] == "balanced"
 
+    # one more quiet batch: a check within 6 hours of the sweep leaves it, one after moves it
+    q2 = [[_file("q2.jsonl", NEXT + 4 * MIN, [event_line("q2", "a", 1, NEXT + 2 * MIN, 0)])]]
+    run_processor(spark, warehouse, tmp_path / "in", q2, PARAMS, first_batch=4)
+    for hour, minute, frontier in ((10, 0, 3), (11, 1, 4)):
+        assert (
+            settle(settings, datetime(2026, 11, 20, hour, minute, tzinfo=UTC), spark, tmp_path)
+            == []
+        )
+        (swept,) = T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).collect()
+        assert set(swept["events_frontier"].values()) == {frontier}, (hour, minute)
+
     run_processor(
-        spark, warehouse, tmp_path / "in", [_late_batch(NEXT + 9 * MIN)], PARAMS, first_batch=4
+        spark, warehouse, tmp_path / "in", [_late_batch(NEXT + 9 * MIN)], PARAMS, first_batch=5
     )
     row = _ledger_row(warehouse)
     assert row["status"] == "reopened" and row["reopened"]["events"] == 3
-    (pending,) = settle(settings, datetime(2026, 11, 20, 6, tzinfo=UTC), spark, tmp_path)
+    (pending,) = settle(settings, datetime(2026, 11, 20, 12, tzinfo=UTC), spark, tmp_path)
     assert pending.status == R.PENDING
     assert (pending.restatement.change.events, pending.restatement.change.amount) == (
         3,
