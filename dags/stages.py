@@ -306,11 +306,16 @@ def restatement_alert(restatement: Any, settings: Settings) -> Alert:
         f"{settings.restatement_tolerance_events:,} events, "
         f"{settings.restatement_tolerance_amount:,} amount"
     )
+    settles = (
+        f"re-run; signed off automatically within {tolerance}"
+        if settings.restatement_policy == "rerun"
+        else "policy flag: a person re-runs the date (tally reconcile) and signs it off"
+    )
     return Alert(
         f"business date {restatement.business_date.isoformat()} changed after its run "
         f"{restatement.run_time.isoformat()}: {restatement.change.describe()}",
         observed=f"{restatement.status} (policy {settings.restatement_policy})",
-        threshold=f"re-run and signed off automatically within {tolerance}",
+        threshold=settles,
         severity="warning",
         business_date=restatement.business_date,
     )

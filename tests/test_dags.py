@@ -786,3 +786,37 @@ def test_only_dates_re_run_beyond_the_tolerance_await_a_person() -> None:
     assert "**2026-11-19**: +3 events; signed-off run r1, new run r2" in table
     assert "| batch_count | 20 | 23 |" in table and "| batch_amount | 1900 | 2616 |" in table
     assert "2026-11-20" not in table
+
+
+@pytest.mark.parametrize(
+    ("policy", "threshold"),
+    [
+        ("rerun", "re-run; signed off automatically within 3 events, 716 amount"),
+        ("flag", "policy flag: a person re-runs the date (tally reconcile) and signs it off"),
+    ],
+)
+def test_a_restatement_alert_says_what_settles_it(policy: str, threshold: str) -> None:
+    from batch.restatements import Restatement
+    from dags.stages import restatement_alert
+    from tally.restatements import Change
+
+    found = Restatement(
+        date(2026, 11, 19),
+        datetime(2026, 11, 20, 1, tzinfo=UTC),
+        (4, 717),
+        Change(3, 716, 2),
+        "pending" if policy == "flag" else "rerun",
+        {"a": 3},
+    )
+    settings = _settings(
+        restatement_policy=policy,
+        restatement_tolerance_events=3,
+        restatement_tolerance_amount=716,
+    )
+    alert = restatement_alert(found, settings)
+    assert alert.what == (
+        "business date 2026-11-19 changed after its run 2026-11-20T01:00:00+00:00: "
+        "+3 events, +716 amount, 2 windows"
+    )
+    assert alert.threshold == threshold and alert.severity == "warning"
+    assert alert.business_date == date(2026, 11, 19)
