@@ -20,10 +20,8 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import task
 
-from dags.alerting import AlertRaised, context_fields, emit
 from dags.common import restatements_asset
-from dags.signoff import ACCEPT, REJECT, answer_of, reason_param
-from tally.alert import Alert
+from dags.signoff import ACCEPT, REJECT, answer_of, fail_sign_off, reason_param
 from tally.dates import parse_business_date
 from tally.settings import Settings, format_duration, load_settings
 
@@ -178,18 +176,9 @@ class RestatementSignOffOperator(HITLOperator):
         return [day.isoformat() for day, _ in days]
 
     def _fail(self, context: Any, what: str, reason: str) -> None:
-        settings = load_settings()
         days = [d["business_date"] for d in self._awaiting(context)]
-        fields = context_fields(context, settings)
-        fields["business_date"] = parse_business_date(days[0]) if days else None
-        alert = Alert(
-            what,
-            observed=f"restated {', '.join(days)}" + (f"; reason: {reason}" if reason else ""),
-            threshold=f"sign-off within {format_duration(settings.signoff_timeout)}",
-            severity="error",
-        ).with_context(**fields)
-        emit([alert], settings)
-        raise AlertRaised([alert], recorded=True)
+        day = parse_business_date(days[0]) if days else None
+        fail_sign_off(context, load_settings(), day, what, f"restated {', '.join(days)}", reason)
 
 
 def restatement_sign_off_task(settings: Settings) -> RestatementSignOffOperator:

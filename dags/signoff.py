@@ -161,16 +161,24 @@ class SignOffOperator(HITLOperator):
 
     def _fail(self, context: Any, what: str, reason: str) -> None:
         settings, day, status, _ = self._date(context)
-        fields = context_fields(context, settings)
-        fields["business_date"] = day
-        alert = Alert(
-            what,
-            observed=f"date status {status}" + (f"; reason: {reason}" if reason else ""),
-            threshold=f"sign-off within {format_duration(settings.signoff_timeout)}",
-            severity="error",
-        ).with_context(**fields)
-        emit([alert], settings)
-        raise AlertRaised([alert], recorded=True)
+        fail_sign_off(context, settings, day, what, f"date status {status}", reason)
+
+
+def fail_sign_off(
+    context: Any, settings: Settings, day: Any, what: str, observed: str, reason: str
+) -> None:
+    """Record and send an error alert about a sign-off of `day` (rejected, timed out), then
+    fail the task with it."""
+    fields = context_fields(context, settings)
+    fields["business_date"] = day
+    alert = Alert(
+        what,
+        observed=observed + (f"; reason: {reason}" if reason else ""),
+        threshold=f"sign-off within {format_duration(settings.signoff_timeout)}",
+        severity="error",
+    ).with_context(**fields)
+    emit([alert], settings)
+    raise AlertRaised([alert], recorded=True)
 
 
 def sign_off_task(settings: Settings) -> SignOffOperator:

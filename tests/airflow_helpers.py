@@ -112,6 +112,18 @@ def forget_active_assets() -> None:
         session.execute(delete(AssetActive))
 
 
+def dag_bag() -> Any:
+    """The repo's DAGs parsed against the migrated test database (its active assets
+    forgotten, `forget_active_assets`), none failing to import."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    migrate_db()
+    forget_active_assets()
+    bag = DagBag(dag_folder=str(DAGS_DIR))
+    assert bag.import_errors == {}
+    return bag
+
+
 def logical_date_for(business_date: date) -> datetime:
     """The logical date `dag.test` needs so that the nightly run covers `business_date`: the
     end of the date's data interval (00:30 the next day with the default schedule)."""

@@ -191,7 +191,6 @@ def test_executors_run_python_with_the_virtualenv(cluster: Cluster, streamed) ->
 def test_nightly_dag_submits_its_stages_to_the_cluster(
     spark, cluster: Cluster, streamed, monkeypatch
 ) -> None:
-    from airflow.dag_processing.dagbag import DagBag
 
     from batch.reconcile import runs_of
 
@@ -212,11 +211,7 @@ def test_nightly_dag_submits_its_stages_to_the_cluster(
     }
     for key, value in settings.items():
         monkeypatch.setenv(key, value)
-    H.migrate_db()
-    H.forget_active_assets()
-    bag = DagBag(dag_folder=str(H.DAGS_DIR))
-    assert bag.import_errors == {}
-    dag = bag.dags[H.NIGHTLY]
+    dag = H.dag_bag().dags[H.NIGHTLY]
     assert type(dag.get_task("reaggregate")).__name__ == "SparkSubmitOperator"
     before = {a["id"] for a in cluster.applications()}
 

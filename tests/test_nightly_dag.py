@@ -88,13 +88,7 @@ def warehouse(settings_env: dict[str, str]) -> str:
 
 
 def parse_nightly() -> Any:
-    from airflow.dag_processing.dagbag import DagBag
-
-    H.migrate_db()
-    H.forget_active_assets()
-    bag = DagBag(dag_folder=str(H.DAGS_DIR))
-    assert bag.import_errors == {}
-    return bag.dags[H.NIGHTLY]
+    return H.dag_bag().dags[H.NIGHTLY]
 
 
 @pytest.fixture(scope="module")

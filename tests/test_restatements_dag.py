@@ -72,7 +72,6 @@ def _states(dr: Any) -> dict[str, str]:
 def test_a_restated_date_is_rerun_and_signed_off_again_in_airflow(
     spark, warehouse, tmp_path, monkeypatch
 ) -> None:
-    from airflow.dag_processing.dagbag import DagBag
     from pyspark.sql import functions as F
 
     from batch.reconcile import runs_of
@@ -98,10 +97,7 @@ def test_a_restated_date_is_rerun_and_signed_off_again_in_airflow(
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    H.migrate_db()
-    H.forget_active_assets()
-    bag = DagBag(dag_folder=str(H.DAGS_DIR))
-    assert bag.import_errors == {}
+    bag = H.dag_bag()
     health, restatements = bag.dags[H.HEALTH], bag.dags[H.RESTATEMENTS]
 
     # the late file, after the signed-off run: 3 first arrivals and a copy of e0
