@@ -84,7 +84,7 @@ from tally.dates import (
     window_in_day,
 )
 from tally.ledger import TOTALS
-from tally.pins import frontier_of, read_at_frontier
+from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
 from tally.spark import without_adaptive_execution
 from tally.vocabulary import ARRIVAL_ORDER
@@ -563,6 +563,8 @@ class _Run:
     # `dedup = index`: the index of event ids as the run probes it (`batch.firsts`);
     # None: `dedup = full`, the whole log's repeated ids are ranked
     firsts: DataFrame | None = None
+    # the pinned log's batch frontier (`tally.pins`): which late rows' lines it holds
+    events_frontier: Mapping[str, int] = field(default_factory=dict)
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -637,31 +639,30 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
         # columns the diff and the figures read (`LATE_COLUMNS`: not `extra`, a map, nor the
         # watermark, delay and reason columns), narrower to read and to cache
         rows = run.keep(run.late_events.where(window_in_day(bounds)).select(*LATE_COLUMNS))
-    copies = _kept_copies(run, rows, window_ms)
+    copies = _kept_copies(run, window_ms)
     truth = run.keep(
         batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms, copies)
     )
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
-        late = late_arrivals(rows, copies.lines, bounds)
+        late = late_arrivals(rows, copies, bounds, within(run.events_frontier))
         return _write_diff(run, truth, stream, late, copies)
 
 
-def _kept_copies(run: _Run, late_rows: DataFrame, window_ms: int) -> Copies:
-    """The log's copies the run ranks once (`ranked_hashes` of the repeated ids and of
-    `late_rows`), kept with the repeated ids: the re-aggregation takes its first arrivals
-    from them, the diff its late rows' marks and the figures per partition their repeats,
-    so the log is scanned for them once. `--dedup full`: the ids repeated anywhere in the
-    log, ranked over the whole log; `--dedup index`: those repeated in the date's
-    partitions or with an index entry outside them (`batch.firsts`), ranked over the
-    date's lines and those entries."""
+def _kept_copies(run: _Run, window_ms: int) -> Copies:
+    """The log's copies the run ranks once (`ranked_hashes` of the repeated ids), kept with
+    the repeated ids: the re-aggregation takes its first arrivals from them, the diff its
+    late rows' marks and the figures per partition their repeats, so the log is scanned for
+    them once. `--dedup full`: the ids repeated anywhere in the log, ranked over the whole
+    log; `--dedup index`: those repeated in the date's partitions or with an index entry
+    outside them (`batch.firsts`), ranked over the date's lines and those entries."""
     if run.firsts is None:
         repeated = run.keep(repeated_ids(run.events))
-        lines = log_copies(run.events, ranked_hashes(repeated, late_rows))
+        lines = log_copies(run.events, ranked_hashes(repeated))
         return Copies(repeated, run.keep(lines))
     dates = utc_dates_of(run.bounds, window_ms)
     day, repeated, outside = day_copies(run.events, run.firsts, dates, COPY_COLUMNS, run.keep)
-    hashes = ranked_hashes(repeated, late_rows)
+    hashes = ranked_hashes(repeated)
     return Copies(repeated, run.keep(ranked_copies(day, outside, hashes, ARRIVAL_ORDER)))
 
 
@@ -692,8 +693,9 @@ def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
             latest_stream(run.stream_aggregates, read), sessions, run.bounds
         )
         rows = run.late_events.where(window_in_day(read))
-        copies = _kept_copies(run, rows, 0)
-        late = late_per_session(late_arrivals(rows, copies.lines, read), sessions, run.bounds)
+        copies = _kept_copies(run, 0)
+        in_log = within(run.events_frontier)
+        late = late_per_session(late_arrivals(rows, copies, read, in_log), sessions, run.bounds)
         return _write_diff(run, truth, stream, late, copies)
     finally:
         sessions.unpersist()
@@ -765,6 +767,7 @@ def reconcile(
         hand_over=keep_frames,
         writes=write,
         firsts=firsts,
+        events_frontier=pinned.frontiers[T.EVENTS.name],
     )
     try:
         return _run(run, pinned, windowing, settings)

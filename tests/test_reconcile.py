@@ -524,6 +524,31 @@ def test_repeat_beyond_the_dedup_horizon_explains_nothing(spark, warehouse):
     assert later.balanced and later.late_repeats == 2
 
 
+def test_a_late_row_beyond_the_pinned_log_explains_nothing(spark, warehouse):
+    """A run pins `events` before `late_events`: a batch the stream commits in between has
+    late rows whose lines the pinned log lacks. A late row of an id with no other line is
+    marked from the log's batch frontier, not ranked: at an older pin of the log it is no
+    first arrival (the batch does not count it, so it explains nothing); at the newer pin
+    it is one."""
+    ev, st = balanced_day()
+    write_inputs(spark, warehouse, W, ev, st)
+    before = reconcile(spark, warehouse, DAY, W, now=NOW)
+    start_b, arrived = win("2026-11-20T02:00:00Z"), ms("2026-11-21T09:00:00Z")
+    late_b = event("b9", "b", 1000, start_b + 5000, status="late", ingest=arrived, batch_id=9)
+    append(spark, warehouse, T.EVENTS, [late_b])
+    append(spark, warehouse, T.LATE_EVENTS, [late(late_b, W, arrived - start_b - W)])
+
+    older_log = reconcile(spark, warehouse, DAY, W, events_version=before.events_version, now=NOW)
+    assert statuses(spark, warehouse)["b"] == (MATCH, 0, 0)
+    assert older_log.balanced and older_log.late_repeats == 1
+    assert older_log.summary["late_events"] == 0
+
+    newer_log = reconcile(spark, warehouse, DAY, W, now=NOW)
+    assert statuses(spark, warehouse)["b"] == (EXPLAINED_BY_LATE, 0, 0)
+    assert newer_log.balanced and newer_log.late_repeats == 0
+    assert (newer_log.summary["late_events"], newer_log.summary["gap_amount"]) == (1, 1000)
+
+
 def test_errors_name_the_problem(reconciled, spark, tmp_path):
     warehouse, _, _ = reconciled
     with pytest.raises(ReconcileError, match="events: no Delta table"):
