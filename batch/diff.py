@@ -281,19 +281,27 @@ def late_arrivals(
     return marked_first(of_repeated, first_lines(copies.lines)).unionByName(single)
 
 
-def late_totals(late: DataFrame) -> DataFrame:
+# The columns of the explaining late rows the diff and the figures per partition read
+# (`explaining_rows`).
+EXPLAINING_COLUMNS = (*WINDOW_KEY, "amount", "lateness_ms", "partition")
+
+
+def explaining_rows(late: DataFrame) -> DataFrame:
+    """The late rows that explain a gap (`tally.arrivals.explaining_late` of `late_arrivals`:
+    first arrivals, each event_id once per window), with only what `late_totals` and the
+    figures per partition read: one ranking of the late rows for both."""
+    return explaining_late(late).select(*EXPLAINING_COLUMNS)
+
+
+def late_totals(explaining: DataFrame) -> DataFrame:
     """Late side output totals per window and key, with the largest lateness, from
-    `late_arrivals`: only rows that are first arrivals explain a gap, each event_id once (so
+    `explaining_rows`: only rows that are first arrivals explain a gap, each event_id once (so
     a repeated write could not inflate the explanation either). The count and sum are
     `aggregate_windows`' expressions; the windows are the ones the stream recorded."""
-    return (
-        explaining_late(late)
-        .groupBy(*WINDOW_KEY)
-        .agg(
-            F.count(F.lit(1)).alias("event_count"),
-            F.sum("amount").cast("long").alias("amount_sum"),
-            F.max("lateness_ms").cast("long").alias("max_lateness"),
-        )
+    return explaining.groupBy(*WINDOW_KEY).agg(
+        F.count(F.lit(1)).alias("event_count"),
+        F.sum("amount").cast("long").alias("amount_sum"),
+        F.max("lateness_ms").cast("long").alias("max_lateness"),
     )
 
 

@@ -1,7 +1,9 @@
 """The date's figures per source partition, written by the reconciliation for the report
 (`reconciliation_partitions`), so the report does not read the event log again.
 
-    write_partition_figures(spark, warehouse, business_date, events, copies, late, bounds, now)
+    write_partition_figures(
+        spark, warehouse, business_date, events, copies, explaining, bounds, now
+    )
 
 One row per source partition of the date (and per partition of a late row that explains a
 window of the date), with the run's `run_time` (the `reconciliation_runs` row written after
@@ -35,7 +37,6 @@ from tally import tables as T
 from tally.arrivals import (
     FIRST_ARRIVAL,
     event_of_day,
-    explaining_late,
 )
 from tally.dates import DayBounds, epoch_ms
 from tally.spark import without_adaptive_execution
@@ -95,12 +96,10 @@ def partition_figures(
     return sorted(figures, key=lambda f: (f["partition"] is not None, f["partition"]))
 
 
-def _lateness(late: DataFrame) -> DataFrame:
+def _lateness(explaining: DataFrame) -> DataFrame:
     """Per partition, the explaining late rows per `lateness_ms`, as the table's array."""
-    per_ms = (
-        explaining_late(late)
-        .groupBy("partition", "lateness_ms")
-        .agg(F.count(F.lit(1)).cast("long").alias("late_rows"))
+    per_ms = explaining.groupBy("partition", "lateness_ms").agg(
+        F.count(F.lit(1)).cast("long").alias("late_rows")
     )
     entry = F.struct(F.col("lateness_ms"), F.col("late_rows"))
     return per_ms.groupBy(F.col("partition").alias("_p")).agg(
@@ -114,19 +113,20 @@ def write_partition_figures(
     business_date: date,
     events: DataFrame,
     copies: DataFrame,
-    late: DataFrame,
+    explaining: DataFrame,
     bounds: DayBounds,
     now: datetime,
 ) -> None:
     """Replace the date's `reconciliation_partitions` rows (see the module docstring).
     `events`: the pinned log; `copies`: its ranked copies (`batch.diff.log_copies`, with
-    `FIGURE_COLUMNS`); `late`: the diff's late rows with `first_arrival` (both persisted by
-    the caller); `now`: the run time `reconciliation_runs` records."""
+    `FIGURE_COLUMNS`); `explaining`: the diff's late rows that explain
+    (`batch.diff.explaining_rows`; both persisted by the caller); `now`: the run time
+    `reconciliation_runs` records."""
     table = T.RECONCILIATION_PARTITIONS
     with without_adaptive_execution(spark):  # a few rows per partition: AQE would add jobs
         figures = partition_figures(events, copies, bounds)
         fields = [f for f in table.schema().fields if f.name in _FIGURES]
-        lateness = _lateness(late)
+        lateness = _lateness(explaining)
         if figures:
             logged = spark.sql(rows_sql(figures, fields))
             rows = logged.join(lateness, F.col("partition").eqNullSafe(F.col("_p")), "full")

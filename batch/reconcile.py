@@ -55,6 +55,7 @@ from batch.diff import (
     Copies,
     batch_aggregates,
     diff_windows,
+    explaining_rows,
     late_arrivals,
     late_totals,
     latest_stream,
@@ -585,12 +586,13 @@ class _Run:
 @dataclass(frozen=True)
 class Diff:
     """What the re-aggregation and diff of a run give its later phases (all kept):
-    the date's `reconciliation` rows, its late rows (`late_arrivals`: the report's figures),
-    the log's ranked copies (`log_copies`: the figures' repeats) and how many late rows
-    repeat an earlier event."""
+    the date's `reconciliation` rows, its late rows (`late_arrivals`), those that explain
+    (`explaining_rows`: the figures' lateness), the log's ranked copies (`log_copies`: the
+    figures' repeats) and how many late rows repeat an earlier event."""
 
     reconciliation: DataFrame
     late: DataFrame
+    explaining: DataFrame
     copies: DataFrame
     repeats: int
 
@@ -614,10 +616,13 @@ def _write_diff(
     the late rows and how many of them repeat an earlier event. The day's late rows are few:
     cached, so counting the repeats does not read the log again."""
     late = run.keep(late)
-    rows = diff_windows(batch, stream, late_totals(late), run.business_date)
+    # ranked once for the diff's late totals and the figures' lateness (narrow: kept)
+    explaining = run.keep(explaining_rows(late))
+    rows = diff_windows(batch, stream, late_totals(explaining), run.business_date)
     diff = run.keep(rows.select("*", _run_time(run.now).alias("run_time")))
     run.replace(diff, T.RECONCILIATION)
-    return Diff(diff, late, copies.lines, late.where(~F.col(FIRST_ARRIVAL)).count())
+    repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
+    return Diff(diff, late, explaining, copies.lines, repeats)
 
 
 def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
@@ -868,7 +873,7 @@ def _run(
             business_date,
             run.events,
             diff.copies,
-            diff.late,
+            diff.explaining,
             run.bounds,
             run.now,
         )
