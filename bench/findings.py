@@ -467,6 +467,16 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
             f"{big['spark_plain']['seconds']:.1f} s = {big['ratio_spark_plain']:.1f}× DuckDB in "
             f"the same run: Spark's floor for target 1 on this machine."
         )
+    plain = judged["plain_ratio"]
+    if plain["paired"]:
+        p = plain["paired"]
+        text += (
+            f" Alternated in the same session (issue 40's target), re-aggregate + diff took "
+            f"{' and '.join(f'{x:.1f}' for x in p['tally_s'])} s and plain Spark SQL "
+            f"{' and '.join(f'{x:.1f}' for x in p['plain_s'])} s: {p['ratio']:.2f}× (target ≤ "
+            f"{plain['target']:g}×"
+            + (f": {_verdict(plain['met'])})." if plain["met"] is not None else ", no verdict).")
+        )
     if ni.get("library_import_s") is not None:
         text += (
             f" The process imported the libraries of validate and report once before the "

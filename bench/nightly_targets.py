@@ -9,6 +9,10 @@ figure; a missing one shows as "–" and judges nothing).
    20,000,000 events ≤ 120 s (no verdict when the largest size is smaller, as in quick mode).
 4. Growth of re-aggregate + diff no faster than linear (`bench.nightly.growth`), with the peak
    RSS of the bench's process tree (Python driver + JVM) during the stages, as information.
+
+Issue 40's: re-aggregate + diff ≤ 1.3× plain Spark SQL's own re-aggregation query
+(`bench.nightly.spark_plain`) at 20,000,000 events, each the median of two runs alternated
+in the same session (`paired`; no verdict below that size or without the pair).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 PARQUET_RATIO_TARGET = 2.0
 WHOLE_TARGET_S = 120.0
 WHOLE_TARGET_EVENTS = 20_000_000
+PLAIN_RATIO_TARGET = 1.3
 
 
 def reconcile_s(size: dict[str, Any]) -> float:
@@ -51,6 +56,16 @@ def judge(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         "checks_within_reconcile": {
             "pairs": {s["events"]: (checks_s(s), reconcile_s(s)) for s in sizes},
             "met": all(checks_s(s) <= reconcile_s(s) for s in sizes),
+        },
+        "plain_ratio": {
+            "target": PLAIN_RATIO_TARGET,
+            "events": big["events"],
+            "paired": big.get("paired"),
+            "met": (
+                big["paired"]["ratio"] <= PLAIN_RATIO_TARGET
+                if whole_judged and "paired" in big
+                else None
+            ),
         },
         "whole": {
             "target_s": WHOLE_TARGET_S,

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,34 @@ def test_flat_means_last_tenth_within_tolerance_of_first() -> None:
     assert not from_nothing["flat"]
     unsampled = _tenths([{"open_windows": None}] * 20, "open_windows")
     assert not unsampled["flat"] and unsampled["sampled"] == 0
+
+
+def _nightly_size(events: int, paired: dict[str, Any] | None) -> dict[str, Any]:
+    size = {"events": events, "ratio_parquet": 4.0, "reaggregate_s": 20.0, "diff_s": 10.0}
+    size.update({"validate_s": 10.0, "report_s": 5.0})
+    return size if paired is None else {**size, "paired": paired}
+
+
+@pytest.mark.parametrize(
+    ("events", "paired", "met"),
+    [
+        # medians 38 s vs 30 s: 1.27, within 1.3
+        (20_000_000, {"tally_s": [40.0, 36.0], "plain_s": [29.0, 31.0], "ratio": 38 / 30}, True),
+        # 1.40: missed
+        (20_000_000, {"tally_s": [42.0, 42.0], "plain_s": [30.0, 30.0], "ratio": 1.4}, False),
+        # the quick size: figures, no verdict
+        (20_000, {"tally_s": [4.0, 4.0], "plain_s": [1.0, 1.0], "ratio": 4.0}, None),
+        # a run recorded before the pair was measured: nothing to judge
+        (20_000_000, None, None),
+    ],
+)
+def test_the_plain_ratio_is_judged_at_20m_events_only(
+    events: int, paired: dict[str, Any] | None, met: bool | None
+) -> None:
+    from bench import nightly_targets as NT
+
+    judged = NT.judge([_nightly_size(events, paired)])["plain_ratio"]
+    assert judged["met"] is met and judged["paired"] == paired
 
 
 def test_peak_rss_is_judged_on_the_second_half() -> None:
@@ -975,6 +1004,12 @@ def _check_nightly(r: dict[str, Any]) -> None:
         if "spark_plain" in size:  # recorded runs before 2026-11-27 did not time it
             assert size["spark_plain"]["seconds"] > 0 and size["ratio_spark_plain"] > 0
             assert size["spark_plain"]["events"] == size["tally_events"]
+        if "paired" in size:  # recorded runs before 2026-11-29 did not alternate them
+            paired = size["paired"]
+            assert len(paired["tally_s"]) == len(paired["plain_s"]) == 2
+            assert min(paired["tally_s"] + paired["plain_s"]) > 0
+            ratio = statistics.median(paired["tally_s"]) / statistics.median(paired["plain_s"])
+            assert paired["ratio"] == pytest.approx(ratio)
         assert size["balanced"] and size["report_exists"]
     assert r["curve"]["seconds"] > 0 and r["curve"]["curve_events"] > 0
 
@@ -1129,6 +1164,10 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     # plain Spark SQL's query is timed at every size, and the findings give its ratio
     assert all("spark_plain" in size for size in r["nightly"]["sizes"])
     assert any("Plain Spark SQL's own query" in f for f in r["findings"])
+    # ...and alternated with a second run of each (issue 40's ratio): no verdict at the
+    # quick size, but the figures are there
+    assert all("paired" in size for size in r["nightly"]["sizes"])
+    assert any("Alternated in the same session" in f for f in r["findings"])
     for name in carried:  # the recorded results, as they were, dated when they were measured
         assert r[name] == recorded[name], name
         assert r["measured"][name] == recorded["measured"][name], name

@@ -162,6 +162,19 @@ def _nightly_rows(r: dict[str, Any], row: Row) -> None:
         + ("" if whole["met"] is not None else " (no verdict below the target's size)"),
         whole["met"],
     )
+    plain = judged["plain_ratio"]
+    if plain["paired"]:
+        p = plain["paired"]
+        row(
+            "nightly",
+            f"6. nightly (issue 40): re-aggregate + diff ÷ plain Spark SQL's query ≤ "
+            f"{plain['target']:g} at {NT.WHOLE_TARGET_EVENTS:,} events (medians of two, "
+            "alternated)",
+            f"{p['ratio']:.2f} ({' / '.join(secs(x) for x in p['tally_s'])} s vs "
+            f"{' / '.join(secs(x) for x in p['plain_s'])} s at {plain['events']:,} events)"
+            + ("" if plain["met"] is not None else " (no verdict below the target's size)"),
+            plain["met"],
+        )
     g = ni.get("growth")
     if g:
         rss = [s.get("peak_rss_mb") for s in sizes]
