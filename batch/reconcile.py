@@ -586,12 +586,11 @@ class _Run:
 @dataclass(frozen=True)
 class Diff:
     """What the re-aggregation and diff of a run give its later phases (all kept):
-    the date's `reconciliation` rows, its late rows (`late_arrivals`), those that explain
-    (`explaining_rows`: the figures' lateness), the log's ranked copies (`log_copies`: the
-    figures' repeats) and how many late rows repeat an earlier event."""
+    the date's `reconciliation` rows, its late rows that explain (`explaining_rows`: the
+    figures' lateness), the log's ranked copies (`log_copies`: the figures' repeats) and how
+    many late rows repeat an earlier event."""
 
     reconciliation: DataFrame
-    late: DataFrame
     explaining: DataFrame
     copies: DataFrame
     repeats: int
@@ -612,9 +611,9 @@ def _write_diff(
     run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame, copies: Copies
 ) -> Diff:
     """Write the date's `reconciliation` rows from the batch side, the stream's answer and the
-    late rows (`late_arrivals`); returns them (kept: the summary is computed from them) with
-    the late rows and how many of them repeat an earlier event. The day's late rows are few:
-    cached, so counting the repeats does not read the log again."""
+    late rows (`late_arrivals`, kept: ranked and counted from the cache); returns them (kept:
+    the summary is computed from them) with the explaining late rows and how many late rows
+    repeat an earlier event."""
     late = run.keep(late)
     # ranked once for the diff's late totals and the figures' lateness (narrow: kept)
     explaining = run.keep(explaining_rows(late))
@@ -622,7 +621,7 @@ def _write_diff(
     diff = run.keep(rows.select("*", _run_time(run.now).alias("run_time")))
     run.replace(diff, T.RECONCILIATION)
     repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
-    return Diff(diff, late, explaining, copies.lines, repeats)
+    return Diff(diff, explaining, copies.lines, repeats)
 
 
 def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
