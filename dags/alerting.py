@@ -177,18 +177,40 @@ def context_fields(context: Mapping[str, Any], settings: Settings) -> dict[str, 
     ti = context.get("ti") or context.get("task_instance")
     dag = context.get("dag")
     dag_run = context.get("dag_run")
-    start = context.get("data_interval_start")
     values: dict[str, Any] = {
         "dag_id": getattr(ti, "dag_id", None) or getattr(dag, "dag_id", "") or "",
         "task_id": getattr(ti, "task_id", "") or "",
         "run_id": getattr(ti, "run_id", None) or getattr(dag_run, "run_id", "") or "",
-        "business_date": business_date_of(start, settings.report_timezone) if start else None,
+        "business_date": _business_date(context, settings),
     }
     try:
         values["log_link"] = str(getattr(ti, "log_url", "") or "")
     except Exception:  # log_url needs the api-server's base URL from config
         values["log_link"] = ""
     return values
+
+
+def _named_dates(context: Mapping[str, Any]) -> list[date] | None:
+    """The dates the run's triggering asset events name (`dags.restatements`); None: none
+    (a scheduled or manual run), or they could not be read (an alert must still go out)."""
+    from dags.restatements import triggering_dates  # imports this module: not at the top
+
+    try:
+        return triggering_dates(context.get("triggering_asset_events"))
+    except Exception as exc:  # the events are read from Airflow's database
+        log.warning("alert without the triggering dates: %s", one_line(str(exc)))
+        return None
+
+
+def _business_date(context: Mapping[str, Any], settings: Settings) -> date | None:
+    """The date a failed task worked on: the one its triggering asset events name (a run the
+    `tally_restatements` asset triggered: its data interval is the trigger's moment, not a
+    business date; None when they name several), else its data interval's."""
+    named = _named_dates(context)
+    if named is not None:
+        return named[0] if len(named) == 1 else None
+    start = context.get("data_interval_start")
+    return business_date_of(start, settings.report_timezone) if start else None
 
 
 def report_link_for(settings: Settings, business_date: date | None) -> str:
@@ -227,6 +249,9 @@ class TallyAlertNotifier(BaseNotifier):
         retries = getattr(getattr(ti, "task", None), "retries", None)
         detail = f"{type(error).__name__}: {error}" if error is not None else "task failed"
         detail = detail.strip().splitlines()[0][:500] if detail.strip() else "task failed"
+        named = _named_dates(context)
+        if named is not None and len(named) > 1:  # no one business date: name them all
+            detail = f"{detail} (dates {', '.join(d.isoformat() for d in named)})"
         return [
             Alert(
                 what=f"task {fields['task_id'] or '?'} failed",

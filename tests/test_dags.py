@@ -444,6 +444,57 @@ def test_notifier_turns_a_failure_into_one_alert() -> None:
     assert "business_date=2026-11-20" in line and "observed RuntimeError: disk full" in line
 
 
+class _UnreadableEvents:
+    """Triggering asset events Airflow fails to read (the notifier must still alert)."""
+
+    def values(self) -> Any:
+        raise RuntimeError("metadata database gone")
+
+
+@pytest.mark.parametrize(
+    ("events", "business_date", "observed"),
+    [
+        # a scheduled run: its data interval's date
+        (None, date(2026, 11, 20), "RuntimeError: disk full"),
+        # the restatements asset named one date: that date, not the trigger's moment
+        (
+            {"tally_restatements": [{"dates": ["2026-10-03"]}]},
+            date(2026, 10, 3),
+            "RuntimeError: disk full",
+        ),
+        # several dates (two events): no one date; the alert names them all
+        (
+            {"tally_restatements": [{"dates": ["2026-10-03"]}, {"dates": ["2026-09-30"]}]},
+            None,
+            "RuntimeError: disk full (dates 2026-09-30, 2026-10-03)",
+        ),
+        # an event without dates (a manual trigger): the data interval's, as before
+        ({"tally_restatements": [{}]}, date(2026, 11, 20), "RuntimeError: disk full"),
+        # events that cannot be read: still one alert, dated by the data interval
+        (_UnreadableEvents(), date(2026, 11, 20), "RuntimeError: disk full"),
+    ],
+)
+def test_the_notifier_dates_a_failure_by_the_dates_its_run_was_triggered_for(
+    events: Any, business_date: date | None, observed: str
+) -> None:
+    from dags.alerting import TallyAlertNotifier
+
+    context = _context(RuntimeError("disk full"))
+    if isinstance(events, dict):
+        events = {
+            name: [SimpleNamespace(extra=extra) for extra in extras]
+            for name, extras in events.items()
+        }
+    context["triggering_asset_events"] = events
+    (alert,) = TallyAlertNotifier().alerts_for(context, _settings())
+    assert alert.business_date == business_date
+    assert alert.observed == observed
+    # the report link is the named date's (none without one date)
+    assert (business_date is not None) == bool(alert.report_link)
+    if business_date is not None:
+        assert business_date.isoformat() in alert.report_link
+
+
 def test_notifier_passes_data_quality_alerts_through() -> None:
     from dags.alerting import AlertRaised, TallyAlertNotifier
     from tally.alert import Alert
