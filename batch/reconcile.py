@@ -573,6 +573,10 @@ class _Run:
         self.kept.append(df.persist())
         return df
 
+    def in_log(self) -> Column:
+        """Whether a late row's line is in the pinned log (`tally.pins.within` its frontier)."""
+        return within(self.events_frontier)
+
     def release(self) -> None:
         for df in self.kept:
             df.unpersist()
@@ -648,7 +652,7 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     )
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
-        late = late_arrivals(rows, copies, bounds, within(run.events_frontier))
+        late = late_arrivals(rows, copies, bounds, run.in_log())
         return _write_diff(run, truth, stream, late, copies)
 
 
@@ -697,8 +701,8 @@ def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
         )
         rows = run.late_events.where(window_in_day(read))
         copies = _kept_copies(run, 0)
-        in_log = within(run.events_frontier)
-        late = late_per_session(late_arrivals(rows, copies, read, in_log), sessions, run.bounds)
+        late = late_arrivals(rows, copies, read, run.in_log())
+        late = late_per_session(late, sessions, run.bounds)
         return _write_diff(run, truth, stream, late, copies)
     finally:
         sessions.unpersist()
