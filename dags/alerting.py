@@ -174,6 +174,13 @@ def _send_slack(alerts: Sequence[Alert]) -> None:
 
 def context_fields(context: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """dag_id, task_id, run_id, log link and business date of a task's context."""
+    return _fields(context, settings, _named_dates(context))
+
+
+def _fields(
+    context: Mapping[str, Any], settings: Settings, named: list[date] | None
+) -> dict[str, Any]:
+    """`context_fields`, with the dates the run's triggering asset events name (`named`)."""
     ti = context.get("ti") or context.get("task_instance")
     dag = context.get("dag")
     dag_run = context.get("dag_run")
@@ -181,7 +188,7 @@ def context_fields(context: Mapping[str, Any], settings: Settings) -> dict[str, 
         "dag_id": getattr(ti, "dag_id", None) or getattr(dag, "dag_id", "") or "",
         "task_id": getattr(ti, "task_id", "") or "",
         "run_id": getattr(ti, "run_id", None) or getattr(dag_run, "run_id", "") or "",
-        "business_date": _business_date(context, settings),
+        "business_date": _business_date(context, settings, named),
     }
     try:
         values["log_link"] = str(getattr(ti, "log_url", "") or "")
@@ -202,11 +209,12 @@ def _named_dates(context: Mapping[str, Any]) -> list[date] | None:
         return None
 
 
-def _business_date(context: Mapping[str, Any], settings: Settings) -> date | None:
+def _business_date(
+    context: Mapping[str, Any], settings: Settings, named: list[date] | None
+) -> date | None:
     """The date a failed task worked on: the one its triggering asset events name (a run the
     `tally_restatements` asset triggered: its data interval is the trigger's moment, not a
     business date; None when they name several), else its data interval's."""
-    named = _named_dates(context)
     if named is not None:
         return named[0] if len(named) == 1 else None
     start = context.get("data_interval_start")
@@ -237,7 +245,8 @@ class TallyAlertNotifier(BaseNotifier):
         self.severity = severity
 
     def alerts_for(self, context: Mapping[str, Any], settings: Settings) -> list[Alert]:
-        fields = context_fields(context, settings)
+        named = _named_dates(context)  # read once: the date, and the dates in the detail
+        fields = _fields(context, settings, named)
         link = report_link_for(settings, fields["business_date"])
         error = context.get("exception")
         if isinstance(error, AlertRaised):
@@ -249,7 +258,6 @@ class TallyAlertNotifier(BaseNotifier):
         retries = getattr(getattr(ti, "task", None), "retries", None)
         detail = f"{type(error).__name__}: {error}" if error is not None else "task failed"
         detail = detail.strip().splitlines()[0][:500] if detail.strip() else "task failed"
-        named = _named_dates(context)
         if named is not None and len(named) > 1:  # no one business date: name them all
             detail = f"{detail} (dates {', '.join(d.isoformat() for d in named)})"
         return [
