@@ -28,7 +28,7 @@ from airflow.sdk.bases.notifier import BaseNotifier
 from airflow.sdk.exceptions import AirflowFailException
 
 from tally.alert import Alert
-from tally.dates import business_date_of
+from tally.dates import business_date_of, parse_business_date
 from tally.outputs import one_line, slack_text
 from tally.settings import Settings, load_settings
 from tally.spark import session_for
@@ -197,11 +197,19 @@ def _fields(
     return values
 
 
-def _named_dates(context: Mapping[str, Any]) -> list[date] | None:
-    """The dates the run's triggering asset events name (`dags.restatements`); None: none
-    (a scheduled or manual run), or they could not be read (an alert must still go out)."""
-    from dags.restatements import triggering_dates  # imports this module: not at the top
+def triggering_dates(events: Any) -> list[date] | None:
+    """The dates the triggering asset events name (extra `dates`, emitted by
+    `dags.restatements`); None: a run without them, e.g. a manual trigger."""
+    days: set[date] = set()
+    for asset_events in (events or {}).values():
+        for event in asset_events:
+            days.update(parse_business_date(d) for d in (event.extra or {}).get("dates", []))
+    return sorted(days) or None
 
+
+def _named_dates(context: Mapping[str, Any]) -> list[date] | None:
+    """The dates the run's triggering asset events name; None: none (a scheduled or manual
+    run), or they could not be read (an alert must still go out)."""
     try:
         return triggering_dates(context.get("triggering_asset_events"))
     except Exception as exc:  # the events are read from Airflow's database

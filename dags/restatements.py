@@ -14,12 +14,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import task
 
+from dags.alerting import triggering_dates
 from dags.common import restatements_asset
 from dags.signoff import ACCEPT, REJECT, answer_of, fail_sign_off, reason_param
 from tally.dates import parse_business_date
@@ -53,16 +54,6 @@ def check_restatements_task(settings: Settings) -> Any:
     return check_restatements()
 
 
-def triggering_dates(events: Any) -> list[date] | None:
-    """The dates the triggering asset events name (None: a run without them, e.g. a manual
-    trigger: every changed date is re-run)."""
-    days: set[date] = set()
-    for asset_events in (events or {}).values():
-        for event in asset_events:
-            days.update(parse_business_date(d) for d in (event.extra or {}).get("dates", []))
-    return sorted(days) or None
-
-
 def rerun_task(settings: Settings) -> Any:
     @task(
         task_id=RERUN_TASK,
@@ -75,6 +66,7 @@ def rerun_task(settings: Settings) -> Any:
         from dags.stages import rerun_restatements
 
         context = get_current_context()
+        # None (a manual trigger): every changed date is re-run
         dates = triggering_dates(context.get("triggering_asset_events"))
         return rerun_restatements(load_settings(), dates, now=context["dag_run"].run_after)
 

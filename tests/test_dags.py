@@ -816,7 +816,7 @@ def _asset_event(extra: dict[str, Any] | None) -> Any:
     ],
 )
 def test_triggering_dates(events: Any, expected: list[date] | None) -> None:
-    from dags.restatements import triggering_dates
+    from dags.alerting import triggering_dates
 
     assert triggering_dates(events) == expected
 
