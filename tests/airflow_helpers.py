@@ -152,8 +152,8 @@ def stream_settings(warehouse: Path, input_dir: Path, **extra: str) -> dict[str,
     }
 
 
-# One generated stream per session, shared by the Airflow tests: three days from
-# STREAM_FIRST_DAY, drained. The UI test runs the first day; the nightly tests all three.
+# One generated stream per session, shared by the nightly DAG tests: three days from
+# STREAM_FIRST_DAY, drained.
 STREAM_FIRST_DAY = date(2026, 11, 20)
 STREAM_DAYS = 3
 _STREAMS: dict[str, Path] = {}

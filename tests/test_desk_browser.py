@@ -9,8 +9,14 @@ deleted): the nightly DAG is triggered for it and runs in the scheduler until it
 in Required Actions. In the browser: log in, open Reconciliation, see both dates, open the
 unexplained date's page and its report (the charts load under the content security policy),
 accept the Required Action with a reason, and see the sign-off in the ledger and in the
-re-rendered report. Screenshots: artifacts/desk_*.png. The API test's dates (D2 with `ana`'s
-decisions) are not this test's, so it does not depend on running first.
+re-rendered report; every task of the run succeeded, the run's grid view is screenshotted
+(artifacts/airflow_grid.png) and the published table's asset event is recorded. Screenshots:
+artifacts/desk_*.png. The API test's dates (D2 with `ana`'s decisions) are not this test's, so
+it does not depend on running first.
+
+This is the suite's one Airflow run by its scheduler (the other DAG tests use `dag.test()`): the
+anonymous request refused, the login, the trigger through the REST API, the sign-off and the
+run to success are all checked here.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ def shot(page: Any, name: str) -> Path:
 def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
     from playwright.sync_api import sync_playwright
 
+    # Auth is on: the API refuses anonymous requests (the UI sends them to the login page).
+    assert H.http(f"{airflow.base}/api/v2/dags")[0] == 401
     token = H.token_for(airflow)
     dag_url = f"{airflow.base}/api/v2/dags/{H.NIGHTLY}"
     H.wait_for(
@@ -156,6 +164,26 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
                 return state if state in ("success", "failed") else None
 
             assert H.wait_for("the run", run_done, 1200, airflow, every=1) == "success"
+            _, tasks = states(airflow, token, run_id)
+            assert tasks == dict.fromkeys(
+                [
+                    "wait_for_stream_watermark",
+                    "reaggregate",
+                    "validate",
+                    "build_report",
+                    "sign_off",
+                    "publish",
+                ],
+                "success",
+            )
+
+            # The run's grid view, as a user would look at it.
+            page.goto(f"{airflow.base}/dags/{H.NIGHTLY}/runs/{run_id}")
+            page.get_by_text("build_report").first.wait_for()
+            page.wait_for_load_state("networkidle")
+            grid = ARTIFACTS / "airflow_grid.png"
+            page.screenshot(path=str(grid), full_page=True)
+            assert grid.stat().st_size > 10_000
 
             page.goto(f"{airflow.base}/plugin/reconciliation")
             reviewed_row = page.frame_locator("iframe[title=Reconciliation]").locator(
@@ -174,3 +202,8 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             assert violations == []
         finally:
             browser.close()
+
+    # The published table is the DAG's asset; the run's event was recorded.
+    status, events = H.http(f"{airflow.base}/api/v2/assets/events?limit=10", token=token)
+    assert status == 200, events
+    assert any(e["source_run_id"] == run_id for e in events["asset_events"])
