@@ -147,3 +147,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if _last_user(item, "broker"):
         for running in _BROKERS:
             running.run("stop")  # by its pid file; the fixture's own stop is then a no-op
+
+
+# Read once: tests change the environment (tally_cli drops every TALLY_* variable).
+_TIMES_FILE = os.environ.get("TEST_TIMES_FILE")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With TEST_TIMES_FILE=FILE, append each test phase's seconds to FILE as it finishes, so a
+    run stopped before its end (pytest's --durations and junit print only then) still says
+    where its time went."""
+    if _TIMES_FILE:
+        with open(_TIMES_FILE, "a", encoding="utf-8") as out:
+            out.write(f"{report.duration:.1f}\t{report.when}\t{report.nodeid}\n")
