@@ -31,6 +31,15 @@ REPO = Path(__file__).resolve().parent.parent
 DAGS_DIR = REPO / "dags"
 VENV_BIN = Path(sys.executable).parent
 NIGHTLY = "tally_nightly_reconciliation"
+# The nightly DAG's tasks, in order: every one succeeds in a run that completes.
+NIGHTLY_TASKS = (
+    "wait_for_stream_watermark",
+    "reaggregate",
+    "validate",
+    "build_report",
+    "sign_off",
+    "publish",
+)
 HEALTH = "tally_streaming_health"
 TUNING = "tally_lateness_tuning"
 RESTATEMENTS = "tally_restatements"

@@ -33,14 +33,6 @@ pytestmark = pytest.mark.slow
 
 D1 = H.STREAM_FIRST_DAY
 DATES = [D1 + timedelta(days=i) for i in range(H.STREAM_DAYS)]
-STAGES = [
-    "wait_for_stream_watermark",
-    "reaggregate",
-    "validate",
-    "build_report",
-    "sign_off",
-    "publish",
-]
 DATE_TABLES = (
     "batch_aggregates",
     "reconciliation",
@@ -171,7 +163,7 @@ def test_first_date_runs_end_to_end(spark, nightly, warehouse) -> None:
     earlier = {r["run_id"] for r in signoffs(spark, warehouse, D1)}
     state, states = run_date(nightly, D1)
     assert state == "success", states
-    assert states == dict.fromkeys(STAGES, "success")
+    assert states == dict.fromkeys(H.NIGHTLY_TASKS, "success")
 
     summary = read_table(spark, warehouse, "reconciliation_summary").where(
         F.col("business_date") == F.lit(D1)
@@ -291,7 +283,7 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     state, states = run_date(nightly, day)
     answer.join(timeout=5)
     assert state == "success", states
-    assert states == dict.fromkeys(STAGES, "success")
+    assert states == dict.fromkeys(H.NIGHTLY_TASKS, "success")
     latest = signoffs(spark, warehouse, day)[-1]
     assert (latest["decision"], latest["decided_by"]) == ("accepted", "reviewer")
     assert latest["reason"] == "known upstream outage, ticket 123"
