@@ -31,6 +31,9 @@ def spark() -> Iterator[object]:
             "spark.default.parallelism": "2",
             # Delta replays table logs with 50 tasks by default; tiny test tables need 2.
             "spark.databricks.delta.snapshotPartitions": "2",
+            # A test's own VACUUM lists a table in a job of this many tasks (Spark's default
+            # 10,000: 40 s of empty tasks per tiny table); tally.maintenance.vacuum sets its own.
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
             # One JVM runs every test: a whole run's status history (Spark keeps 1000 SQL
             # executions and their plan metrics by default) is not worth its heap here.
             "spark.sql.ui.retainedExecutions": "50",
