@@ -1,6 +1,6 @@
 """The stream maintains its own tables: compaction beside the running stream, closed dates
-packed, a pinned read unchanged, `tally maintain` and its refusal, and a SIGKILL during
-housekeeping that loses nothing (docs/operations.md).
+packed, a pinned read unchanged, `tally maintain` and its refusal (docs/operations.md). A
+SIGKILL during housekeeping is test_s3_warehouse's, on S3.
 
 Two dates of tiny files, one file a micro-batch, replayed under the arrival clock: the
 housekeeper's schedule follows that clock (`compact_interval` 1h of event time), so it
@@ -18,20 +18,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from stream_tables import (
-    StreamProcess,
-    compaction_in_flight,
-    local_uncommitted,
     read,
     read_input,
-    stream_command,
-    ui_port_env,
 )
 
 from tally import tables as T
 from tally.maintenance import live_files
 from tally.pins import frontier_of, read_at_frontier
 from tally_tools.generate import generate
-from tally_tools.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -236,46 +230,6 @@ def test_maintain_refuses_while_a_live_stream_holds_the_lease(tmp_path, tally_cl
     assert rc == 2
     assert len(err) == 1 and "is owned by a running stream" in err[0], err
     assert err[0].startswith("tally: maintain: ")
-
-
-def test_sigkill_during_a_compaction_loses_nothing(tmp_path_factory, spark):
-    """Housekeeping between batches (inline), killed while a compaction of `events` has
-    written its files and not committed them; the restart finishes the stream and its
-    housekeeping, every valid line is in `events` exactly once, and the killed compaction's
-    files stay out of the table (VACUUM deletes them once older than the retention)."""
-    root = tmp_path_factory.mktemp("housekeeping_kill")
-    input_dir, wh = two_dates(root, seed=23), root / "warehouse"
-    port = free_port()
-    env = {
-        **HOUSEKEEPING,
-        "TALLY_MAINTENANCE_MODE": "inline",
-        "TALLY_LEASE_TTL": "1h",
-        **ui_port_env(port),
-    }
-    command = stream_command(str(input_dir), str(wh))
-    command[command.index("--max-files-per-trigger") + 1] = "1"
-    run1 = StreamProcess(command, root / "run1.log", env=env)
-    uncommitted = local_uncommitted(wh / "events")
-    killed = run1.kill_when(compaction_in_flight(port, uncommitted), STEP_TIMEOUT_S)
-    assert killed, run1.tail()
-    orphans = list(uncommitted.seen)
-    assert orphans and all((wh / "events" / f).exists() for f in orphans)
-    run2 = StreamProcess([*command, "--drain"], root / "run2.log", env=env)
-    assert run2.wait(STEP_TIMEOUT_S) == 0, run2.tail()
-
-    events = read(spark, str(wh), "events")
-    got = Counter(
-        (Path(r["source_file"]).name, r["source_line"])
-        for r in events.select("source_file", "source_line").collect()
-    )
-    assert got == valid_lines(input_dir)
-    after = local_uncommitted(wh / "events")
-    after()
-    assert set(orphans) <= set(after.seen), "the killed compaction's files were never committed"
-    rows = logged(spark, wh)
-    assert [r for r in rows if r["outcome"] != "done"] == []
-    assert any(r["action"].startswith("compact") and r["table_name"] == "events" for r in rows)
-    assert all(files <= 4 for files in events_files_per_date(spark, wh).values())
 
 
 def test_the_nightly_maintains_the_tables_it_writes(maintained, tally_cli, spark, tmp_path):
