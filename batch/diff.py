@@ -21,13 +21,19 @@ with all its events, including those timed after midnight.
 
 Statuses (all arithmetic is exact BIGINT; a side without a row counts as 0):
 
-* `MATCH`: the stream has the window, stream == batch (count and amount), no late events.
+* `MATCH`: the stream has the window, stream == batch (count and amount), no late events and
+  no copies.
 * `EXPLAINED_BY_LATE`: the stream has the window and batch − stream == late totals (count and
-  amount) exactly, with at least one late event.
+  amount) exactly, with at least one late event and no copies.
+* `EXPLAINED_BY_COPIES`: the stream has the window and batch − stream == late − copies
+  exactly, with at least one copy: a line the stream counted that is not its event_id's
+  first arrival (`counted_copies`: beyond its dedup horizon the stream counts a reused id
+  again when its window can still change), late events or not.
 * `MISSING_IN_STREAM`: the stream has no row for the window and batch == late totals exactly
   (the whole window arrived late), with at least one late event.
 * `UNEXPLAINED`: anything else. Exactly these rows have a nonzero residual
-  (`residual = (batch − stream) − late`), shown in `residual_count` / `residual_amount`.
+  (`residual = (batch − stream) − late + copies`), shown in `residual_count` /
+  `residual_amount`.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from tally.arrivals import (
     FIRST_ARRIVAL,
     FIRST_COPY,
     LINE_IDENTITY,
+    WINDOW_BOUNDS,
     explaining_late,
     first_lines,
     marked_copies,
@@ -57,8 +64,11 @@ from tally.dates import (
     window_event_times,
     window_in_day,
 )
+from tally.tables import zero_if_absent
 from tally.vocabulary import (
     ARRIVAL_ORDER,
+    COUNTED,
+    EXPLAINED_BY_COPIES,
     EXPLAINED_BY_LATE,
     LATE_ARRIVAL_ORDER,
     MATCH,
@@ -138,7 +148,16 @@ def ranked_hashes(repeated: DataFrame) -> DataFrame:
 # lines `late_arrivals` compares and what the figures per partition count.
 COPY_COLUMNS = tuple(
     dict.fromkeys(
-        ("event_id", "key", "amount", "event_time", *ARRIVAL_ORDER, *LINE_IDENTITY, *FIGURE_COLUMNS)
+        (
+            "event_id",
+            "key",
+            "amount",
+            "event_time",
+            "arrival_status",
+            *ARRIVAL_ORDER,
+            *LINE_IDENTITY,
+            *FIGURE_COLUMNS,
+        )
     )
 )
 
@@ -317,33 +336,125 @@ def late_totals(explaining: DataFrame) -> DataFrame:
     )
 
 
+# The columns of a copy the stream counted (`counted_copies`) that the evidence keeps.
+COUNTED_COPY_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *WINDOW_KEY,
+            "event_id",
+            "amount",
+            "event_time",
+            "arrival_status",
+            *ARRIVAL_ORDER,
+            *LINE_IDENTITY,
+        )
+    )
+)
+
+
+def counted_copies(
+    copies: Copies,
+    late: DataFrame,
+    bounds: DayBounds,
+    window_ms: int,
+    slide_ms: int | None = None,
+) -> DataFrame:
+    """The copies of earlier events that the stream counted into the day's windows: one row per
+    (line, window). A line of `copies` (ranked: `FIRST_ARRIVAL`) that is not its event_id's
+    first arrival and that the stream counted (`arrival_status` on_time or allowed_late: not
+    a duplicate, not late in every window) was a repeat of an id beyond its dedup horizon,
+    classified like a new event (docs/semantics.md): counted into each of its windows except
+    those it has a `late_events` row for (`late`: `late_arrivals`; a hopping event can be
+    counted in some windows and late for others). The batch counts the
+    id once, by its first arrival, so each such row is one event of stream surplus."""
+    lines = copies.lines.where(
+        ~F.col(FIRST_ARRIVAL)
+        & F.col("event_id").isNotNull()
+        & F.col("arrival_status").isin(*COUNTED)
+    ).select(*[c for c in COUNTED_COPY_COLUMNS if c not in WINDOW_BOUNDS])
+    windowed = with_windows(lines, window_ms, slide_ms).where(window_in_day(bounds))
+    late_lines = late.where(~F.col(FIRST_ARRIVAL)).select(
+        *[F.col(c).alias(f"_late_{c}") for c in (*LINE_IDENTITY, *WINDOW_BOUNDS)]
+    )
+    same = reduce(
+        lambda a, b: a & b,
+        [F.col(c).eqNullSafe(F.col(f"_late_{c}")) for c in (*LINE_IDENTITY, *WINDOW_BOUNDS)],
+    )
+    return windowed.join(late_lines, same, "left_anti").select(*COUNTED_COPY_COLUMNS)
+
+
+def copy_evidence(counted: DataFrame, copies: Copies, business_date: date) -> DataFrame:
+    """`reconciliation_copies` rows (without run_time): each copy the stream counted
+    (`counted_copies`) beside its event_id's first arrival in `copies`."""
+    first = copies.lines.where(F.col(FIRST_COPY) & F.col("event_id").isNotNull()).select(
+        F.col("event_id").alias("_first_id"),
+        F.col("event_date").alias("first_event_date"),
+        F.col("event_time").alias("first_event_time"),
+        F.col("key").alias("first_key"),
+        F.col("amount").alias("first_amount"),
+        F.col("ingest_time").alias("first_ingest_time"),
+        F.col("source_file").alias("first_source_file"),
+        F.col("source_line").alias("first_source_line"),
+    )
+    joined = counted.join(first, F.col("event_id") == F.col("_first_id"), "left")
+    return joined.select(
+        F.lit(business_date).alias("business_date"),
+        *[c for c in counted.columns if c != "source_mtime"],
+        *[c for c in first.columns if c != "_first_id"],
+    )
+
+
+def copy_totals(counted: DataFrame) -> DataFrame:
+    """Per window and key: how many copies the stream counted (`counted_copies`), and their
+    amount: `aggregate_windows`' expressions."""
+    return counted.groupBy(*WINDOW_KEY).agg(
+        F.count(F.lit(1)).alias("event_count"),
+        F.sum("amount").cast("long").alias("amount_sum"),
+    )
+
+
 def status_column(
     in_stream: Column,
     stream: tuple[Column, Column],
     batch: tuple[Column, Column],
     late: tuple[Column, Column],
+    copies: tuple[Column, Column],
 ) -> Column:
-    """The status of a window from its (count, amount) pairs; all non-null BIGINT."""
+    """The status of a window from its (count, amount) pairs; all non-null BIGINT. The gap
+    (batch − stream) is explained when it equals late − copies exactly."""
     (s_count, s_amount), (b_count, b_amount), (l_count, l_amount) = stream, batch, late
+    c_count, c_amount = copies
     no_late = (l_count == 0) & (l_amount == 0)
-    diff_is_late = ((b_count - s_count) == l_count) & ((b_amount - s_amount) == l_amount)
+    no_copies = (c_count == 0) & (c_amount == 0)
+    explained = ((b_count - s_count) == (l_count - c_count)) & (
+        (b_amount - s_amount) == (l_amount - c_amount)
+    )
     batch_is_late = (b_count == l_count) & (b_amount == l_amount)
     return (
-        F.when(in_stream & (s_count == b_count) & (s_amount == b_amount) & no_late, F.lit(MATCH))
-        .when(in_stream & diff_is_late & ~no_late, F.lit(EXPLAINED_BY_LATE))
-        .when(~in_stream & batch_is_late & ~no_late, F.lit(MISSING_IN_STREAM))
+        F.when(
+            in_stream & (s_count == b_count) & (s_amount == b_amount) & no_late & no_copies,
+            F.lit(MATCH),
+        )
+        .when(in_stream & explained & ~no_late & no_copies, F.lit(EXPLAINED_BY_LATE))
+        .when(in_stream & explained & ~no_copies, F.lit(EXPLAINED_BY_COPIES))
+        .when(~in_stream & batch_is_late & ~no_late & no_copies, F.lit(MISSING_IN_STREAM))
         .otherwise(F.lit(UNEXPLAINED))
     )
 
 
 def diff_windows(
-    batch: DataFrame, stream: DataFrame, late: DataFrame, business_date: date
+    batch: DataFrame,
+    stream: DataFrame,
+    late: DataFrame,
+    business_date: date,
+    copies: DataFrame | None = None,
 ) -> DataFrame:
     """Rows of `reconciliation`: batch (WINDOW_KEY, event_count, amount_sum) vs the stream's
-    latest revision vs late totals (`late_totals`), full outer, exact BIGINT arithmetic.
+    latest revision vs late totals (`late_totals`) and the copies the stream counted
+    (`copy_totals`; None: none), full outer, exact BIGINT arithmetic.
 
-    Each side has at most one row per window and key, so the full outer join of the three is
-    their union grouped by WINDOW_KEY: one shuffle and a hash aggregate instead of two sort-
+    Each side has at most one row per window and key, so the full outer join of the sides is
+    their union grouped by WINDOW_KEY: one shuffle and a hash aggregate instead of sort-
     merge joins (each side's columns are null in the other sides' rows)."""
     sides = [
         batch.select(
@@ -364,6 +475,14 @@ def diff_windows(
             F.col("max_lateness").alias("max_lateness_ms"),
         ),
     ]
+    if copies is not None:
+        sides.append(
+            copies.select(
+                *WINDOW_KEY,
+                F.col("event_count").alias("_c_count"),
+                F.col("amount_sum").alias("_c_amount"),
+            )
+        )
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), sides)
     side_columns = [c for side in sides for c in side.columns if c not in WINDOW_KEY]
     joined = union.groupBy(*WINDOW_KEY).agg(*[F.max(c).alias(c) for c in side_columns])
@@ -374,6 +493,10 @@ def diff_windows(
     stream_pair = (zero("_s_count"), zero("_s_amount"))
     batch_pair = (zero("_b_count"), zero("_b_amount"))
     late_pair = (zero("_l_count"), zero("_l_amount"))
+    if copies is not None:
+        copies_pair = (zero("_c_count"), zero("_c_amount"))
+    else:
+        copies_pair = (F.lit(0).cast("long"), F.lit(0).cast("long"))
     in_stream = F.col("_in_stream").isNotNull()
     diff_count = batch_pair[0] - stream_pair[0]
     diff_amount = batch_pair[1] - stream_pair[1]
@@ -388,20 +511,23 @@ def diff_windows(
         diff_amount.alias("diff_amount"),
         late_pair[0].alias("late_count"),
         late_pair[1].alias("late_amount"),
-        (diff_count - late_pair[0]).alias("residual_count"),
-        (diff_amount - late_pair[1]).alias("residual_amount"),
+        (diff_count - late_pair[0] + copies_pair[0]).alias("residual_count"),
+        (diff_amount - late_pair[1] + copies_pair[1]).alias("residual_amount"),
         F.col("max_lateness_ms").cast("long").alias("max_lateness_ms"),
-        status_column(in_stream, stream_pair, batch_pair, late_pair).alias("status"),
+        status_column(in_stream, stream_pair, batch_pair, late_pair, copies_pair).alias("status"),
+        copies_pair[0].alias("copies_count"),
+        copies_pair[1].alias("copies_amount"),
     )
 
 
 def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
     """The one `reconciliation_summary` row of the date (one row even with no windows).
 
-    gap = batch − stream; explained = the late side output totals of the date's windows;
-    unexplained = the sum of residuals (signed; nonzero only on UNEXPLAINED rows), so
-    gap = explained + unexplained exactly; `unexplained_abs_amount` = sum of |residual_amount|
-    (residuals of opposite sign cannot hide each other there); `unexplained_windows` = number
+    gap = batch − stream; explained = the late side output totals of the date's windows less
+    the copies the stream counted (`copies_*`); unexplained = the sum of residuals (signed;
+    nonzero only on UNEXPLAINED rows), so gap = explained + unexplained exactly;
+    `unexplained_abs_amount` = sum of |residual_amount| (residuals of opposite sign cannot
+    hide each other there); `unexplained_windows` = number
     of UNEXPLAINED rows. worst_keys: up to 5 keys with a nonzero residual or diff, by
     sum |residual_amount| desc, then sum |diff_amount| desc, then key.
     """
@@ -441,8 +567,8 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
         total("batch_amount").alias("batch_amount"),
         total("diff_count").alias("gap_count"),
         total("diff_amount").alias("gap_amount"),
-        total("late_count").alias("explained_count"),
-        total("late_amount").alias("explained_amount"),
+        (total("late_count") - total("copies_count")).alias("explained_count"),
+        (total("late_amount") - total("copies_amount")).alias("explained_amount"),
         windows_with(UNEXPLAINED).alias("unexplained_windows"),
         total("residual_count").alias("unexplained_count"),
         total("residual_amount").alias("unexplained_amount"),
@@ -455,6 +581,9 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
         windows_with(MATCH).alias("match_windows"),
         windows_with(EXPLAINED_BY_LATE).alias("explained_by_late_windows"),
         windows_with(MISSING_IN_STREAM).alias("missing_in_stream_windows"),
+        total("copies_count").alias("copies_count"),
+        total("copies_amount").alias("copies_amount"),
+        windows_with(EXPLAINED_BY_COPIES).alias("explained_by_copies_windows"),
     )
     rate = F.when(
         F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
@@ -482,6 +611,8 @@ COMPARED_COLUMNS = (
     "residual_amount",
     "max_lateness_ms",
     "status",
+    "copies_count",
+    "copies_amount",
 )
 
 
@@ -491,7 +622,12 @@ def window_differences(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
     null where that side has no row). Empty when they are the same rows."""
 
     def side(rows: DataFrame, name: str) -> DataFrame:
-        return rows.select(*WINDOW_KEY, F.struct(*COMPARED_COLUMNS).alias(name))
+        # a row from before copies were counted has none (null): it counted none
+        columns = [
+            zero_if_absent(rows, c).alias(c) if c.startswith("copies_") else c
+            for c in COMPARED_COLUMNS
+        ]
+        return rows.select(*WINDOW_KEY, F.struct(*columns).alias(name))
 
     joined = side(recomputed, "recomputed").join(
         side(recorded, "recorded"), list(WINDOW_KEY), "full_outer"

@@ -54,6 +54,9 @@ from batch.diff import (
     LATE_COLUMNS,
     Copies,
     batch_aggregates,
+    copy_evidence,
+    copy_totals,
+    counted_copies,
     diff_windows,
     explaining_rows,
     late_arrivals,
@@ -232,7 +235,8 @@ def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
         if not T.exists(spark, warehouse, table.name):
             if not T.creates_on_write(table):
                 T.ensure_table(spark, warehouse, table)
-        elif table in (T.RECONCILIATION, T.RECONCILIATION_RUNS):  # columns they gained
+        elif table in (T.RECONCILIATION, T.RECONCILIATION_RUNS, T.RECONCILIATION_SUMMARY):
+            # columns they gained
             T.add_missing_columns(spark, warehouse, table)
 
 
@@ -612,17 +616,34 @@ class Recorded:
 
 
 def _write_diff(
-    run: _Run, batch: DataFrame, stream: DataFrame, late: DataFrame, copies: Copies
+    run: _Run,
+    batch: DataFrame,
+    stream: DataFrame,
+    late: DataFrame,
+    copies: Copies,
+    windows: tuple[int, int | None] | None = None,
 ) -> Diff:
-    """Write the date's `reconciliation` rows from the batch side, the stream's answer and the
-    late rows (`late_arrivals`, kept: ranked and counted from the cache); returns them (kept:
-    the summary is computed from them) with the explaining late rows and how many late rows
-    repeat an earlier event."""
+    """Write the date's `reconciliation` rows from the batch side, the stream's answer, the
+    late rows (`late_arrivals`, kept: ranked and counted from the cache) and, for fixed
+    `windows` (size, slide), the copies the stream counted (`counted_copies`, written to
+    `reconciliation_copies`); returns them (kept: the summary is computed from them) with the
+    explaining late rows and how many late rows repeat an earlier event."""
     late = run.keep(late)
     # ranked once for the diff's late totals and the figures' lateness (narrow: kept)
     explaining = run.keep(explaining_rows(late))
-    rows = diff_windows(batch, stream, late_totals(explaining), run.business_date)
-    diff = run.keep(rows.select("*", _run_time(run.now).alias("run_time")))
+    counted = None
+    if windows is not None:
+        counted = run.keep(counted_copies(copies, late, run.bounds, *windows))
+        evidence = copy_evidence(counted, copies, run.business_date)
+        run.replace(
+            evidence.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_COPIES
+        )
+    totals = None if counted is None else copy_totals(counted)
+    rows = diff_windows(batch, stream, late_totals(explaining), run.business_date, totals)
+    # in the table's column order (the handed-over frame is what the table holds)
+    diff = run.keep(
+        T.conform(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION)
+    )
     run.replace(diff, T.RECONCILIATION)
     repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
     return Diff(diff, explaining, copies.lines, repeats)
@@ -653,7 +674,7 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
         late = late_arrivals(rows, copies, bounds, run.in_log())
-        return _write_diff(run, truth, stream, late, copies)
+        return _write_diff(run, truth, stream, late, copies, (window_ms, slide_ms))
 
 
 def _kept_copies(run: _Run, window_ms: int) -> Copies:

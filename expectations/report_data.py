@@ -527,16 +527,19 @@ def _headline(recon: DataFrame, summary: dict[str, Any] | None) -> dict[str, int
     """Counts and amounts (exact BIGINT sums): the summary's when the batch layer wrote one,
     else summed from the reconciliation rows."""
     names = {
-        "stream_count": "stream_count",
-        "stream_amount": "stream_amount",
-        "batch_count": "batch_count",
-        "batch_amount": "batch_amount",
-        "gap_count": "diff_count",
-        "gap_amount": "diff_amount",
-        "explained_count": "late_count",
-        "explained_amount": "late_amount",
-        "unexplained_count": "residual_count",
-        "unexplained_amount": "residual_amount",
+        "stream_count": F.col("stream_count"),
+        "stream_amount": F.col("stream_amount"),
+        "batch_count": F.col("batch_count"),
+        "batch_amount": F.col("batch_amount"),
+        "gap_count": F.col("diff_count"),
+        "gap_amount": F.col("diff_amount"),
+        # explained: the late rows less the copies the stream counted (none in older rows)
+        "explained_count": F.col("late_count") - T.zero_if_absent(recon, "copies_count"),
+        "explained_amount": F.col("late_amount") - T.zero_if_absent(recon, "copies_amount"),
+        "unexplained_count": F.col("residual_count"),
+        "unexplained_amount": F.col("residual_amount"),
+        "copies_count": T.zero_if_absent(recon, "copies_count"),
+        "copies_amount": T.zero_if_absent(recon, "copies_amount"),
     }
     keys = (*names, "unexplained_windows", "windows")
     recorded = {k: int(summary[k]) for k in keys if summary and summary.get(k) is not None}
@@ -575,7 +578,9 @@ def _worst_keys(recon: DataFrame) -> list[dict[str, Any]]:
         for r in recon.groupBy("key")
         .agg(
             F.sum("diff_amount").cast("long").alias("gap_amount"),
-            F.sum("late_amount").cast("long").alias("explained_amount"),
+            F.sum(F.col("late_amount") - T.zero_if_absent(recon, "copies_amount"))
+            .cast("long")
+            .alias("explained_amount"),
             F.sum("residual_amount").cast("long").alias("unexplained_amount"),
             F.sum(F.abs("residual_amount")).cast("long").alias("abs_unexplained"),
             F.sum(F.abs("diff_amount")).cast("long").alias("abs_gap"),

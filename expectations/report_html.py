@@ -115,13 +115,20 @@ def _headline_html(data: ReportData) -> str:
     """Streaming vs batch totals, the gap split into explained and unexplained, the window
     counts and the late-event rate."""
     h = data.headline
-    lines = (
+    lines: tuple[tuple[str, str], ...] = (
         ("Streaming total (provisional)", "stream"),
         ("Batch total (audited)", "batch"),
         ("Gap (batch − streaming)", "gap"),
         ("Explained by late events", "explained"),
         ("Unexplained", "unexplained"),
     )
+    if h.get("copies_count"):  # copies of earlier events the stream counted: named apart
+        lines = (
+            *lines[:3],
+            ("Explained: late events less the copies below", "explained"),
+            ("Copies of earlier events the stream counted", "copies"),
+            lines[4],
+        )
     return (
         _table("headline", ("", "events", "amount"), (_headline_row(h, *line) for line in lines))
         + f'<p>Windows: <span id="windows">{format_count(h["windows"])}</span>; unexplained '

@@ -30,7 +30,15 @@ from pyspark.sql.types import MapType
 
 from tally.dates import DayBounds, business_day_bounds, carried_day, window_in_day
 from tally.settings import Settings
-from tally.vocabulary import CRITICAL, EXPLAINED_STATUSES, STATUSES, UNEXPLAINED, WARNING
+from tally.tables import zero_if_absent
+from tally.vocabulary import (
+    CRITICAL,
+    EXPLAINED_BY_COPIES,
+    EXPLAINED_STATUSES,
+    STATUSES,
+    UNEXPLAINED,
+    WARNING,
+)
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -122,7 +130,8 @@ def gap_suite(
     *, unexplained_tolerance: int, late_rate_warn: float, late_rate_fail: float
 ) -> ExpectationSuite:
     """The date's reconciliation: no unexplained gap, the explained gap is exactly the late
-    side output, the late-event rate is under its thresholds, every window has a batch side."""
+    side output less the copies the stream counted (a warning when there are any), the
+    late-event rate is under its thresholds, every window has a batch side."""
     import great_expectations.expectations as gxe
 
     return _suite(
@@ -149,14 +158,27 @@ def gap_suite(
                 ),
             ),
             gxe.ExpectColumnValuesToBeInSet(
-                column="late_explains_gap",
+                column="gap_is_explained",
                 value_set=[True],
                 **_meta(
                     "explained_gap_is_late_output",
                     CRITICAL,
                     "On every window the batch layer calls explained (MATCH, EXPLAINED_BY_LATE, "
-                    "MISSING_IN_STREAM), batch - stream equals the late side output exactly "
-                    "(count and amount).",
+                    "EXPLAINED_BY_COPIES, MISSING_IN_STREAM), batch - stream equals the late "
+                    "side output less the copies the stream counted, exactly (count and "
+                    "amount).",
+                ),
+            ),
+            gxe.ExpectColumnSumToBeBetween(
+                column="copies_counted",
+                min_value=0,
+                max_value=0,
+                **_meta(
+                    "no_copies_counted",
+                    WARNING,
+                    "No window holds a copy of an earlier event that the stream counted again "
+                    "(observed: how many; explained, EXPLAINED_BY_COPIES, but a sign that the "
+                    "source reuses event_ids beyond the stream's dedup_horizon) (warning).",
                 ),
             ),
             gxe.ExpectColumnMaxToBeBetween(
@@ -184,7 +206,8 @@ def gap_suite(
                     "batch_side_present",
                     CRITICAL,
                     "Every window of the day is present on the batch side (batch_count not null "
-                    "and not 0).",
+                    "and not 0), but one whose stream events are copies of earlier events "
+                    "(EXPLAINED_BY_COPIES).",
                 ),
             ),
         ],
@@ -195,11 +218,14 @@ def gap_frame(reconciliation: DataFrame) -> DataFrame:
     """The date's reconciliation rows with the derived columns the gap suite checks:
 
     * `unexplained`: 1 for an UNEXPLAINED window, else 0 (their sum is the count);
-    * `late_explains_gap`: on explained rows, diff == late (count and amount); null otherwise;
+    * `copies_counted`: the window's copies the stream counted (0 in rows of earlier runs);
+    * `gap_is_explained`: on explained rows, diff == late − copies (count and amount; copies:
+      those the stream counted, none in rows of earlier runs); null otherwise;
     * `late_event_rate`: sum(late_count) / sum(batch_count) of the date (the summary's
       `late_event_rate`), on every row; 0.0 when the date has no batch events;
     * `batch_window_count`: batch_count, null when it is null or 0 (reconcile writes 0 for a
-      window with no batch row).
+      window with no batch row), except in an EXPLAINED_BY_COPIES window (its stream events
+      may all be copies of earlier events, which the batch counts under their own windows).
     """
     totals = reconciliation.agg(
         F.coalesce(F.sum("late_count"), F.lit(0)).cast("double").alias("_late"),
@@ -210,14 +236,21 @@ def gap_frame(reconciliation: DataFrame) -> DataFrame:
         .alias("late_event_rate")
     )
     explained = F.col("status").isin(*EXPLAINED_STATUSES)
-    late_is_diff = (F.col("diff_count") == F.col("late_count")) & (
-        F.col("diff_amount") == F.col("late_amount")
+    copies_count = zero_if_absent(reconciliation, "copies_count")
+    copies_amount = zero_if_absent(reconciliation, "copies_amount")
+    late_is_diff = (F.col("diff_count") == F.col("late_count") - copies_count) & (
+        F.col("diff_amount") == F.col("late_amount") - copies_amount
     )
     return reconciliation.crossJoin(F.broadcast(totals)).select(
         "*",
         F.when(F.col("status") == UNEXPLAINED, 1).otherwise(0).alias("unexplained"),
-        F.when(explained, F.coalesce(late_is_diff, F.lit(False))).alias("late_explains_gap"),
-        F.when(F.col("batch_count") != 0, F.col("batch_count")).alias("batch_window_count"),
+        copies_count.alias("copies_counted"),
+        F.when(explained, F.coalesce(late_is_diff, F.lit(False))).alias("gap_is_explained"),
+        # a window whose only stream events are copies of earlier events has no batch side
+        F.when(
+            (F.col("batch_count") != 0) | (F.col("status") == EXPLAINED_BY_COPIES),
+            F.col("batch_count"),
+        ).alias("batch_window_count"),
     )
 
 

@@ -21,6 +21,7 @@ from tally.dates import parse_business_date
 STATUSES = (
     "balanced",
     "explained_by_late",
+    "explained_by_copies",
     "unexplained",
     "validation_failed",
     "not_run",
@@ -30,6 +31,7 @@ STATUS_LABELS = {
     "reopened": "reopened (changed after its run)",
     "balanced": "balanced",
     "explained_by_late": "explained by late events",
+    "explained_by_copies": "explained by copies the stream counted",
     "unexplained": "unexplained",
     "validation_failed": "validation failed",
     "not_run": "not yet run",
@@ -51,7 +53,29 @@ SUMMARY_COLUMNS = (
     "unexplained_windows",
     "unexplained_amount",
     "late_event_rate",
+    "copies_count",
 )
+# What the desk shows of a date's `reconciliation_copies` (the evidence of EXPLAINED_BY_COPIES),
+# and at most how many of its rows (the page says how many there are).
+COPY_COLUMNS = (
+    "window_start",
+    "key",
+    "event_id",
+    "amount",
+    "event_time",
+    "arrival_status",
+    "ingest_time",
+    "source_file",
+    "source_line",
+    "first_event_date",
+    "first_event_time",
+    "first_key",
+    "first_amount",
+    "first_ingest_time",
+    "first_source_file",
+    "first_source_line",
+)
+COPIES_SHOWN = 100
 RUN_COLUMNS = (
     "business_date",
     "run_time",
@@ -137,6 +161,8 @@ def status_of(summary: Mapping[str, Any] | None, validation_failed: bool) -> str
         return "unexplained"
     if validation_failed:
         return "validation_failed"
+    if summary.get("copies_count"):  # the stream counted copies of earlier events
+        return "explained_by_copies"
     if summary.get("gap_count") or summary.get("gap_amount"):
         return "explained_by_late"
     return "balanced"

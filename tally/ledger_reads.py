@@ -24,8 +24,10 @@ EVENTS = "events"
 RESTATEMENTS = "restatements"
 SWEEP = "restatement_sweep"
 PROGRESS = "stream_progress"
+COPIES = "reconciliation_copies"
 DESK_TABLES = (
     SUMMARY,
+    COPIES,
     RUNS,
     VALIDATION,
     ALERTS,

@@ -176,11 +176,13 @@ RECONCILIATION = Table(
     "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
     "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
     "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING, "
-    "run_time TIMESTAMP",
+    "run_time TIMESTAMP, copies_count BIGINT, copies_amount BIGINT",
     "Per window and key of a business date: stream answer vs batch truth vs late side "
-    "output; diff = batch - stream, residual = diff - late; status MATCH, "
-    "EXPLAINED_BY_LATE, MISSING_IN_STREAM or UNEXPLAINED; run_time: the reconciliation_runs "
-    "row of the run that wrote them (null in rows of earlier runs).",
+    "output vs copies of earlier events the stream counted (beyond its dedup horizon); "
+    "diff = batch - stream, residual = diff - late + copies; status MATCH, "
+    "EXPLAINED_BY_LATE, EXPLAINED_BY_COPIES, MISSING_IN_STREAM or UNEXPLAINED; run_time: the "
+    "reconciliation_runs row of the run that wrote them (null in rows of earlier runs); "
+    "copies_*: null in rows of runs from before copies were counted.",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key"),
 )
@@ -192,10 +194,11 @@ RECONCILIATION_SUMMARY = Table(
     "unexplained_count BIGINT, unexplained_amount BIGINT, unexplained_abs_amount BIGINT, "
     "late_events BIGINT, late_amount BIGINT, late_event_rate DOUBLE, "
     "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
-    "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT",
+    "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT, "
+    "copies_count BIGINT, copies_amount BIGINT, explained_by_copies_windows BIGINT",
     "One row per business date: totals, gap = batch - stream, explained = late side "
-    "output totals, unexplained = sum of residuals (gap = explained + unexplained), "
-    "late rate, worst keys and status counts.",
+    "output totals less the copies the stream counted (copies_*), unexplained = sum of "
+    "residuals (gap = explained + unexplained), late rate, worst keys and status counts.",
     partition_by=("business_date",),
     order_by=("business_date",),
 )
@@ -223,6 +226,22 @@ RECONCILIATION_RUNS = Table(
     "date's runs in the order recorded (null in a row from before run history).",
     partition_by=("business_date",),
     order_by=("business_date",),
+)
+RECONCILIATION_COPIES = Table(
+    "reconciliation_copies",
+    "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+    "event_id STRING, amount BIGINT, event_time TIMESTAMP, arrival_status STRING, "
+    "ingest_time TIMESTAMP, batch_id BIGINT, app_id STRING, source_file STRING, "
+    "source_line BIGINT, first_event_date DATE, first_event_time TIMESTAMP, first_key STRING, "
+    "first_amount BIGINT, first_ingest_time TIMESTAMP, first_source_file STRING, "
+    "first_source_line BIGINT, run_time TIMESTAMP",
+    "The evidence of EXPLAINED_BY_COPIES: per business date, each copy of an earlier event "
+    "that the stream counted into one of the date's windows (its id forgotten beyond the "
+    "dedup horizon), one row per (line, window), beside its event_id's first arrival "
+    "(first_*: the line the batch counts, under its own date). run_time: the "
+    "reconciliation_runs row of the run that wrote them.",
+    partition_by=("business_date",),
+    order_by=("business_date", "window_start", "key", "event_id"),
 )
 RECONCILIATION_PARTITIONS = Table(
     "reconciliation_partitions",
@@ -392,6 +411,7 @@ RECONCILE_TABLES = (
     RECONCILIATION_SUMMARY,
     RECONCILIATION_RUNS,
     RECONCILIATION_PARTITIONS,
+    RECONCILIATION_COPIES,
 )
 ALL_TABLES = (
     *STREAMING_TABLES,
@@ -449,6 +469,14 @@ def add_missing_columns(spark: SparkSession, warehouse: str, table: Table) -> No
     if missing:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path.replace('`', '``')}` ADD COLUMNS ({columns})")
+
+
+def zero_if_absent(rows: DataFrame, name: str) -> Column:
+    """A BIGINT column a table gained (`add_missing_columns`), 0 where it is null (rows of
+    earlier runs) or absent (a table no run of this version wrote yet)."""
+    if name not in rows.columns:
+        return F.lit(0).cast("long")
+    return F.coalesce(F.col(name), F.lit(0)).cast("long")
 
 
 def exists(spark: SparkSession, warehouse: str, name: str) -> bool:

@@ -14,9 +14,12 @@ COUNTED = (ON_TIME, ALLOWED_LATE)  # the statuses the stream's window totals inc
 # -- what the nightly diff says of a window (reconciliation.status) ----------------------------
 MATCH = "MATCH"
 EXPLAINED_BY_LATE = "EXPLAINED_BY_LATE"
+# the gap is late events and copies of earlier events that the stream counted again (beyond
+# its dedup horizon), late events or not
+EXPLAINED_BY_COPIES = "EXPLAINED_BY_COPIES"
 MISSING_IN_STREAM = "MISSING_IN_STREAM"
 UNEXPLAINED = "UNEXPLAINED"
-EXPLAINED_STATUSES = (MATCH, EXPLAINED_BY_LATE, MISSING_IN_STREAM)
+EXPLAINED_STATUSES = (MATCH, EXPLAINED_BY_LATE, EXPLAINED_BY_COPIES, MISSING_IN_STREAM)
 STATUSES = (*EXPLAINED_STATUSES, UNEXPLAINED)
 
 # -- arrival order ------------------------------------------------------------------------------

@@ -170,6 +170,7 @@ def stage_reaggregate(
         "unexplained_windows": result.unexplained_windows,
         "gap_amount": int(s["gap_amount"]),
         "explained_amount": int(s["explained_amount"]),
+        "copies_count": int(s["copies_count"]),
         "events_version": result.events_version,
         "stream_aggregates_version": result.stream_aggregates_version,
         "late_events_version": result.late_events_version,

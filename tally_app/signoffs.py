@@ -45,6 +45,8 @@ def date_status(reconciliation: Mapping[str, Any], validation: Mapping[str, Any]
         return "unexplained"
     if not validation.get("success", True):
         return "validation_failed"
+    if reconciliation.get("copies_count"):  # the stream counted copies of earlier events
+        return "explained_by_copies"
     if reconciliation.get("gap_amount") or reconciliation.get("explained_amount"):
         return "explained_by_late"
     return "balanced"

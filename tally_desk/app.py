@@ -152,6 +152,10 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
     )
     signoffs = W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS, day)
     alerts = [a for a in W.read_rows(loc, W.ALERTS) if a.get("business_date") == day]
+    copies = sorted(
+        W.read_rows(loc, W.COPIES, L.COPY_COLUMNS, day),
+        key=lambda r: (L.when(r["window_start"]), r["key"] or "", r["event_id"] or ""),
+    )
     (row,) = L.ledger_rows(
         summaries,
         [{"business_date": r["business_date"], "run_time": r.get("run_time")} for r in runs],
@@ -168,6 +172,8 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
             sorted(signoffs, key=lambda r: L.when(r["decided_at"]), reverse=True)
         ),
         "alerts": L.plain_rows(sorted(alerts, key=lambda r: L.when(r["alert_time"]), reverse=True)),
+        # the evidence of EXPLAINED_BY_COPIES: each copy the stream counted, by window
+        "copies": {"rows": len(copies), "shown": L.plain_rows(copies[: L.COPIES_SHOWN])},
         "files": date_files(config, day, validation),
     }
 

@@ -10,13 +10,13 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from tally.ledger import STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
+from tally.ledger import COPY_COLUMNS, STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 8px}
 th{background:#f2f2f2;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-unexplained{color:#b00020}.s-reopened{color:#8a2be2}
+.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-explained_by_copies{color:#7a5b00}.s-unexplained{color:#b00020}.s-reopened{color:#8a2be2}
 .s-validation_failed{color:#b00020}.s-not_run{color:#666}.err{color:#b00020}
 form{margin:8px 0}nav a{margin-right:12px}pre{background:#f7f7f7;padding:8px;overflow:auto}
 iframe{width:100%;height:900px;border:1px solid #ccc}
@@ -201,6 +201,13 @@ def date_page(detail: Mapping[str, Any]) -> str:
     alerts = _rows_table(
         detail["alerts"], ("alert_time", "severity", "task_id", "what", "observed"), "alerts"
     )
+    copies = detail.get("copies") or {"rows": 0, "shown": []}
+    copies_html = _rows_table(copies["shown"], COPY_COLUMNS, "copies")
+    if copies["rows"] > len(copies["shown"]):
+        copies_html += (
+            f'<p id="copies-more">{len(copies["shown"]):,} of {copies["rows"]:,} shown '
+            "(all of them: <code>tally show reconciliation_copies</code>).</p>"
+        )
     body = (
         f"<nav>{' '.join(links)}</nav><h1>Reconciliation {day}</h1>"
         f'<p>status: <b id="status" class="s-{_e(row["status"])}">'
@@ -211,6 +218,8 @@ def date_page(detail: Mapping[str, Any]) -> str:
         '<h2>Airflow runs</h2><ul id="airflow-runs">'
         f"{runs or '<li>none found</li>'}</ul>"
         f"<h2>Sign-offs</h2>{signoffs}<h2>Alerts</h2>{alerts}"
+        "<h2>Copies of earlier events the stream counted</h2>"
+        f"{copies_html}"
         '<h2>Provenance</h2><pre id="provenance">'
         f"{_e(json.dumps(detail['provenance'], indent=2, sort_keys=True))}</pre>"
     )

@@ -174,6 +174,7 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     assert [s["decision"] for s in body["signoffs"]] == ["accepted", "rejected"]
     (alert,) = body["alerts"]
     assert alert["what"] == "data quality: <unexplained> gap"
+    assert body["copies"] == {"rows": 0, "shown": []}  # the stream counted no copies there
     provenance = body["provenance"]
     assert provenance["events_version"] is not None
     assert provenance["settings"]["warehouse"] == desk_env["TALLY_WAREHOUSE"]
@@ -194,7 +195,7 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     assert status == 200
     assert "data quality: &lt;unexplained&gt; gap" in text and "<unexplained>" not in text
     assert "accepted by ana" in text and "accepted: ticket 123" in text
-    for ident in ("report-link", "csv-link", "data-docs-link", "provenance", "alerts"):
+    for ident in ("report-link", "csv-link", "data-docs-link", "provenance", "alerts", "copies"):
         assert f'id="{ident}"' in text, ident
 
 

@@ -236,7 +236,10 @@ def test_which_dates_need_a_person() -> None:
     assert date_status(late, {"success": True}) == "explained_by_late"
     assert date_status(late, {"success": False}) == "validation_failed"
     assert date_status({**late, "unexplained_windows": 2}, {"success": True}) == "unexplained"
-    assert [needs_person(s) for s in L.STATUSES[:4]] == [False, False, True, True]
+    copies = {**late, "copies_count": 1}  # late events and a copy the stream counted
+    assert date_status(copies, {"success": True}) == "explained_by_copies"
+    assert date_status({**copies, "unexplained_windows": 1}, {"success": True}) == "unexplained"
+    assert [needs_person(s) for s in L.STATUSES[:5]] == [False, False, False, True, True]
     at = datetime(2026, 11, 5, tzinfo=UTC)
     with pytest.raises(ValueError, match="needs a reason"):
         SignOff(D1, "accepted", "ana", at, reason="  ")
@@ -275,3 +278,40 @@ def test_date_page_cells(column: str, value: object, cell: str) -> None:
     from tally_desk.pages import _cell
 
     assert _cell(column, value) == cell
+
+
+def test_the_date_page_lists_the_copies_the_stream_counted() -> None:
+    """The evidence of EXPLAINED_BY_COPIES on the date's page: each copy beside its first
+    arrival, at most `COPIES_SHOWN` of them, and how many there are."""
+    from tally_desk.pages import date_page
+
+    ledger = {c: 0 for c in L.TOTALS} | {
+        "status": "explained_by_copies",
+        "signoff": None,
+        "unexplained_windows": 0,
+        "unexplained_amount": 0,
+        "late_event_rate": 0.0,
+        "last_run": None,
+    }
+    copy = {c: None for c in L.COPY_COLUMNS} | {
+        "event_id": "e<0>",
+        "key": "b",
+        "amount": 300,
+        "first_event_date": "2026-11-19",
+        "first_key": "a",
+    }
+    detail = {
+        "business_date": "2026-11-20",
+        "ledger": ledger,
+        "files": {},
+        "airflow_runs": [],
+        "signoffs": [],
+        "alerts": [],
+        "provenance": {},
+        "copies": {"rows": L.COPIES_SHOWN + 1, "shown": [copy]},
+    }
+    html = date_page(detail)
+    assert "explained by copies the stream counted" in html
+    assert '<table id="copies">' in html and "<td>e&lt;0&gt;</td>" in html
+    assert f"1 of {L.COPIES_SHOWN + 1:,} shown" in html
+    assert '<p id="copies">None.</p>' in date_page({**detail, "copies": {"rows": 0, "shown": []}})

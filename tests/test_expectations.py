@@ -314,6 +314,7 @@ EXPECTED_CHECKS = {
         "known_status",
         "no_unexplained_windows",
         "explained_gap_is_late_output",
+        "no_copies_counted",
         "late_rate_warn",
         "late_rate_fail",
         "batch_side_present",
@@ -545,7 +546,7 @@ def test_gap_frame_derives_exact_columns(spark) -> None:
         recon("10:02", "k1", stream=(0, 0), batch=(0, 0), late=(0, 0), status="MATCH"),
     ]
     got = S.gap_frame(frame(spark, RECONCILIATION_DDL, rows)).orderBy("window_start").collect()
-    assert [r["late_explains_gap"] for r in got] == [True, False, True]
+    assert [r["gap_is_explained"] for r in got] == [True, False, True]
     assert [r["batch_window_count"] for r in got] == [6, 6, None]
     assert {r["late_event_rate"] for r in got} == {2 / 12}
 

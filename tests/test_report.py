@@ -502,3 +502,25 @@ def test_csv_blocks_keep_the_window_key_order(spark, tmp_path) -> None:
         ("00:01", "a"),
         ("00:01", "b"),
     ]
+
+
+def test_the_headline_names_the_copies_the_stream_counted() -> None:
+    """With copies, the explained line is late events less the copies, and the copies get a
+    line of their own; without, the headline is as it was."""
+    from types import SimpleNamespace
+
+    from expectations.report_html import _headline_html
+
+    figures = {"stream": (12, 1200), "batch": (11, 1000), "gap": (-1, -200)}
+    h: dict[str, int] = {
+        f"{k}_{m}": v[i] for k, v in figures.items() for i, m in enumerate(("count", "amount"))
+    }
+    h |= {"explained_count": 1 - 2, "explained_amount": 300 - 500, "copies_count": 2}
+    h |= {"copies_amount": 500, "unexplained_count": 0, "unexplained_amount": 0}
+    h |= {"windows": 4, "unexplained_windows": 0}
+    data = SimpleNamespace(headline=h, late_event_rate=0.1, max_lateness_ms=None)
+    html = _headline_html(data)  # type: ignore[arg-type]
+    assert 'id="copies-count">2<' in html and 'id="copies-amount">5.00<' in html
+    assert "late events less the copies" in html and 'id="explained-amount">-2.00<' in html
+    plain = _headline_html(SimpleNamespace(**{**vars(data), "headline": {**h, "copies_count": 0}}))  # type: ignore[arg-type]
+    assert "copies-count" not in plain and "Explained by late events" in plain
