@@ -1,0 +1,145 @@
+"""The nightly diff (`batch.reconcile`, Spark) held to the plain-Python reference
+(tests/reference_diff.py) on drawn logs: a few event_ids reused on the date and the day before,
+with every arrival status (a copy counted on time or allowed late beyond the stream's dedup
+horizon, a duplicate, a late copy with or without its late row), late rows that are or are
+not first arrivals, and a stream answer that is what the stream counted, or off by a unit,
+or missing. Every window's figures and status, and the summary, must be the model's.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pytest
+import reference_diff as R
+from batch_fixtures import (
+    ensure_inputs,
+    event,
+    late,
+    ms,
+    small_delta_snapshots,
+    stream_row,
+    write_inputs,
+)
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+from batch.reconcile import reconcile
+from tally import tables as T
+
+pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+
+W = 60_000
+DAY = date(2026, 11, 20)
+NOW = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+DAY_MS = (ms("2026-11-20T00:00:00Z"), ms("2026-11-21T00:00:00Z"))
+BASE = {0: ms("2026-11-20T10:00:00Z"), -1: ms("2026-11-19T10:00:00Z")}
+ARRIVED = ms("2026-11-21T01:00:00Z")  # every line arrives after both dates, in drawn order
+STATUSES = ("on_time", "allowed_late", "late", "duplicate")
+
+# one drawn line: (id, key, amount, day offset, window, second, status, a late row written)
+line_st = st.tuples(
+    st.integers(0, 4),
+    st.sampled_from("ab"),
+    st.integers(1, 99),
+    st.sampled_from((0, 0, -1)),
+    st.integers(0, 2),
+    st.integers(0, 59),
+    st.sampled_from(STATUSES),
+    st.booleans(),
+)
+# the stream's answer per window of the date: as counted, a unit off, or missing
+answer_st = st.sampled_from(("counted", "counted", "counted", "off", "missing"))
+
+Line = tuple[int, str, int, int, int, int, str, bool]
+
+DESIGNED: list[Line] = [
+    (0, "a", 10, -1, 0, 5, "on_time", False),  # i0 first seen the day before
+    (0, "b", 7, 0, 1, 5, "on_time", False),  # ...counted again on the date: a copy
+    (1, "a", 3, 0, 0, 1, "on_time", False),
+    (1, "a", 3, 0, 0, 1, "duplicate", False),  # within the horizon: not counted
+    (2, "b", 5, -1, 2, 9, "on_time", False),
+    (2, "b", 6, 0, 2, 9, "allowed_late", False),  # a copy counted as a revision
+    (3, "a", 8, 0, 1, 30, "late", True),  # a late first arrival
+    (3, "a", 8, 0, 1, 30, "late", True),  # its copy, late again: explains nothing
+    (4, "b", 2, 0, 0, 40, "late", False),  # late without its row (a pin between commits)
+]
+
+
+def logs(lines: list[Line], answers: list[str]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The drawn lines as `events` rows (arrival order = drawn order), their late rows, and
+    the stream's rows: per window of the date, what it counted (on_time, allowed_late), a unit
+    off or missing, as drawn (cycled)."""
+    events, late_rows = [], []
+    for n, (i, key, amount, offset, window, second, status, late_row) in enumerate(lines):
+        at = BASE[offset] + window * W + second * 1000
+        row = event(f"i{i}", key, amount, at, ingest=ARRIVED + n * 1000, status=status, batch_id=n)
+        events.append(row)
+        if status == "late" and late_row:
+            late_rows.append(late(row, W, 5 * W))
+    counted: dict[tuple[int, str], list[int]] = {}
+    for row in events:
+        start = row["event_time"] - row["event_time"] % W
+        if row["arrival_status"] in R.COUNTED and DAY_MS[0] <= start < DAY_MS[1]:
+            pair = counted.setdefault((start, row["key"]), [0, 0])
+            pair[0] += 1
+            pair[1] += row["amount"]
+    stream = []
+    for n, ((start, key), (count, amount)) in enumerate(sorted(counted.items())):
+        answer = answers[n % len(answers)]
+        if answer != "missing":
+            stream.append(stream_row(start, W, key, count, amount + (answer == "off")))
+    return events, stream, late_rows
+
+
+def spark_rows(spark: Any, warehouse: str) -> dict[R.WindowKey, R.DiffRow]:
+    rows = (
+        T.read_table(spark, warehouse, "reconciliation")
+        .select("*", F.unix_millis("window_start").alias("_start"))
+        .collect()
+    )
+
+    def pair(r: Any, name: str) -> R.Pair:
+        return (r[f"{name}_count"], r[f"{name}_amount"])
+
+    return {
+        (r["_start"], r["key"]): R.DiffRow(
+            pair(r, "stream"),
+            pair(r, "batch"),
+            pair(r, "late"),
+            pair(r, "copies"),
+            pair(r, "residual"),
+            r["status"],
+        )
+        for r in rows
+    }
+
+
+@settings(
+    max_examples=2,  # and the two designed ones: ~15 s each on a quiet machine
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],  # shrinking re-runs the nightly for minutes
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@example(lines=DESIGNED, answers=["counted"])
+@example(lines=DESIGNED, answers=["off", "missing", "counted"])
+@given(
+    lines=st.lists(line_st, min_size=3, max_size=14),
+    answers=st.lists(answer_st, min_size=1, max_size=3),
+)
+def test_the_nightly_diff_is_the_models(
+    spark, tmp_path_factory, lines: list[Line], answers: list[str]
+) -> None:
+    events, stream, late_rows = logs(lines, answers)
+    warehouse = str(tmp_path_factory.mktemp("diff_model") / "warehouse")
+    ensure_inputs(spark, warehouse)
+    write_inputs(spark, warehouse, W, events, stream, late_rows)
+    result = reconcile(spark, warehouse, DAY, W, now=NOW)
+    want = R.diff(events, stream, late_rows, DAY_MS, W)
+    assert R.by_window(spark_rows(spark, warehouse)) == R.by_window(want), (lines, answers)
+    summary = {k: result.summary[k] for k in R.totals(want.values())}
+    assert summary == R.totals(want.values())
+    assert result.balanced == all(r.status != "UNEXPLAINED" for r in want.values())
