@@ -206,6 +206,13 @@ class ReconcileResult:
                 else "."
             ),
         ]
+        if s.get("copies_count"):
+            lines.append(
+                f"The stream counted {s['copies_count']:,} copies of earlier events / "
+                f"{s['copies_amount']:,} again (beyond its dedup horizon; "
+                f"{s['explained_by_copies_windows']:,} windows EXPLAINED_BY_COPIES, listed in "
+                "reconciliation_copies): explained = late events less these copies."
+            )
         if self.late_repeats:
             lines.append(
                 f"{self.late_repeats:,} late rows repeat an earlier event (beyond the dedup "

@@ -143,6 +143,9 @@ class ReportData:
     window_ms: int | None = None
     signoff: dict[str, Any] | None = None  # the date's newest `signoffs` row (None: pending)
     run_time: datetime | None = None  # the reconciliation run the report shows
+    # the first `COPIES_SHOWN` copies of earlier events the stream counted, beside their first
+    # arrivals (`reconciliation_copies` of the run; empty when it counted none)
+    copies: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -1090,8 +1093,39 @@ def _assemble(
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
         signoff=_latest_signoff(spark, warehouse, business_date),
         run_time=(rec.run or {}).get("run_time"),
+        copies=_copies(spark, warehouse, business_date) if headline.get("copies_count") else [],
     )
     return data
+
+
+COPIES_SHOWN = 50
+COPY_EVIDENCE = (
+    "window_start",
+    "key",
+    "event_id",
+    "amount",
+    "event_time",
+    "ingest_time",
+    "first_event_date",
+    "first_key",
+    "first_amount",
+    "first_ingest_time",
+)
+
+
+def _copies(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
+    """The first `COPIES_SHOWN` rows of the date's `reconciliation_copies` (the run's: the
+    date's rows are replaced by each run), by window, key and event_id."""
+    if not _exists(spark, warehouse, T.RECONCILIATION_COPIES.name):
+        return []
+    rows = (
+        _of_date(spark, warehouse, T.RECONCILIATION_COPIES.name, business_date)
+        .orderBy("window_start", "key", "event_id")
+        .select(*COPY_EVIDENCE)
+        .limit(COPIES_SHOWN)
+        .collect()
+    )
+    return [r.asDict() for r in rows]
 
 
 def _latest_signoff(

@@ -234,6 +234,52 @@ def _partitions_html(data: ReportData) -> str:
     )
 
 
+def _copies_html(data: ReportData) -> str:
+    """The evidence of EXPLAINED_BY_COPIES: each copy the stream counted (its window, key,
+    event time, arrival) beside its event_id's first arrival, the one the batch counts."""
+    count = data.headline.get("copies_count", 0)
+    if not count:
+        return ""
+    shown = len(data.copies)
+    more = (
+        f" The first {shown:,} of {count:,}; all of them: "
+        "<code>tally show reconciliation_copies</code>."
+        if shown < count
+        else ""
+    )
+    return (
+        "<h2>Copies of earlier events the stream counted</h2>"
+        '<p class="muted">Lines whose event_id first arrived earlier (often under another '
+        "date), counted again by the stream beyond its dedup horizon; the batch counts each "
+        f"id once, by its first arrival (EXPLAINED_BY_COPIES).{more}</p>"
+        + _table(
+            "copies",
+            (
+                "window",
+                "key",
+                "event_id",
+                "amount",
+                "event time",
+                "arrived",
+                "first date",
+                "first key",
+                "first amount",
+                "first arrived",
+            ),
+            (
+                f"<tr><td>{_e(_fmt_when(c['window_start']))}</td><td>{_e(c['key'])}</td>"
+                f'<td>{_e(c["event_id"])}</td><td class="num">{format_minor(int(c["amount"]))}'
+                f"</td><td>{_e(_fmt_when(c['event_time']))}</td>"
+                f"<td>{_e(_fmt_when(c['ingest_time']))}</td><td>{_e(c['first_event_date'])}</td>"
+                f'<td>{_e(c["first_key"])}</td><td class="num">'
+                f"{format_minor(int(c['first_amount']))}</td>"
+                f"<td>{_e(_fmt_when(c['first_ingest_time']))}</td></tr>"
+                for c in data.copies
+            ),
+        )
+    )
+
+
 def _curve_note(data: ReportData) -> str:
     return (
         f"Curve: {_e(data.curve_source)}. Current bound: "
@@ -274,6 +320,7 @@ def render_html(data: ReportData, csv_name: str) -> str:
 <p>{_balance_badge(data)}</p>
 {_signoff_html(data)}
 {_headline_html(data)}
+{_copies_html(data)}
 <h2>Streaming vs batch per window</h2>
 {_img("streaming vs batch per window", chart_per_window(data), "chart-windows")}
 <h2>Late events by lateness</h2>

@@ -118,7 +118,7 @@ def spark_rows(spark: Any, warehouse: str) -> dict[R.WindowKey, R.DiffRow]:
 
 
 @settings(
-    max_examples=2,  # and the two designed ones: ~15 s each on a quiet machine
+    max_examples=2,  # and the two designed ones: each re-runs the nightly
     deadline=None,
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # shrinking re-runs the nightly for minutes
