@@ -22,7 +22,7 @@ from batch_fixtures import (
     stream_row,
     write_inputs,
 )
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
@@ -134,11 +134,12 @@ def test_the_nightly_diff_is_the_models(
     spark, tmp_path_factory, lines: list[Line], answers: list[str]
 ) -> None:
     events, stream, late_rows = logs(lines, answers)
+    want = R.diff(events, stream, late_rows, DAY_MS, W)
+    assume(want)  # a date with windows (the model is cheap; the nightly is not)
     warehouse = str(tmp_path_factory.mktemp("diff_model") / "warehouse")
     ensure_inputs(spark, warehouse)
     write_inputs(spark, warehouse, W, events, stream, late_rows)
     result = reconcile(spark, warehouse, DAY, W, now=NOW)
-    want = R.diff(events, stream, late_rows, DAY_MS, W)
     assert R.by_window(spark_rows(spark, warehouse)) == R.by_window(want), (lines, answers)
     summary = {k: result.summary[k] for k in R.totals(want.values())}
     assert summary == R.totals(want.values())
