@@ -124,9 +124,9 @@ class LongHaul:
 
     @property
     def live_trigger_ms(self) -> int:
-        from tally.settings import Settings
+        from tally.settings import setting_default
 
-        return Settings().trigger
+        return int(setting_default("trigger"))
 
     @property
     def live_files(self) -> int:
@@ -335,7 +335,7 @@ def table_layout(spark: SparkSession, warehouse: str, days: float) -> dict[str, 
 def closed_dates(spark: SparkSession, warehouse: str, lh: LongHaul) -> list[date]:
     """The generated dates the stream's last watermark closed (the nightly's wait rule)."""
     from tally.dates import date_closed_at, epoch_ms, window_reach_ms
-    from tally.settings import Settings
+    from tally.settings import setting_default
     from tally_app.nightly import stream_position
 
     position = stream_position(spark, warehouse)
@@ -343,7 +343,7 @@ def closed_dates(spark: SparkSession, warehouse: str, lh: LongHaul) -> list[date
     dates = [first + timedelta(days=i) for i in range(lh.days)]
     if position is None or (position.watermark_ms is None and not position.drained):
         return []
-    reach, allowed = window_reach_ms(WINDOW_MS), Settings().allowed_lateness
+    reach, allowed = window_reach_ms(WINDOW_MS), setting_default("allowed_lateness")
     return [
         d
         for d in dates

@@ -64,7 +64,7 @@ from bench.speed import generate_backlog
 from tally import tables as T
 from tally.dates import business_day_bounds
 from tally.events import ZONED_ISO_TIME, parse_events, read_jsonl_lines
-from tally.settings import Settings
+from tally.settings import Settings, setting_default
 from tally.vocabulary import ARRIVAL_ORDER, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import aggregate_windows, with_window
 
@@ -72,7 +72,7 @@ APP_ID = "bench-batch-load"
 BUSINESS_DATE: date = DAY.date()
 CURVE_BOUNDS_MS = (0, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000)
 STATUSES = (ON_TIME, LATE, DUPLICATE)  # the statuses the batch load assigns
-MAX_CLOCK_SKEW_MS = Settings().max_clock_skew  # the setting's default (5 minutes)
+MAX_CLOCK_SKEW_MS: int = setting_default("max_clock_skew")  # 5 minutes
 
 
 def _inline(spark: SparkSession, rows: list[dict[str, Column]]) -> DataFrame:

@@ -41,11 +41,11 @@ from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
 from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
-    Settings,
     SettingsError,
     format_duration,
     meets_target,
     parse_duration,
+    setting_default,
 )
 from tally.spark import without_adaptive_execution
 from tally.vocabulary import ARRIVAL_ORDER, LATE, UNEXPLAINED
@@ -69,7 +69,7 @@ CURVE_SHIFTS_MS = (
 LATENESS_BINS_MS = (0, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000)
 WORST_KEYS = 10
 # The allowed lateness of a run that recorded none: the setting's default.
-ALLOWED_LATENESS_DEFAULT_MS = Settings().allowed_lateness
+ALLOWED_LATENESS_DEFAULT_MS: int = setting_default("allowed_lateness")
 
 
 class ReportError(RuntimeError):

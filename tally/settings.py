@@ -833,6 +833,13 @@ class Settings:
         return out
 
 
+def setting_default(name: str) -> Any:
+    """A setting's declared default (its field's, no environment read): what a value recorded
+    before the setting existed stands for."""
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    return fields[name].default
+
+
 def setting_help(name: str) -> str:
     """What a setting means, as its field's `help` states it."""
     fields = {f.name: f for f in dataclasses.fields(Settings)}
