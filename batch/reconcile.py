@@ -641,10 +641,7 @@ def _write_diff(
     counted = None
     if windows is not None:
         counted = run.keep(counted_copies(copies, late, run.bounds, *windows))
-        evidence = copy_evidence(counted, copies, run.business_date)
-        run.replace(
-            evidence.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_COPIES
-        )
+        _write_evidence(run, counted, copies)
     totals = None if counted is None else copy_totals(counted)
     rows = diff_windows(batch, stream, late_totals(explaining), run.business_date, totals)
     # in the table's column order (the handed-over frame is what the table holds)
@@ -654,6 +651,17 @@ def _write_diff(
     run.replace(diff, T.RECONCILIATION)
     repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
     return Diff(diff, explaining, copies.lines, repeats)
+
+
+def _write_evidence(run: _Run, counted: DataFrame, copies: Copies) -> None:
+    """The date's `reconciliation_copies` rows (`counted`, kept): replaced like the date's
+    other rows, so a re-run that finds none clears an earlier run's; a warehouse whose runs
+    never found any has no such table (no commit, no empty table)."""
+    name = T.RECONCILIATION_COPIES.name
+    if counted.limit(1).count() == 0 and not T.exists(run.spark, run.warehouse, name):
+        return
+    evidence = copy_evidence(counted, copies, run.business_date)
+    run.replace(evidence.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_COPIES)
 
 
 def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
