@@ -156,11 +156,18 @@ def test_session_conf_holds_for_the_block_only(spark) -> None:
 
 
 def _cached_bytes(spark, frame) -> int:  # type: ignore[no-untyped-def]
-    """The memory of `frame` persisted and computed (Spark's storage status), then freed."""
+    """The memory of `frame` persisted and computed (Spark's storage status, less what the
+    shared session held before: in the full suite an earlier test's blocks may still be
+    there; 16,563 bytes once), then freed."""
+
+    def stored() -> int:
+        return sum(info.memSize() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+
+    before = stored()
     frame.persist()
     try:
         frame.count()
-        return sum(info.memSize() for info in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+        return stored() - before
     finally:
         frame.unpersist(blocking=True)
 
