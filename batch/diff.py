@@ -365,8 +365,8 @@ def counted_copies(
     a duplicate, not late in every window) was a repeat of an id beyond its dedup horizon,
     classified like a new event (docs/semantics.md): counted into each of its windows except
     those it has a `late_events` row for (`late`: `late_arrivals`; a hopping event can be
-    counted in some windows and late for others). The batch counts the
-    id once, by its first arrival, so each such row is one event of stream surplus."""
+    counted in some windows and late for others). The batch counts the id once, by its first
+    arrival, so each such row is one event of stream surplus."""
     lines = copies.lines.where(
         ~F.col(FIRST_ARRIVAL)
         & F.col("event_id").isNotNull()
@@ -527,9 +527,9 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
     the copies the stream counted (`copies_*`); unexplained = the sum of residuals (signed;
     nonzero only on UNEXPLAINED rows), so gap = explained + unexplained exactly;
     `unexplained_abs_amount` = sum of |residual_amount| (residuals of opposite sign cannot
-    hide each other there); `unexplained_windows` = number
-    of UNEXPLAINED rows. worst_keys: up to 5 keys with a nonzero residual or diff, by
-    sum |residual_amount| desc, then sum |diff_amount| desc, then key.
+    hide each other there); `unexplained_windows` = number of UNEXPLAINED rows. worst_keys:
+    up to 5 keys with a nonzero residual or diff, by sum |residual_amount| desc, then
+    sum |diff_amount| desc, then key.
     """
     r = reconciliation
 
