@@ -278,3 +278,31 @@ def test_ids_reused_beyond_the_horizon_balance_with_their_evidence(
         if r["check_name"] in ("no_copies_counted", "explained_gap_is_late_output")
     }
     assert validation == {"no_copies_counted": False, "explained_gap_is_late_output": True}
+
+
+def test_a_hopping_copy_counts_in_the_windows_it_was_not_late_for(spark, tmp_path) -> None:
+    """Hopping windows of 2 minutes every minute: a copy (its id first seen on the 19th) is
+    late for its older window (a late row, not a first arrival: it explains nothing) and
+    counted in its newer one. Only the newer window holds the copy."""
+    size, slide = 2 * W, W
+    at = ms("2026-11-20T10:00:30Z")  # in [09:59, 10:01) and [10:00, 10:02)
+    first = first_seen("h1", 0)
+    copy = copy_of(first, "k-hop", 6, at, "on_time")
+    older, newer = window_start_ms(at, slide) - slide, window_start_ms(at, slide)
+    late_row = {
+        **late(copy, size, 30_000),
+        "window_start": older,
+        "window_end": older + size,
+    }
+    events = [first, copy]
+    stream = [stream_row(newer, size, "k-hop", 1, 6)]  # the copy, counted
+    warehouse = str(tmp_path / "warehouse")
+    write_inputs(spark, warehouse, size, events, stream, [late_row])
+    reconcile(spark, warehouse, DAY, size, now=NOW, window_slide_ms=slide)
+    rows = (
+        T.read_table(spark, warehouse, "reconciliation")
+        .selectExpr("unix_millis(window_start) AS start", "status", "copies_count")
+        .collect()
+    )
+    got = {r["start"]: (r["status"], r["copies_count"]) for r in rows}
+    assert got == {newer: (EXPLAINED_BY_COPIES, 1)}, got
