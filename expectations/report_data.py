@@ -38,6 +38,7 @@ from tally.arrivals import (
     marked_first,
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
+from tally.ledger import COPIES_SHOWN, COPY_COLUMNS
 from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
@@ -143,8 +144,8 @@ class ReportData:
     window_ms: int | None = None
     signoff: dict[str, Any] | None = None  # the date's newest `signoffs` row (None: pending)
     run_time: datetime | None = None  # the reconciliation run the report shows
-    # the first `COPIES_SHOWN` copies of earlier events the stream counted, beside their first
-    # arrivals (`reconciliation_copies` of the run; empty when it counted none)
+    # the first `tally.ledger.COPIES_SHOWN` copies of earlier events the stream counted,
+    # beside their first arrivals (`reconciliation_copies` of the run; empty: none counted)
     copies: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -1098,30 +1099,16 @@ def _assemble(
     return data
 
 
-COPIES_SHOWN = 50
-COPY_EVIDENCE = (
-    "window_start",
-    "key",
-    "event_id",
-    "amount",
-    "event_time",
-    "ingest_time",
-    "first_event_date",
-    "first_key",
-    "first_amount",
-    "first_ingest_time",
-)
-
-
 def _copies(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
     """The first `COPIES_SHOWN` rows of the date's `reconciliation_copies` (the run's: the
-    date's rows are replaced by each run), by window, key and event_id."""
+    date's rows are replaced by each run), by window, key and event_id: what the desk shows
+    of them (`tally.ledger`)."""
     if not _exists(spark, warehouse, T.RECONCILIATION_COPIES.name):
         return []
     rows = (
         _of_date(spark, warehouse, T.RECONCILIATION_COPIES.name, business_date)
         .orderBy("window_start", "key", "event_id")
-        .select(*COPY_EVIDENCE)
+        .select(*COPY_COLUMNS)
         .limit(COPIES_SHOWN)
         .collect()
     )
