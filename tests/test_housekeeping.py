@@ -131,9 +131,14 @@ def test_each_closed_date_is_a_few_files_and_the_small_tables_stay_small(maintai
     assert set(per_date) == {"2026-11-20", "2026-11-21"}
     assert all(files <= 4 for files in per_date.values()), per_date
     rows = logged(spark, wh)
-    # a date already compacted to one file while open has nothing left to pack once closed
+    # Each closed date was packed, unless the thread's compaction of the open date had
+    # already left it one file (a race with the drain): `finish` packs whatever is left.
     packed = {r["partition"] for r in rows if r["action"] == "compact_closed"}
-    assert packed and packed <= {"2026-11-20", "2026-11-21"}, packed
+    assert packed <= set(per_date), packed
+    assert all(date in packed or files == 1 for date, files in per_date.items()), (
+        packed,
+        per_date,
+    )
     for name in UNPARTITIONED:
         layout = live_files(spark, T.table_path(str(wh), name), None)
         assert layout[None].files <= 3, (name, layout)

@@ -212,7 +212,9 @@ def test_tables_and_checkpoint_are_in_the_bucket_and_nothing_on_local_disk(day: 
         for obj in page.get("Contents", [])
     }
     first_commit = "_delta_log/00000000000000000000.json"
-    for table in (*T.STREAMING_TABLES, *T.RECONCILE_TABLES, T.VALIDATION_RESULTS):
+    # reconciliation_copies is created by the first run that finds a copy (test_counted_copies)
+    written = (*T.STREAMING_TABLES, *T.RECONCILE_TABLES, T.VALIDATION_RESULTS)
+    for table in (t for t in written if t is not T.RECONCILIATION_COPIES):
         assert f"wh/{table.name}/{first_commit}" in keys, table.name
     checkpoint = "wh/_checkpoints/stream"
     assert f"{checkpoint}/commits/0" in keys  # Spark's own checkpoint
