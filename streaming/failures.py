@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from streaming.health import clock_skew_fix as health_clock_skew_fix
+from streaming.health import mostly_skewed, read_recent_progress
 from tally.outputs import one_line
 from tally.settings import Settings
 from tally.spark import jvm_class, log_file
@@ -36,6 +38,9 @@ class FailureContext:
     batch_limit: int  # its value in force
     driver_memory: str  # as configured, e.g. "1g (Spark's default)"
     log_location: str  # "" when the log is on stderr (--verbose)
+    # What to change when most events of the recent batches were ahead of the stream's clock
+    # (`streaming.health.clock_skew_fix`); "" when they were not or nothing is known.
+    clock_skew_fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ CAUSES = (
         (
             "UNABLE_TO_ACQUIRE_MEMORY",
             "SparkOutOfMemoryError",
+            "Could not allocate memory",  # a hash map that could not grow (BytesToBytesMap)
             "Java heap space",
             "GC overhead limit exceeded",
             "OutOfMemoryError",
@@ -98,6 +104,15 @@ CAUSES = (
     ),
 )
 
+# Out of memory while most events were ahead of the stream's clock: no window closes, the
+# state grows every batch, and more memory only postpones the failure.
+_OUT_OF_MEMORY = CAUSES[0]
+CLOCK_SKEW_CHANGE = (
+    "most events of the last batches were ahead of the stream's clock, so no window closes "
+    "and its state grows every batch: {fix}, then rerun (the batch is replayed, nothing is "
+    "lost)"
+)
+
 # A tally StreamError raised inside a micro-batch reaches the query's error as its traceback's
 # last line: its message is already the one line.
 _STREAM_ERROR = re.compile(r"^(?:[\w.]+\.)?StreamError: (.+)$", re.MULTILINE)
@@ -126,6 +141,9 @@ def failure_line(text: str, context: FailureContext) -> str:
     details = f"details in {context.log_location}" if context.log_location else "details above"
     for cause in CAUSES:
         found = [marker for marker in cause.markers if marker in text]
+        if found and context.clock_skew_fix and cause is _OUT_OF_MEMORY:
+            change = CLOCK_SKEW_CHANGE.format(fix=context.clock_skew_fix)
+            return one_line(f"stream: {where} {cause.what} ({found[0]}): {change}; {details}")
         if found:
             change = cause.change.format(
                 driver_memory=context.driver_memory,
@@ -183,7 +201,26 @@ def driver_memory(spark: SparkSession | None, environ: Mapping[str, str]) -> str
     return configured or environ.get("SPARK_DRIVER_MEMORY") or "1g (Spark's default)"
 
 
-def report_failure(exc: BaseException, settings: Settings, environ: Mapping[str, str]) -> str:
+def clock_skew_fix(spark: SparkSession | None, settings: Settings, arrival_clock: bool) -> str:
+    """What to change if most events of the stream's recent batches were clock-skewed
+    (`streaming.health`), else ""; "" too when the warehouse cannot be read."""
+    if spark is None:
+        return ""
+    try:
+        rows = read_recent_progress(spark, settings.warehouse, settings.health_history)
+    except Exception:  # a dead JVM, an unreadable table: the line goes without it
+        return ""
+    valid = sum(int(r.get("valid_events") or 0) for r in rows)
+    skewed = sum(int(r.get("clock_skewed_events") or 0) for r in rows)
+    return health_clock_skew_fix(arrival_clock) if mostly_skewed(valid, skewed) else ""
+
+
+def report_failure(
+    exc: BaseException,
+    settings: Settings,
+    environ: Mapping[str, str],
+    arrival_clock: bool = False,
+) -> str:
     """Write the error's details to the log and return its one line."""
     text = error_text(exc)
     spark = _live_session()
@@ -195,6 +232,7 @@ def report_failure(exc: BaseException, settings: Settings, environ: Mapping[str,
         settings.max_records_per_trigger if kafka else settings.max_files_per_trigger,
         driver_memory(spark, environ),
         location,
+        clock_skew_fix(spark, settings, arrival_clock),
     )
     line = failure_line(text, context)
     if location:

@@ -44,7 +44,7 @@ from streaming.logic import (
 )
 from streaming.params import Clock, StreamError, StreamParams, wall_clock
 from streaming.progress import Progress, read_columns
-from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
+from streaming.state import DEDUP, DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark, fixed_bounds
 from tally import tables as T
 from tally.dates import counted_dates_columns, epoch_ms, iso_ms, window_reach_back_ms
@@ -102,6 +102,7 @@ class PriorState:
     window_state: DataFrame
     dedup_state: DataFrame
     delays: Mapping[int, DelayHistogram] = field(default_factory=dict)  # lateness auto
+    dedup_bytes: int = 0  # the size of the remembered ids' state files
 
 
 @dataclass(frozen=True)
@@ -566,14 +567,15 @@ class BatchProcessor:
             part: DelayHistogram(dict(weights), measured.get(part, 0))
             for part, weights in prev.partition_delay_weights.items()
         }
+        dedup_bytes = self.store.part_bytes(prev.dedup_state_version, DEDUP)
         kept = self._kept
         if kept is not None and kept.batch_id == prev.batch_id:
-            return PriorState(watermark, kept.windows, kept.dedup, delays)
+            return PriorState(watermark, kept.windows, kept.dedup, delays, dedup_bytes)
         try:
             windows, dedup = self.store.read(prev.window_state_version)
         except FileNotFoundError as exc:
             raise StreamError(f"stream: {exc}") from None
-        return PriorState(watermark, windows, dedup, delays)
+        return PriorState(watermark, windows, dedup, delays, dedup_bytes)
 
     def _classify(self, ctx: BatchContext, batch: BatchInput, prior: PriorState) -> Classified:
         """Arrival status of every valid event, against the watermark before this batch."""
@@ -590,6 +592,7 @@ class BatchProcessor:
                 p.window,
                 prior.dedup_state,
                 partitions=event_partitions(batch.input_lines, self._state_partitions, self._cores),
+                seen_ids_bytes=prior.dedup_bytes,
             ).persist()
             stats = self._batch_stats(events, skew_limit_ms, late_windows)
         controls = (

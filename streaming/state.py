@@ -128,6 +128,15 @@ class StateStore:
             reader.schema(schema_of(DEDUP_DDL)).parquet(f"{base}/{DEDUP}"),
         )
 
+    def part_bytes(self, batch_id: int, part: str) -> int:
+        """The bytes of one part's files of batch `batch_id` (0: no rows, or no such files;
+        a checkpoint from before the one-job layout: its part's directory)."""
+        for location in (self.part_dir(batch_id, part), f"{self.state_dir(batch_id)}/{part}"):
+            if self._exists(location):
+                fs, path = self._fs_path(location)
+                return int(fs.getContentSummary(path).getLength())
+        return 0
+
     def read_dedup(self, batch_id: int) -> DataFrame:
         """The remembered ids this process just wrote for `batch_id` (no completeness check)."""
         return self._part(batch_id, DEDUP)

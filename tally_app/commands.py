@@ -211,7 +211,8 @@ def stream(args: argparse.Namespace, settings: Settings) -> int:
     except Exception as exc:  # the query stopped on an error: what failed and what to change
         from streaming.failures import report_failure
 
-        print(f"tally: {report_failure(exc, settings, os.environ)}", file=sys.stderr)
+        line = report_failure(exc, settings, os.environ, arrival_clock=args.clock == "arrival")
+        print(f"tally: {line}", file=sys.stderr)
         return 1
     print(progress)
     return 0

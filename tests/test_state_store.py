@@ -67,3 +67,15 @@ def test_missing_state_is_an_error(spark: SparkSession, tmp_path: Path) -> None:
         store.read(2)
     with pytest.raises(FileNotFoundError, match="state of batch 4 missing"):
         store.read(4)
+
+
+def test_part_bytes_is_the_size_of_a_parts_files(spark: SparkSession, tmp_path: Path) -> None:
+    store = StateStore(spark, str(tmp_path / "checkpoint"))
+    store.write(0, empty_of(spark, WINDOWS_DDL), spark.sql(IDS))
+    files = (tmp_path / "checkpoint" / "tally" / "state" / "0" / "state=dedup").glob("*.parquet")
+    assert store.part_bytes(0, "dedup") == sum(f.stat().st_size for f in files) > 0
+    assert store.part_bytes(0, "windows") == 0  # a part without rows has no files
+    assert store.part_bytes(7, "dedup") == 0  # no such batch
+    base = store.state_dir(5)  # the earlier layout: a directory a part
+    spark.sql(IDS).write.parquet(f"{base}/dedup")
+    assert store.part_bytes(5, "dedup") > 0

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from streaming.failures import FailureContext, failure_line, root_cause
@@ -34,6 +36,12 @@ Caused by: java.lang.OutOfMemoryError: Java heap space
 """
 DISK_FULL = """py4j.protocol.Py4JJavaError: An error occurred while calling o70.save.
 Caused by: java.io.IOException: No space left on device
+"""
+# A broadcast hash relation too big to build (the remembered ids of a stream whose windows
+# never closed, before they were joined by a sort-merge join past a size).
+HASH_MAP = """py4j.protocol.Py4JJavaError: An error occurred while calling o812.persist.
+Caused by: org.apache.spark.SparkException: Could not allocate memory to grow BytesToBytesMap.
+\tat org.apache.spark.sql.execution.joins.UnsafeHashedRelation.read(HashedRelation.scala:440)
 """
 JVM_GONE = """py4j.protocol.Py4JNetworkError: Answer from Java side is empty
 """
@@ -72,6 +80,13 @@ Caused by: java.lang.IllegalStateException: state file truncated at 4096
             "(SPARK_DRIVER_MEMORY=2g; now 1g (Spark's default)) to get past it, and a lower "
             "--max-files-per-trigger (now 25) for the batches after it; details in "
             "/tmp/tally-logs/tally.log",
+        ),
+        (
+            HASH_MAP,
+            "stream: batch 3 ran out of memory (Could not allocate memory): rerun with more "
+            "driver memory (SPARK_DRIVER_MEMORY=2g; now 1g (Spark's default)) to get past it, "
+            "and a lower --max-files-per-trigger (now 25) for the batches after it; details "
+            "in /tmp/tally-logs/tally.log",
         ),
         (
             DISK_FULL,
@@ -117,6 +132,7 @@ Caused by: java.lang.IllegalStateException: state file truncated at 4096
     ids=[
         "sorter-oom",
         "heap-oom",
+        "hash-map",
         "disk-full",
         "jvm-gone",
         "concurrent",
@@ -129,6 +145,28 @@ def test_failure_line_names_what_failed_and_what_to_change(text: str, expected: 
     line = failure_line(text, CONTEXT)
     assert line == expected
     assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("text", "names_the_clock"),
+    [
+        (SORTER_OOM, True),  # memory: more of it only postpones a state that keeps growing
+        (HASH_MAP, True),
+        (DISK_FULL, False),  # any other cause keeps its own change
+        (CONCURRENT, False),
+    ],
+)
+def test_out_of_memory_behind_a_skewed_clock_names_the_clock(
+    text: str, names_the_clock: bool
+) -> None:
+    fix = "the arrival clock is behind the events: stream with --clock wall"
+    line = failure_line(text, dataclasses.replace(CONTEXT, clock_skew_fix=fix))
+    assert (fix in line) is names_the_clock, line
+    if names_the_clock:
+        assert "SPARK_DRIVER_MEMORY" not in line
+        assert line.startswith("stream: batch 3 ran out of memory (")
+        assert "no window closes" in line and "nothing is lost" in line
+        assert line.endswith("; details in /tmp/tally-logs/tally.log")
 
 
 def test_a_stream_error_raised_in_a_batch_is_its_own_line() -> None:
