@@ -31,13 +31,22 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from bench import engines as E
-from bench.common import DAY, StreamShape, load_average, log, percentile, stopwatch
+from bench.common import (
+    DAY,
+    EngineFailed,
+    StreamShape,
+    load_average,
+    log,
+    percentile,
+    stopwatch,
+)
 from tally import tables as T
 
 KEYS = 200
 PARTITIONS = 4
 SEED = 41
 DAY_MS = 86_400_000
+SKEW_DAYS = 28  # the skewed run's files: four weeks before the events they hold
 
 
 @dataclass(frozen=True)
@@ -142,47 +151,48 @@ def per_batch(
     return out
 
 
-def backlog_section(
-    spark: SparkSession, work: Path, catch_up: CatchUp, env: E.EngineEnv
+def shift_file_times(data: Path, days: int) -> None:
+    """Move every input file's modification time `days` back, order kept: a restore that reset
+    the files' times weeks before the events they hold (issue 45 part B)."""
+    shift_ns = days * DAY_MS * 1_000_000
+    for path in data.glob("arrival-*.jsonl"):
+        mtime = path.stat().st_mtime_ns - shift_ns
+        os.utime(path, ns=(mtime, mtime))
+
+
+def stream_backlog(
+    spark: SparkSession,
+    name: str,
+    data: Path,
+    run_dir: Path,
+    catch_up: CatchUp,
+    expected: tuple[int, int],
+    env: E.EngineEnv,
 ) -> dict[str, Any]:
-    data, run_dir = work / "backlog_input", work / "backlog_run"
-    log(
-        f"backlog: generating {catch_up.days} days of {catch_up.events_per_day:,} events in "
-        f"{catch_up.files} files"
-    )
-    manifest = generate_input(data, catch_up)
-    lines, valid = manifest["lines"], manifest["events"] + manifest["duplicates"]
+    """One `tally stream` over the backlog, measured: wall time, each batch (lines, seconds,
+    open windows, peak JVM RSS) and whether every line was counted (`expected`: the lines
+    and valid lines written). A run that fails is its error's last line."""
     shape = StreamShape(60_000, 30_000, catch_up.files_per_trigger)
     jvm = JvmSampler(str(run_dir / "trace.jsonl"))
-    load = load_average()
-    log(f"backlog: streaming {lines:,} lines, {catch_up.files_per_trigger} files a batch")
-    run = E.run_tally("backlog", str(data), run_dir, shape, env, sample=jvm)
+    try:
+        run = E.run_tally(name, str(data), run_dir, shape, env, sample=jvm)
+    except EngineFailed as exc:
+        said = [line for line in str(exc).splitlines() if line.strip()]
+        return {"failed": said[-1] if said else str(exc), "all_lines_counted": False}
+    errors = (run_dir / "logs" / f"{name}.err").read_text(errors="replace").splitlines()
     counted = E.tally_accounting(spark, run["warehouse"], run["checkpoint"])
     event_rows = T.read_table(spark, run["warehouse"], T.EVENTS.name).count()
-    batches = per_batch(run["trace_batches"], E.progress_rows(spark, run["warehouse"]), jvm)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.rmtree(data, ignore_errors=True)
+    progress = E.progress_rows(spark, run["warehouse"])
+    batches = per_batch(run["trace_batches"], progress, jvm)
     seconds = [b["seconds"] for b in batches]
+    lines, valid = expected
     all_counted = counted["input_lines"] == lines and event_rows == valid == counted["valid_events"]
     peak_jvm = max((rss for _t, rss in jvm.samples), default=None)
     log(
-        f"backlog: {len(batches)} batches in {run['seconds']:.0f} s, peak JVM RSS "
+        f"backlog {name}: {len(batches)} batches in {run['seconds']:.0f} s, peak JVM RSS "
         f"{_mb(peak_jvm)} MB, every line counted: {all_counted}"
     )
     return {
-        "days": catch_up.days,
-        "events_per_day": catch_up.events_per_day,
-        "files": catch_up.files,
-        "files_per_trigger": catch_up.files_per_trigger,
-        "days_per_batch": catch_up.days_per_batch,
-        "keys": KEYS,
-        "partitions": PARTITIONS,
-        "lines": lines,
-        "valid_lines": valid,
-        "input_bytes": manifest["bytes"],
-        "generate_s": manifest["generate_s"],
-        "driver_memory": os.environ.get("SPARK_DRIVER_MEMORY", "1g (Spark's default)"),
-        "load_average_before": load,
         "seconds": run["seconds"],
         "wall_split": run["wall_split"],
         "batches": batches,
@@ -194,5 +204,61 @@ def backlog_section(
         "valid_events": counted["valid_events"],
         "event_rows": event_rows,
         "all_lines_counted": all_counted,
-        "met": all_counted and len(batches) >= 2,
+        "clock_skewed_events": sum(int(p.get("clock_skewed_events") or 0) for p in progress),
+        "windows_emitted": sum(int(p.get("windows_emitted") or 0) for p in progress),
+        "clock_skew_lines": [e[e.index("clock skew:") :] for e in errors if "clock skew:" in e],
+    }
+
+
+def backlog_section(
+    spark: SparkSession, work: Path, catch_up: CatchUp, env: E.EngineEnv
+) -> dict[str, Any]:
+    data = work / "backlog_input"
+    log(
+        f"backlog: generating {catch_up.days} days of {catch_up.events_per_day:,} events in "
+        f"{catch_up.files} files"
+    )
+    manifest = generate_input(data, catch_up)
+    expected = (manifest["lines"], manifest["events"] + manifest["duplicates"])
+    load = load_average()
+    log(f"backlog: streaming {expected[0]:,} lines, {catch_up.files_per_trigger} files a batch")
+    normal = stream_backlog(spark, "backlog", data, work / "backlog_run", catch_up, expected, env)
+    # The same files timed weeks before their events, streamed the same way: no window can
+    # close (issue 45 part B); the state piles up, and memory must hold out all the same.
+    shift_file_times(data, SKEW_DAYS)
+    log(f"backlog: the same files {SKEW_DAYS} days earlier (a clock behind the events)")
+    skewed = stream_backlog(
+        spark, "backlog_skewed", data, work / "backlog_skewed_run", catch_up, expected, env
+    )
+    for run_dir in ("backlog_run", "backlog_skewed_run"):
+        shutil.rmtree(work / run_dir, ignore_errors=True)
+    shutil.rmtree(data, ignore_errors=True)
+    if "failed" in normal:
+        raise EngineFailed(f"backlog: {normal['failed']}")
+    skewed_batches = catch_up.days // catch_up.days_per_batch
+    skewed["met"] = (
+        skewed["all_lines_counted"]
+        and len(skewed["batches"]) == skewed_batches
+        and len(skewed["clock_skew_lines"]) == 1
+        and skewed["clock_skew_lines"][0].startswith("clock skew: batch 0: ")
+        and skewed["windows_emitted"] == 0
+    )
+    return {
+        "days": catch_up.days,
+        "events_per_day": catch_up.events_per_day,
+        "files": catch_up.files,
+        "files_per_trigger": catch_up.files_per_trigger,
+        "days_per_batch": catch_up.days_per_batch,
+        "keys": KEYS,
+        "partitions": PARTITIONS,
+        "lines": expected[0],
+        "valid_lines": expected[1],
+        "input_bytes": manifest["bytes"],
+        "generate_s": manifest["generate_s"],
+        "driver_memory": os.environ.get("SPARK_DRIVER_MEMORY", "1g (Spark's default)"),
+        "load_average_before": load,
+        **normal,
+        "met": normal["all_lines_counted"] and len(normal["batches"]) >= 2,
+        "skew_days": SKEW_DAYS,
+        "skewed": skewed,
     }

@@ -177,6 +177,7 @@ def progress_rows(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
             "input_lines",
             "valid_events",
             "late_events",
+            "clock_skewed_events",
             "open_windows",
             "windows_emitted",
             "batch_duration_ms",

@@ -324,7 +324,22 @@ def _backlog(bl: dict[str, Any]) -> list[str]:
         )
         + f". Target: {_verdict(bl['met'])}."
     )
-    return [text]
+    sk = bl.get("skewed")
+    if sk is None:
+        return [text]
+    if "failed" in sk:
+        return [text, f"The same backlog behind a skewed clock failed: {sk['failed']}."]
+    skewed = (
+        f"The same files timed {bl['skew_days']} days before their events (no window can "
+        f"close): {len(sk['batches'])} batches, {sk['batch_s']['p50']:.1f} s median and "
+        f"{sk['batch_s']['max']:.1f} s at most a batch, peak JVM RSS "
+        f"{sk['peak_jvm_rss_mb']:,.0f} MB at the same driver memory, "
+        f"{sk['windows_emitted']:,} windows emitted, named "
+        f"{len(sk['clock_skew_lines'])}x on stderr; "
+        + ("every line counted" if sk["all_lines_counted"] else "LINES MISSING")
+        + f". Target: {_verdict(sk['met'])}."
+    )
+    return [text, skewed]
 
 
 def _history(hi: dict[str, Any]) -> list[str]:

@@ -57,6 +57,12 @@ def main(argv: list[str]) -> int:
     logger = logging.getLogger(LOGGER)
     logger.setLevel(logging.DEBUG)
     logger.addHandler(TraceHandler(out))
+    # `tally`'s warnings reach stderr through Python's last-resort handler, which logging uses
+    # only while no handler is found: with the trace's, the same one-line warnings go to
+    # stderr here (the stream's clock-skew line among them).
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    logging.getLogger("tally").addHandler(warnings)
     sys.argv = ["tally", *tally_args]
     try:
         runpy.run_module("tally_app.cli", run_name="__main__", alter_sys=True)

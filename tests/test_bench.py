@@ -897,6 +897,18 @@ def _check_backlog(bl: dict[str, Any]) -> None:
     assert bl["peak_jvm_rss_mb"] > 100 and bl["peak_tree_rss_mb"] > 100  # JVMs measured
     assert all(b["seconds"] > 0 for b in bl["batches"])
     assert bl["batch_s"]["max"] == max(b["seconds"] for b in bl["batches"])
+    # the same files behind a skewed clock: all of it counted, nothing closed, named once
+    sk = bl["skewed"]
+    assert "failed" not in sk and sk["met"], sk
+    assert len(sk["batches"]) == len(bl["batches"])
+    assert sk["input_lines"] == bl["lines"] and sk["event_rows"] == bl["valid_lines"]
+    assert sk["clock_skewed_events"] == sk["valid_events"] > 0 and sk["windows_emitted"] == 0
+    assert [b["open_windows"] for b in sk["batches"]] == sorted(
+        b["open_windows"] for b in sk["batches"]
+    )
+    assert sk["batches"][-1]["open_windows"] > bl["batches"][-1]["open_windows"]
+    (warning,) = sk["clock_skew_lines"]
+    assert warning.startswith("clock skew: batch 0: ") and "--clock wall" in warning
 
 
 def _check_history(hi: dict[str, Any]) -> None:
@@ -1120,6 +1132,8 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
     bl = r["backlog"]
     assert f"{bl['input_lines']:,} of {bl['lines']:,} lines counted" in md
     assert "every line counted" in "\n".join(r["findings"])
+    assert f"{bl['skewed']['input_lines']:,} of {bl['lines']:,} lines counted; warned 1x" in md
+    assert f"The same files timed {bl['skew_days']} days before" in "\n".join(r["findings"])
     lh = r["longhaul"]
     assert f"at most {lh['max_files_per_closed_date']} over" in md
     hi = r["history"]

@@ -25,6 +25,32 @@ def target_row(bl: dict[str, Any], row: Callable[[str, str, str, bool | None], N
     )
 
 
+def skewed_target_row(
+    bl: dict[str, Any], row: Callable[[str, str, str, bool | None], None]
+) -> None:
+    """The skewed-clock backlog's row: it completes at the same driver memory with every line
+    counted and its one warning in the first batch (no window can close)."""
+    sk = bl.get("skewed")
+    if sk is None:  # a result from before the skewed run
+        return
+    measured = (
+        f"failed: {sk['failed']}"
+        if "failed" in sk
+        else f"{len(sk['batches'])} batches, p50 {secs(sk['batch_s']['p50'])} s, max "
+        f"{secs(sk['batch_s']['max'])} s; peak JVM RSS {megabytes(sk['peak_jvm_rss_mb'])}; "
+        f"{sk['input_lines']:,} of {bl['lines']:,} lines counted; warned "
+        f"{len(sk['clock_skew_lines'])}x"
+    )
+    row(
+        "backlog_skewed",
+        f"12. the same backlog with file times {bl['skew_days']} days before its events "
+        f"completes at driver memory {bl['driver_memory']}, every line counted, named once "
+        "in its first batch",
+        measured,
+        sk["met"],
+    )
+
+
 def section(bl: dict[str, Any], when: str) -> list[str]:
     out = [
         f"{HEADING}{when}",
@@ -39,24 +65,81 @@ def section(bl: dict[str, Any], when: str) -> list[str]:
         f"{bl['load_average_before']}.",
         "",
     ]
-    rows = [
-        [
+    sk = bl.get("skewed")
+    if sk is not None:
+        out += [
+            f"Then the same files with their modification times {bl['skew_days']} days "
+            "earlier (restored with reset times), streamed the same way: every event is ahead "
+            "of the arrival clock, no window can close and the state grows every batch "
+            '(docs/streaming.md, "A clock behind the events"). '
+            + (
+                f"It failed: `{sk['failed']}`."
+                if "failed" in sk
+                else f"Wall {secs(sk['seconds'])} s; windows emitted {sk['windows_emitted']:,}; "
+                f"clock-skewed events {sk['clock_skewed_events']:,}; the stream's warning: "
+                + (f"`{sk['clock_skew_lines'][0]}`" if sk["clock_skew_lines"] else "**none**")
+                + (
+                    f" ({len(sk['clock_skew_lines'])} lines)"
+                    if len(sk["clock_skew_lines"]) > 1
+                    else ""
+                )
+                + "."
+            ),
+            "",
+        ]
+    out += table(*_batch_table(bl))
+    out += [
+        f"Peak RSS: the driver JVM {megabytes(bl['peak_jvm_rss_mb'])}, the whole process tree "
+        f"(Python driver, JVM, Python workers) {megabytes(bl['peak_tree_rss_mb'])}"
+        + (
+            f"; skewed: {megabytes(sk['peak_jvm_rss_mb'])} and {megabytes(sk['peak_tree_rss_mb'])}"
+            if sk is not None and "failed" not in sk
+            else ""
+        )
+        + f". Counted: `stream_progress.input_lines` {bl['input_lines']:,} of {bl['lines']:,} "
+        f"lines written; `events` {bl['event_rows']:,} rows of {bl['valid_lines']:,} valid "
+        "lines: "
+        + ("every line counted" if bl["all_lines_counted"] else "**lines missing**")
+        + (
+            ""
+            if sk is None or "failed" in sk
+            else "; skewed: "
+            + (
+                "every line counted (in open windows)"
+                if sk["all_lines_counted"]
+                else f"**lines missing** ({sk['input_lines']:,} counted)"
+            )
+        )
+        + f"; target {verdict(bl['met'])}"
+        + ("" if sk is None else f", skewed {verdict(sk['met'])}")
+        + ".",
+        "",
+    ]
+    return out
+
+
+def _batch_table(bl: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """Each micro-batch of the normal run, and of the skewed run beside it when it ran."""
+    sk = bl.get("skewed")
+    skewed = {b["batch"]: b for b in sk["batches"]} if sk and "batches" in sk else None
+    header = ["batch", "lines", "seconds", "open windows after", "peak JVM RSS"]
+    if skewed is not None:
+        header += ["skewed: seconds", "open windows after", "peak JVM RSS"]
+    rows = []
+    for b in bl["batches"]:
+        cells = [
             b["batch"],
             number(b["input_lines"]),
             secs(b["seconds"]),
             number(b["open_windows"]),
             megabytes(b["peak_jvm_rss_mb"]),
         ]
-        for b in bl["batches"]
-    ]
-    out += table(["batch", "lines", "seconds", "open windows after", "peak JVM RSS"], rows)
-    out += [
-        f"Peak RSS: the driver JVM {megabytes(bl['peak_jvm_rss_mb'])}, the whole process tree "
-        f"(Python driver, JVM, Python workers) {megabytes(bl['peak_tree_rss_mb'])}. Counted: "
-        f"`stream_progress.input_lines` {bl['input_lines']:,} of {bl['lines']:,} lines "
-        f"written; `events` {bl['event_rows']:,} rows of {bl['valid_lines']:,} valid lines: "
-        + ("every line counted" if bl["all_lines_counted"] else "**lines missing**")
-        + f"; target {verdict(bl['met'])}.",
-        "",
-    ]
-    return out
+        if skewed is not None:
+            other = skewed.get(b["batch"], {})
+            cells += [
+                secs(other.get("seconds")),
+                number(other.get("open_windows")),
+                megabytes(other.get("peak_jvm_rss_mb")),
+            ]
+        rows.append(cells)
+    return header, rows

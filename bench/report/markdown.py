@@ -43,6 +43,7 @@ def _targets(r: dict[str, Any]) -> list[str]:
         L.target_row(r["lateness"], row)
     if r.get("backlog"):
         B.target_row(r["backlog"], row)
+        B.skewed_target_row(r["backlog"], row)
     if r.get("longhaul"):
         LH.target_rows(r["longhaul"], row)
     if r.get("history"):
