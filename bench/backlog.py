@@ -8,15 +8,21 @@ one `tally stream --available-now --clock arrival --max-files-per-trigger 25` pr
 micro-batches of five days (~2.5M lines) each. Quick mode: a few days of a few thousand events,
 two days a batch.
 
-Measured: each micro-batch's seconds (the stream's own phase records, `bench.phases`), the peak
-RSS of the driver JVM (the `java` process of the stream, sampled with psutil at every poll, and
-charged to the batch in flight) and of the whole process tree, and whether every line was
-counted: `stream_progress.input_lines` summed = the lines written, and the rows of `events` =
-the valid lines (events and their duplicates). Met when the run completes at the default driver
-memory and every line is counted.
+Then the same files with their modification times moved back by the backlog's span plus four
+weeks, streamed the same way (issue 45 part B): every event is ahead of the arrival clock, no
+window can close, and the open windows and remembered ids pile up for the whole run. Met when it
+completes at the same driver memory, every line counted, named once (the stream's clock-skew
+line, in batch 0) and no window emitted.
 
-Expected duration, full mode on 2 cores: generating 20M events ~2.5 min; the run ~15-20 min on
-a quiet machine. Quick mode: ~1 min.
+Measured, per run: each micro-batch's seconds (the stream's own phase records,
+`bench.phases`), the peak RSS of the driver JVM (the `java` process of the stream, sampled with
+psutil at every poll, and charged to the batch in flight) and of the whole process tree, and
+whether every line was counted: `stream_progress.input_lines` summed = the lines written, and
+the rows of `events` = the valid lines (events and their duplicates). The normal run is met when
+it completes at the default driver memory and every line is counted.
+
+Expected duration, full mode on 2 cores: generating 20M events ~4 min; the normal run ~10 min,
+the skewed one ~15 min on a quiet machine. Quick mode: ~2 min.
 """
 
 from __future__ import annotations
@@ -46,7 +52,10 @@ KEYS = 200
 PARTITIONS = 4
 SEED = 41
 DAY_MS = 86_400_000
-SKEW_DAYS = 28  # the skewed run's files: four weeks before the events they hold
+# The skewed run's files are moved this much further back than the backlog's span, so that
+# even the newest lies four weeks before the first event: no window can close in the whole run
+# (a shift shorter than the span lets the late batches' clock pass the first days' events).
+SKEW_BEYOND_SPAN_DAYS = 28
 
 
 @dataclass(frozen=True)
@@ -225,8 +234,9 @@ def backlog_section(
     normal = stream_backlog(spark, "backlog", data, work / "backlog_run", catch_up, expected, env)
     # The same files timed weeks before their events, streamed the same way: no window can
     # close (issue 45 part B); the state piles up, and memory must hold out all the same.
-    shift_file_times(data, SKEW_DAYS)
-    log(f"backlog: the same files {SKEW_DAYS} days earlier (a clock behind the events)")
+    skew_days = catch_up.days + SKEW_BEYOND_SPAN_DAYS
+    shift_file_times(data, skew_days)
+    log(f"backlog: the same files {skew_days} days earlier (a clock behind the events)")
     skewed = stream_backlog(
         spark, "backlog_skewed", data, work / "backlog_skewed_run", catch_up, expected, env
     )
@@ -259,6 +269,6 @@ def backlog_section(
         "load_average_before": load,
         **normal,
         "met": normal["all_lines_counted"] and len(normal["batches"]) >= 2,
-        "skew_days": SKEW_DAYS,
+        "skew_days": skew_days,
         "skewed": skewed,
     }
