@@ -42,7 +42,7 @@ def skewed_target_row(
         f"{len(sk['clock_skew_lines'])}x"
     )
     row(
-        "backlog_skewed",
+        "backlog",
         f"12. the same backlog with file times {bl['skew_days']} days before its events "
         f"completes at driver memory {bl['driver_memory']}, every line counted, named once "
         "in its first batch",
