@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from streaming.health import clock_skew_fix as health_clock_skew_fix
-from streaming.health import mostly_skewed, read_recent_progress
+from streaming.health import mostly_skewed, read_recent_progress, skewed_counts
 from tally.outputs import one_line
 from tally.settings import Settings
 from tally.spark import jvm_class, log_file
@@ -210,9 +210,7 @@ def clock_skew_fix(spark: SparkSession | None, settings: Settings, arrival_clock
         rows = read_recent_progress(spark, settings.warehouse, settings.health_history)
     except Exception:  # a dead JVM, an unreadable table: the line goes without it
         return ""
-    valid = sum(int(r.get("valid_events") or 0) for r in rows)
-    skewed = sum(int(r.get("clock_skewed_events") or 0) for r in rows)
-    return health_clock_skew_fix(arrival_clock) if mostly_skewed(valid, skewed) else ""
+    return health_clock_skew_fix(arrival_clock) if mostly_skewed(*skewed_counts(rows)) else ""
 
 
 def report_failure(

@@ -258,11 +258,17 @@ def rounded_duration(ms: int) -> str:
     return str(format_timedelta(timedelta(milliseconds=ms), locale="en_US", threshold=1.5))
 
 
+def skewed_counts(rows: Rows) -> tuple[int, int]:
+    """Valid and clock-skewed events over `stream_progress` rows."""
+    valid = sum(int(r.get("valid_events") or 0) for r in rows)
+    skewed = sum(int(r.get("clock_skewed_events") or 0) for r in rows)
+    return valid, skewed
+
+
 def clock_skew_alerts(rows: Rows, params: HealthParams) -> list[Alert]:
     """Most events of the recent `history` batches were clock-skewed."""
     rows = rows[-params.history :] if params.history else rows
-    valid = sum(int(r.get("valid_events") or 0) for r in rows)
-    skewed = sum(int(r.get("clock_skewed_events") or 0) for r in rows)
+    valid, skewed = skewed_counts(rows)
     if not mostly_skewed(valid, skewed):
         return []
     return [
