@@ -67,55 +67,55 @@ def section(bl: dict[str, Any], when: str) -> list[str]:
     ]
     sk = bl.get("skewed")
     if sk is not None:
-        out += [
-            f"Then the same files with their modification times {bl['skew_days']} days "
-            "earlier (restored with reset times), streamed the same way: every event is ahead "
-            "of the arrival clock, no window can close and the state grows every batch "
-            '(docs/streaming.md, "A clock behind the events"). '
-            + (
-                f"It failed: `{sk['failed']}`."
-                if "failed" in sk
-                else f"Wall {secs(sk['seconds'])} s; windows emitted {sk['windows_emitted']:,}; "
-                f"clock-skewed events {sk['clock_skewed_events']:,}; the stream's warning: "
-                + (f"`{sk['clock_skew_lines'][0]}`" if sk["clock_skew_lines"] else "**none**")
-                + (
-                    f" ({len(sk['clock_skew_lines'])} lines)"
-                    if len(sk["clock_skew_lines"]) > 1
-                    else ""
-                )
-                + "."
-            ),
-            "",
-        ]
+        out += [_skewed_run(bl, sk), ""]
     out += table(*_batch_table(bl))
+    ran = sk if sk is not None and "failed" not in sk else None  # the skewed run that finished
     out += [
         f"Peak RSS: the driver JVM {megabytes(bl['peak_jvm_rss_mb'])}, the whole process tree "
         f"(Python driver, JVM, Python workers) {megabytes(bl['peak_tree_rss_mb'])}"
         + (
-            f"; skewed: {megabytes(sk['peak_jvm_rss_mb'])} and {megabytes(sk['peak_tree_rss_mb'])}"
-            if sk is not None and "failed" not in sk
+            f"; skewed: {megabytes(ran['peak_jvm_rss_mb'])} and "
+            f"{megabytes(ran['peak_tree_rss_mb'])}"
+            if ran is not None
             else ""
         )
         + f". Counted: `stream_progress.input_lines` {bl['input_lines']:,} of {bl['lines']:,} "
         f"lines written; `events` {bl['event_rows']:,} rows of {bl['valid_lines']:,} valid "
         "lines: "
         + ("every line counted" if bl["all_lines_counted"] else "**lines missing**")
-        + (
-            ""
-            if sk is None or "failed" in sk
-            else "; skewed: "
-            + (
-                "every line counted (in open windows)"
-                if sk["all_lines_counted"]
-                else f"**lines missing** ({sk['input_lines']:,} counted)"
-            )
-        )
+        + (f"; skewed: {_skewed_counted(ran)}" if ran is not None else "")
         + f"; target {verdict(bl['met'])}"
         + ("" if sk is None else f", skewed {verdict(sk['met'])}")
         + ".",
         "",
     ]
     return out
+
+
+def _skewed_run(bl: dict[str, Any], sk: dict[str, Any]) -> str:
+    """The paragraph on the skewed-clock run: what it is, then how it ended."""
+    what = (
+        f"Then the same files with their modification times {bl['skew_days']} days "
+        "earlier (restored with reset times), streamed the same way: every event is ahead "
+        "of the arrival clock, no window can close and the state grows every batch "
+        '(docs/streaming.md, "A clock behind the events"). '
+    )
+    if "failed" in sk:
+        return f"{what}It failed: `{sk['failed']}`."
+    lines = sk["clock_skew_lines"]
+    warning = f"`{lines[0]}`" if lines else "**none**"
+    if len(lines) > 1:
+        warning += f" ({len(lines)} lines)"
+    return (
+        f"{what}Wall {secs(sk['seconds'])} s; windows emitted {sk['windows_emitted']:,}; "
+        f"clock-skewed events {sk['clock_skewed_events']:,}; the stream's warning: {warning}."
+    )
+
+
+def _skewed_counted(sk: dict[str, Any]) -> str:
+    if sk["all_lines_counted"]:
+        return "every line counted (in open windows)"
+    return f"**lines missing** ({sk['input_lines']:,} counted)"
 
 
 def _batch_table(bl: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
