@@ -61,6 +61,9 @@ AIRFLOW_ENV = {
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
     "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+    # dag.test writes the DAG it parsed every time, not once per 30 s: a test that parses the
+    # DAGs again under other settings runs those, however fast the machine
+    "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
 }
 os.environ.update(AIRFLOW_ENV)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
