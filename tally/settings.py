@@ -15,6 +15,13 @@ from fractions import Fraction
 from typing import Any
 
 from tally.dates import parse_business_date
+from tally.tolerances import (
+    ToleranceError,
+    ToleranceRule,
+    parse_rules,
+    rules_as_json,
+    rules_from_json,
+)
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -486,6 +493,16 @@ class Settings:
     unexplained_tolerance: int = _setting(
         0, "UNEXPLAINED windows a business date may have and still pass validation"
     )
+    tolerance: str = _setting(
+        "[]",
+        "materiality tolerances (not applied yet): rules grading an unexplained residual ok, "
+        "warn or fail, the first rule matching the row's key and currency deciding (none: every "
+        "residual fails). In the file an array of tables [[tolerance]]: key (a glob), currency "
+        "(or *), name, and window and date tables of limits warn_abs/fail_abs (minor units), "
+        "warn_pct/fail_pct (percent of the batch amount), warn_count/fail_count (events); in "
+        "TALLY_TOLERANCE the same as a JSON array. Held and recorded as canonical JSON "
+        '(docs/semantics.md, "Materiality tolerances")',
+    )
     completeness_target: float = _setting(
         99.9,
         "completeness in percent a lateness bound must reach (the lateness curve, the weekly "
@@ -710,6 +727,7 @@ class Settings:
                 "of 0: set lateness = 0s)"
             )
         parse_duration_list(self.lateness_candidates, "lateness_candidates")
+        tolerance_text(self.tolerance)
         parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
         if self.expected_partitions == ALL_PARTITIONS and self.source_kind != "kafka":
             raise SettingsError(
@@ -786,6 +804,11 @@ class Settings:
         return parse_partition_list(self.expected_partitions, "expected_partitions")
 
     @property
+    def tolerance_rules(self) -> tuple[ToleranceRule, ...]:
+        """The materiality tolerance rules, in order (() = none: every residual fails)."""
+        return rules_from_json(self.tolerance)
+
+    @property
     def lateness_candidates_ms(self) -> list[int]:
         """The lateness bounds the curve and the tuning try, in milliseconds."""
         return parse_duration_list(self.lateness_candidates, "lateness_candidates")
@@ -852,6 +875,8 @@ def _coerce(name: str, raw: Any) -> Any:
     if name not in fields:
         raise SettingsError(f"{name}: unknown setting (known: {', '.join(sorted(fields))})")
     f = fields[name]
+    if name == "tolerance":  # a list of tables from TOML, JSON text from the environment
+        return tolerance_text(raw)
     if f.metadata.get("kind") == "duration":
         return parse_duration(raw, name)
     if f.metadata.get("kind") == "lateness":
@@ -879,6 +904,16 @@ def _coerce(name: str, raw: Any) -> Any:
     if not isinstance(raw, str):
         raise SettingsError(f"{name}: expected text, got {raw!r}")
     return raw
+
+
+def tolerance_text(raw: Any) -> str:
+    """Tolerance rules (a list of tables, or JSON text) as their canonical JSON, or a
+    SettingsError naming the rule and the field."""
+    try:
+        rules = rules_from_json(raw) if isinstance(raw, str) else parse_rules(raw)
+    except ToleranceError as exc:
+        raise SettingsError(str(exc)) from None
+    return rules_as_json(rules)
 
 
 _TRUE = ("true", "yes", "on", "1")
@@ -912,8 +947,13 @@ def given_values(
             raise SettingsError(f"config: file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"config: {path} is not valid TOML: {exc}") from None
-        data = data.get("tally", data)
-        for key, raw in data.items():
+        table = data.get("tally", data)
+        if table is not data and "tolerance" in data:
+            # `[[tolerance]]` beside a `[tally]` table is tally's too, not silently ignored
+            if "tolerance" in table:
+                raise SettingsError("tolerance: given as [[tolerance]] and [[tally.tolerance]]")
+            table = {**table, "tolerance": data["tolerance"]}
+        for key, raw in table.items():
             name = key.replace("-", "_")
             values[name] = _coerce(name, raw)
     known = {f.name for f in dataclasses.fields(Settings)}
