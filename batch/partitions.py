@@ -37,6 +37,7 @@ from tally import tables as T
 from tally.arrivals import (
     FIRST_ARRIVAL,
     event_of_day,
+    partitions_of_day,
 )
 from tally.dates import DayBounds, epoch_ms
 from tally.spark import without_adaptive_execution
@@ -56,7 +57,7 @@ def _log_counts(events: DataFrame, copies: DataFrame, bounds: DayBounds) -> list
     of_day = F.coalesce(event_of_day(bounds), F.lit(False))
     late = F.col("arrival_status") == LATE
     counts = (
-        events.where(of_day)
+        events.where(partitions_of_day(bounds) & of_day)  # the date's partitions only
         .groupBy("partition")
         .agg(F.count(F.lit(1)).alias("events"), F.count_if(late).alias("late"))
     )

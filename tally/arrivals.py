@@ -118,10 +118,17 @@ def event_of_day(bounds: DayBounds) -> Column:
     figures (the report's partition table, `reconciliation_partitions`): its `event_time` is
     in the day (read from the `event_date` partitions the day touches) and it is not a
     `duplicate`. Null (an `arrival_status` of null) is no: wrap it in `coalesce(.., false)`."""
-    first_day = from_epoch_ms(bounds[0]).date()
-    last_day = from_epoch_ms(bounds[1]).date()
     return (
-        F.col("event_date").between(F.lit(first_day), F.lit(last_day))
+        partitions_of_day(bounds)
         & in_day(bounds, "event_time")
         & (F.col("arrival_status") != DUPLICATE)
     )
+
+
+def partitions_of_day(bounds: DayBounds) -> Column:
+    """The `event_date` partitions a day's events lie in. A filter `coalesce(event_of_day, ..)`
+    is one expression over data columns, which Spark cannot prune partitions by: put this
+    beside it as its own conjunct, or the scan reads the whole log."""
+    first_day = from_epoch_ms(bounds[0]).date()
+    last_day = from_epoch_ms(bounds[1]).date()
+    return F.col("event_date").between(F.lit(first_day), F.lit(last_day))
