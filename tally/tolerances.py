@@ -227,9 +227,35 @@ def _parse_rule(position: int, table: object) -> ToleranceRule:
     return ToleranceRule(name=name, key=key, currency=currency, window=window, date=date)
 
 
+def glob_set_end(pattern: str, start: int) -> int:
+    """Where the set opened by the `[` at `start` closes (fnmatch's reading: a `!` and then a
+    `]` first in the set are part of it); -1: it does not close."""
+    j = start + 1
+    j += pattern.startswith("!", j)
+    j += pattern.startswith("]", j)  # a `]` first in a set is a member
+    return pattern.find("]", j)
+
+
+def glob_set_members(body: str) -> list[tuple[str, str]]:
+    """A set's members (its text between `[` and `]`, without a leading `!`) as (first, last)
+    ranges: `a-z` is a range unless the `-` is first or last. A reversed range (`z-a`) is
+    kept as it is written; the rules refuse it (`_glob_problem`)."""
+    members: list[tuple[str, str]] = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            members.append((body[i], body[i + 2]))
+            i += 3
+        else:
+            members.append((body[i], body[i]))
+            i += 1
+    return members
+
+
 def _glob_problem(pattern: object) -> str | None:
     """Why `pattern` is no glob to match keys with (None: it is one). fnmatch reads a `[` with
-    no closing `]` as a literal `[`; here it is a mistake (a literal `[` is written `[[]`)."""
+    no closing `]` as a literal `[`, and drops a reversed range (`z-a`) with quirks of its own;
+    here both are mistakes (a literal `[` is written `[[]`)."""
     if not isinstance(pattern, str):
         return f"expected a glob (text), got {pattern!r}"
     if not pattern:
@@ -237,12 +263,13 @@ def _glob_problem(pattern: object) -> str | None:
     i = 0
     while i < len(pattern):
         if pattern[i] == "[":
-            j = i + 1
-            j += pattern.startswith("!", j)
-            j += pattern.startswith("]", j)  # a `]` first in a set is a member
-            close = pattern.find("]", j)
+            close = glob_set_end(pattern, i)
             if close < 0:
                 return f"unbalanced '[' at position {i} in {pattern!r} (a literal '[' is '[[]')"
+            body = pattern[i + 1 : close]
+            for first, last in glob_set_members(body[1:] if body.startswith("!") else body):
+                if first > last:
+                    return f"reversed range '{first}-{last}' in {pattern!r}"
             i = close
         i += 1
     return None

@@ -156,6 +156,8 @@ def test_date_verdict_pct_is_of_the_groups_batch_amount() -> None:
         ([{}], r"^tolerance: rule 1: key: missing"),
         ([{"key": "a[b"}], r"^tolerance: rule 1: key: unbalanced '\['"),  # bad glob
         ([{"key": "[!]"}], r"^tolerance: rule 1: key: unbalanced '\['"),  # `]` is the set's
+        ([{"key": "m[z-a]"}], r"^tolerance: rule 1: key: reversed range 'z-a'"),  # a mistake
+        ([{"key": "[!b-a]"}], r"^tolerance: rule 1: key: reversed range 'b-a'"),  # also negated
         ([{"key": ""}], r"^tolerance: rule 1: key: must not be empty"),
         ([{"key": 5}], r"^tolerance: rule 1: key: expected a glob"),
         ([{"key": "*", "currency": "ABC"}], r"^tolerance: rule 1: currency: 'ABC' is not"),
