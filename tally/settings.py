@@ -502,6 +502,7 @@ class Settings:
         "warn_pct/fail_pct (percent of the batch amount), warn_count/fail_count (events); in "
         "TALLY_TOLERANCE the same as a JSON array. Held and recorded as canonical JSON "
         '(docs/semantics.md, "Materiality tolerances")',
+        kind="tolerance_rules",
     )
     completeness_target: float = _setting(
         99.9,
@@ -875,7 +876,7 @@ def _coerce(name: str, raw: Any) -> Any:
     if name not in fields:
         raise SettingsError(f"{name}: unknown setting (known: {', '.join(sorted(fields))})")
     f = fields[name]
-    if name == "tolerance":  # a list of tables from TOML, JSON text from the environment
+    if f.metadata.get("kind") == "tolerance_rules":  # TOML tables, or JSON text from env
         return tolerance_text(raw)
     if f.metadata.get("kind") == "duration":
         return parse_duration(raw, name)

@@ -37,6 +37,7 @@ _KIND_TYPES = {
     "lateness": "duration or `auto`",
     "partition_durations": "partition=duration list",
     "partition_list": "partition list",
+    "tolerance_rules": "rules (`[[tolerance]]`; JSON in the environment)",
 }
 _TYPES = {"int": "integer", "float": "number", "bool": "true/false", "str": "text"}
 
