@@ -65,6 +65,8 @@ from tally.dates import (
     window_in_day,
 )
 from tally.tables import zero_if_absent
+from tally.tolerance_columns import RULE_COLUMN, SEVERITY_COLUMN, date_verdicts
+from tally.tolerances import ToleranceRule
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     COUNTED,
@@ -520,7 +522,11 @@ def diff_windows(
     )
 
 
-def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
+def summarize(
+    reconciliation: DataFrame,
+    business_date: date,
+    rules: Sequence[ToleranceRule] = (),
+) -> DataFrame:
     """The one `reconciliation_summary` row of the date (one row even with no windows).
 
     gap = batch − stream; explained = the late side output totals of the date's windows less
@@ -529,7 +535,9 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
     `unexplained_abs_amount` = sum of |residual_amount| (residuals of opposite sign cannot
     hide each other there); `unexplained_windows` = number of UNEXPLAINED rows. worst_keys:
     up to 5 keys with a nonzero residual or diff, by sum |residual_amount| desc, then
-    sum |diff_amount| desc, then key.
+    sum |diff_amount| desc, then key. `severity` and `tolerance_rule`: the date's severity
+    under the materiality tolerance `rules` (`date_verdicts`: the worse of the date's sums
+    and its worst window) from the graded rows (`with_window_verdicts`).
     """
     r = reconciliation
 
@@ -588,11 +596,17 @@ def summarize(reconciliation: DataFrame, business_date: date) -> DataFrame:
     rate = F.when(
         F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
     )
-    return totals.crossJoin(worst).select(
-        F.lit(business_date).alias("business_date"),
-        *totals.columns,
-        rate.alias("late_event_rate"),
-        F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
+    return (
+        totals.crossJoin(worst)
+        .crossJoin(date_verdicts(r, rules))
+        .select(
+            F.lit(business_date).alias("business_date"),
+            *totals.columns,
+            rate.alias("late_event_rate"),
+            F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
+            SEVERITY_COLUMN,
+            RULE_COLUMN,
+        )
     )
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -88,9 +88,12 @@ from tally.dates import (
     window_in_day,
 )
 from tally.ledger import TOTALS
+from tally.money import DEFAULT_CURRENCY
 from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
 from tally.spark import without_adaptive_execution
+from tally.tolerance_columns import with_window_verdicts
+from tally.tolerances import NO_RULE, ToleranceRule, rules_from_json
 from tally.vocabulary import ARRIVAL_ORDER
 from tally.windows import describe_windowing, slide_of, window_kind
 
@@ -220,6 +223,13 @@ class ReconcileResult:
             )
         if s["worst_keys"]:
             lines.append(f"Worst keys: {', '.join(s['worst_keys'])}.")
+        if not self.balanced and s.get("severity") is not None:
+            rule = s["tolerance_rule"]
+            lines.append(
+                f"Severity {s['severity']} ("
+                + ("no materiality tolerance rule" if rule == NO_RULE else f"rule {rule!r}")
+                + ")."
+            )
         lines.append("BALANCED." if self.balanced else "UNEXPLAINED DIFFERENCES.")
         return " ".join(lines)
 
@@ -577,6 +587,9 @@ class _Run:
     firsts: DataFrame | None = None
     # the pinned log's batch frontier (`tally.pins`): which late rows' lines it holds
     events_frontier: Mapping[str, int] = field(default_factory=dict)
+    # the materiality tolerance rules grading the rows, and the rows' currency
+    tolerance: tuple[ToleranceRule, ...] = ()
+    currency: str = DEFAULT_CURRENCY
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -644,6 +657,7 @@ def _write_diff(
         _write_evidence(run, counted, copies)
     totals = None if counted is None else copy_totals(counted)
     rows = diff_windows(batch, stream, late_totals(explaining), run.business_date, totals)
+    rows = with_window_verdicts(rows, run.tolerance, F.lit(run.currency))
     # in the table's column order (the handed-over frame is what the table holds)
     diff = run.keep(
         T.conform(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION)
@@ -761,6 +775,8 @@ def reconcile(
     frontiers: Mapping[str, Mapping[str, int]] | None = None,
     write: bool = True,
     dedup: str = "index",
+    tolerance: Sequence[ToleranceRule] = (),
+    currency: str = DEFAULT_CURRENCY,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -778,7 +794,8 @@ def reconcile(
     have written). `dedup`: how first arrivals over the whole log are found, "index" (the
     index of event ids, read only: `batch.firsts.catch_up` appends to it after the run; not
     for session windows) or "full" (every repeated id of the log ranked); both give the
-    same rows.
+    same rows. `tolerance`: the materiality rules that grade each row and the date
+    (`severity`, `tolerance_rule`; none: every residual fails); `currency`: the rows'.
     """
     if dedup not in DEDUP_MODES:
         raise ReconcileError(f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {dedup!r}")
@@ -811,6 +828,8 @@ def reconcile(
         writes=write,
         firsts=firsts,
         events_frontier=pinned.frontiers[T.EVENTS.name],
+        tolerance=tuple(tolerance),
+        currency=currency,
     )
     try:
         return _run(run, pinned, windowing, settings)
@@ -952,7 +971,7 @@ def _write_summary_and_run(
 ) -> Recorded:
     """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
     add its `reconciliation_runs` row (`_provenance`), numbered after the date's runs."""
-    summary_df = run.keep(summarize(recon, run.business_date))
+    summary_df = run.keep(summarize(recon, run.business_date, run.tolerance))
     run.replace(summary_df, T.RECONCILIATION_SUMMARY)
     row = summary_df.first()
     assert row is not None
@@ -1075,6 +1094,9 @@ def rerun_arguments(run: Mapping[str, Any]) -> dict[str, Any]:
         "window_slide_ms": recorded.get("window_slide_ms"),  # absent before hopping windows
         "session_gap_ms": int(recorded.get("session_gap_ms") or 0),  # absent: fixed windows
         "frontiers": recorded_frontiers(run),
+        # absent before tolerances: none (every residual failed), in the default currency
+        "tolerance": rules_from_json(recorded.get("tolerance", "[]")),
+        "currency": recorded.get("default_currency", DEFAULT_CURRENCY),
     }
 
 

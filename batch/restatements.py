@@ -225,6 +225,8 @@ def exact_change(
         keep_frames=True,
         write=False,
         dedup=dedup,
+        tolerance=arguments["tolerance"],
+        currency=arguments["currency"],
     )
     assert result.frames is not None
     try:

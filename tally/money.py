@@ -23,6 +23,9 @@ from decimal import Decimal
 CODE = re.compile(r"[A-Z]{3}")
 # Codes CLDR lists as current that are no currency a ledger can hold.
 NOT_MONEY = frozenset({"CNH", "XTS", "XXX"})
+# The currency of an amount nothing names one for (the setting `default_currency`'s default):
+# the one whose two decimals every amount was written with before tally knew currencies.
+DEFAULT_CURRENCY = "USD"
 # How amounts are written for a person: the report's and the desk's locale (a comma between
 # thousands, a point before the minor unit, the symbol where CLDR has a common one).
 LOCALE = "en_US"

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from tally.dates import parse_business_date
+from tally.money import DEFAULT_CURRENCY, CurrencyError, check_currency
 from tally.tolerances import (
     ToleranceError,
     ToleranceRule,
@@ -491,13 +492,24 @@ class Settings:
         0.01, "validation fails when late events exceed this share of the day's events"
     )
     unexplained_tolerance: int = _setting(
-        0, "UNEXPLAINED windows a business date may have and still pass validation"
+        0,
+        "UNEXPLAINED windows a business date may have and still pass validation (without "
+        "materiality tolerance rules; with them the date's severity is checked instead)",
+    )
+    default_currency: str = _setting(
+        DEFAULT_CURRENCY,
+        "the currency of amounts nothing names one for (an ISO 4217 code, upper case): today "
+        "every amount, as events do not carry a currency yet; materiality tolerance rules "
+        "naming another currency match nothing",
     )
     tolerance: str = _setting(
         "[]",
-        "materiality tolerances (not applied yet): rules grading an unexplained residual ok, "
-        "warn or fail, the first rule matching the row's key and currency deciding (none: every "
-        "residual fails). In the file an array of tables [[tolerance]]: key (a glob), currency "
+        "materiality tolerances: rules grading each window's and each date's unexplained "
+        "residual ok, warn or fail (the reconciliation rows' and the summary's severity: "
+        "ok signs off automatically, warn asks a person, fail asks a person and fails "
+        "validation), the first rule matching the row's key and currency deciding (none: "
+        "every residual fails). In the file an array of tables "
+        "[[tolerance]]: key (a glob), currency "
         "(or *), name, and window and date tables of limits warn_abs/fail_abs (minor units), "
         "warn_pct/fail_pct (percent of the batch amount), warn_count/fail_count (events); in "
         "TALLY_TOLERANCE the same as a JSON array. Held and recorded as canonical JSON "
@@ -729,6 +741,17 @@ class Settings:
             )
         parse_duration_list(self.lateness_candidates, "lateness_candidates")
         tolerance_text(self.tolerance)
+        if self.unexplained_tolerance and self.tolerance_rules:
+            raise SettingsError(
+                "unexplained_tolerance: a count of UNEXPLAINED windows is not checked under "
+                "materiality tolerance rules (they grade the date: give a date limit, e.g. "
+                f"fail_count); set one of them, got {self.unexplained_tolerance} and rules"
+            )
+        try:
+            check_currency(self.default_currency)
+        except CurrencyError as exc:
+            problem = str(exc).removeprefix("currency: ")
+            raise SettingsError(f"default_currency: {problem}") from None
         parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
         if self.expected_partitions == ALL_PARTITIONS and self.source_kind != "kafka":
             raise SettingsError(

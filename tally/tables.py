@@ -176,13 +176,16 @@ RECONCILIATION = Table(
     "stream_count BIGINT, stream_amount BIGINT, batch_count BIGINT, batch_amount BIGINT, "
     "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
     "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING, "
-    "run_time TIMESTAMP, copies_count BIGINT, copies_amount BIGINT",
+    "run_time TIMESTAMP, copies_count BIGINT, copies_amount BIGINT, severity STRING, "
+    "tolerance_rule STRING",
     "Per window and key of a business date: stream answer vs batch truth vs late side "
     "output vs copies of earlier events the stream counted (beyond its dedup horizon); "
     "diff = batch - stream, residual = diff - late + copies; status MATCH, "
     "EXPLAINED_BY_LATE, EXPLAINED_BY_COPIES, MISSING_IN_STREAM or UNEXPLAINED; run_time: the "
     "reconciliation_runs row of the run that wrote them (null in rows of earlier runs); "
-    "copies_*: null in rows of runs from before copies were counted.",
+    "copies_*: null in rows of runs from before copies were counted; severity (ok, warn, "
+    "fail) of the residual under the materiality tolerance rule named in tolerance_rule "
+    "(none: no rule matched; both null in rows of runs from before tolerances).",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key"),
 )
@@ -195,10 +198,13 @@ RECONCILIATION_SUMMARY = Table(
     "late_events BIGINT, late_amount BIGINT, late_event_rate DOUBLE, "
     "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
     "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT, "
-    "copies_count BIGINT, copies_amount BIGINT, explained_by_copies_windows BIGINT",
+    "copies_count BIGINT, copies_amount BIGINT, explained_by_copies_windows BIGINT, "
+    "severity STRING, tolerance_rule STRING",
     "One row per business date: totals, gap = batch - stream, explained = late side "
     "output totals less the copies the stream counted (copies_*), unexplained = sum of "
-    "residuals (gap = explained + unexplained), late rate, worst keys and status counts.",
+    "residuals (gap = explained + unexplained), late rate, worst keys and status counts; "
+    "the date's severity under the materiality tolerances and the rule that decided it "
+    "(null in rows of runs from before tolerances).",
     partition_by=("business_date",),
     order_by=("business_date",),
 )

@@ -13,14 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from tally.tables import literal_map
 from tally.tolerances import (
     ANY_CURRENCY,
     FAIL,
     NO_RULE,
     OK,
+    SEVERITIES,
     WARN,
     Limits,
     ToleranceRule,
@@ -131,3 +133,72 @@ def window_verdict(
     severity = severity.otherwise(_graded(None, amount, count, batch_amount))
     name = F.lit(NO_RULE) if rule is None else rule.otherwise(F.lit(NO_RULE))
     return severity, name
+
+
+# The columns of a graded window (`reconciliation`) the date's verdict reads.
+RULE_COLUMN = "tolerance_rule"
+SEVERITY_COLUMN = "severity"
+
+
+def with_window_verdicts(
+    rows: DataFrame, rules: Sequence[ToleranceRule], currency: Column
+) -> DataFrame:
+    """`reconciliation` rows with each window's `severity` and `tolerance_rule`
+    (`window_verdict` of its residual against its batch amount)."""
+    severity, rule = window_verdict(
+        rules,
+        F.col("key"),
+        currency,
+        (F.col("residual_amount"), F.col("residual_count")),
+        F.col("batch_amount"),
+    )
+    return rows.withColumns({SEVERITY_COLUMN: severity, RULE_COLUMN: rule})
+
+
+def date_verdicts(
+    windows: DataFrame, rules: Sequence[ToleranceRule], by: Sequence[str] = ()
+) -> DataFrame:
+    """`tolerances.date_severity` of each group (`by`: none, one row for the whole frame) of
+    graded windows (`with_window_verdicts`: their `severity`, `tolerance_rule`, residual and
+    batch amounts): the worse of the date-scope verdict (`date_verdict`: a rule's windows
+    summed as |amount|, |count| and batch amount, graded with its date limits, the worst
+    group deciding) and the worst window's, ties to the date scope, then to the earlier rule
+    (no rule last). Columns: `by`, `severity`, `tolerance_rule`; no windows: `ok`, no rule."""
+    rule = F.col(RULE_COLUMN)
+    sums = windows.groupBy(*by, RULE_COLUMN).agg(
+        F.sum(F.abs("residual_amount")).alias("_amount"),
+        F.sum(F.abs("residual_count")).alias("_count"),
+        F.sum("batch_amount").alias("_batch"),
+    )
+    amount, count, batch = F.col("_amount"), F.col("_count"), F.col("_batch")
+    graded = F.when((amount == 0) & (count == 0), F.lit(OK))
+    for r in rules:
+        graded = graded.when(rule == F.lit(r.name), _graded(r.date, amount, count, batch))
+    graded = graded.otherwise(_graded(None, amount, count, batch))
+    positions = {r.name: at for at, r in enumerate(rules)}  # no rule: after them all
+    position = F.coalesce(literal_map(positions, "string", "int")[rule], F.lit(len(rules)))
+    ranks = literal_map(dict(zip(SEVERITIES, range(3), strict=True)), "string", "int")
+
+    def candidate(severity: Column, is_date: bool) -> Column:
+        # a struct's max compares field by field: the worst severity, then the date scope,
+        # then the earliest rule
+        return F.struct(
+            ranks[severity].alias("k"),
+            F.lit(is_date).alias("d"),
+            (-position).alias("p"),
+            severity.alias("s"),
+            rule.alias("r"),
+        ).alias("_c")
+
+    candidates = sums.select(*by, candidate(graded, True)).unionByName(
+        windows.select(*by, candidate(F.col(SEVERITY_COLUMN), False))
+    )
+    return (
+        candidates.groupBy(*by)
+        .agg(F.max("_c").alias("_w"))
+        .select(
+            *by,
+            F.coalesce(F.col("_w.s"), F.lit(OK)).alias(SEVERITY_COLUMN),
+            F.coalesce(F.col("_w.r"), F.lit(NO_RULE)).alias(RULE_COLUMN),
+        )
+    )

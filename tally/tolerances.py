@@ -1,8 +1,9 @@
 """Materiality tolerances (issue 41): rules that grade an unexplained residual `ok`, `warn` or
 `fail` instead of failing every one. Pure: parsing and validating the rules, choosing the rule
 of a (key, currency), grading one window or one date, and the rules' canonical JSON (what a run
-records, so `--reproduce` grades with the same rules). Not wired into the reconciliation yet.
-The rules are stated in docs/semantics.md, "Materiality tolerances".
+records, so `--reproduce` grades with the same rules). The reconciliation grades with their
+Column twins (`tally.tolerance_columns`). The rules are stated in docs/semantics.md,
+"Materiality tolerances".
 
 A rule, in the settings file:
 
@@ -171,6 +172,33 @@ def date_verdict(
     ]
     # max keeps the first of equals: the earlier rule's group
     return max(verdicts, key=lambda v: SEVERITIES.index(v.severity), default=Verdict(OK, NO_RULE))
+
+
+def date_severity(
+    rules: Sequence[ToleranceRule], currency: str, windows: Iterable[WindowResidual]
+) -> Verdict:
+    """The severity a (date, currency)'s sign-off follows: the worse of its date-scope verdict
+    (`date_verdict`) and its worst window's (`rule_for` + `severity`, scope `window`); a tie
+    goes to the date-scope verdict, among windows to the earlier rule (no rule last)."""
+    windows = list(windows)
+    at = {r.name: i for i, r in enumerate(rules)}
+
+    def rank(verdict: Verdict, is_date: bool) -> tuple[int, bool, int]:
+        return SEVERITIES.index(verdict.severity), is_date, -at.get(verdict.rule, len(rules))
+
+    graded = [
+        severity(
+            rule_for(rules, w.key, currency),
+            "window",
+            w.residual_amount,
+            w.residual_count,
+            w.batch_amount,
+        )
+        for w in windows
+    ]
+    candidates = [(rank(v, False), v) for v in graded]
+    verdict = date_verdict(rules, currency, windows)
+    return max([(rank(verdict, True), verdict), *candidates], key=lambda c: c[0])[1]
 
 
 # -- parsing and the canonical form -----------------------------------------------------------

@@ -29,6 +29,7 @@ from batch.reconcile import (
     reconcile,
     recorded_run,
     reproduce,
+    rerun_arguments,
 )
 from tally import tables as T
 from tally.dates import business_day_bounds, parse_business_date
@@ -189,9 +190,61 @@ def reconciled(spark, tmp_path_factory) -> tuple[str, ReconcileResult, dict[str,
 
 
 def test_every_status(reconciled):
-    _, _, rows = reconciled
+    _, result, rows = reconciled
     assert {k: r["status"] for k, r in rows.items()} == EXPECTED_STATUS
     assert all(r["business_date"] == DAY for r in rows.values())
+    # no tolerance rules: every residual fails, under no rule, and so does the date
+    assert {k: (r["severity"], r["tolerance_rule"]) for k, r in rows.items()} == {
+        k: ("fail" if status == UNEXPLAINED else "ok", "none")
+        for k, status in EXPECTED_STATUS.items()
+    }
+    assert (result.summary["severity"], result.summary["tolerance_rule"]) == ("fail", "none")
+
+
+# The scenario's UNEXPLAINED residuals: k-batch-only (1, 42), k-stream-only (-1, -77),
+# k-big-off (0, 1).
+SCENARIO_RULES = [
+    {"name": "big", "key": "k-big*", "window": {"warn_abs": 0}, "date": {"warn_abs": 0}},
+    {"name": "one side", "key": "k-*-only", "currency": "JPY", "window": {"fail_abs": 100}},
+    {"name": "batch", "key": "k-batch-*", "window": {"fail_abs": 41}},
+]
+
+
+def test_tolerance_rules_grade_each_window_and_the_date(reconciled, spark):
+    """The rows in JPY: "one side" (JPY) governs both one-sided keys (|-77|, 42 <= 100: ok)
+    and has no date limits; k-big-off's 1 is above "big"'s warn (0); the date is "big"'s warn
+    (its sums, 1 > 0, tie the window's warn: the date scope's verdict). The first match
+    wins: "batch" would fail k-batch-only. In USD "one side" would govern nothing (held by
+    tests/test_tolerance_columns.py)."""
+    from tally.tolerances import parse_rules
+
+    warehouse, _, _ = reconciled
+    result = reconcile(
+        spark,
+        warehouse,
+        DAY,
+        W,
+        now=NOW,
+        keep_frames=True,
+        write=False,
+        tolerance=parse_rules(SCENARIO_RULES),
+        currency="JPY",
+    )
+    assert result.frames is not None
+    try:
+        rows = {r["key"]: r for r in result.frames.reconciliation.collect()}
+    finally:
+        result.frames.release()
+    graded = {k: (r["severity"], r["tolerance_rule"]) for k, r in rows.items()}
+    assert graded == {
+        **{k: ("ok", "big" if k.startswith("k-big") else "none") for k in EXPECTED_STATUS},
+        "k-big-off": ("warn", "big"),
+        "k-batch-only": ("ok", "one side"),
+        "k-stream-only": ("ok", "one side"),
+    }
+    assert {k: r["status"] for k, r in rows.items()} == EXPECTED_STATUS  # the exact status
+    assert (result.summary["severity"], result.summary["tolerance_rule"]) == ("warn", "big")
+    assert "Severity warn (rule 'big'). UNEXPLAINED DIFFERENCES." in result.describe()
 
 
 def test_diff_columns_are_exact_and_null_safe(reconciled):
@@ -473,6 +526,48 @@ def test_deleted_stream_row_is_exactly_one_unexplained_window(spark, warehouse):
     }
     assert result.summary["unexplained_amount"] == 49
     assert result.summary["worst_keys"] == ["c"]
+
+
+def test_tolerances_on_the_tables_of_a_tally_from_before_them(spark, warehouse):
+    """`reconciliation` and its summary as a tally before tolerances created them (no
+    severity columns) gain the columns and take the graded rows."""
+    import dataclasses
+
+    from tally.tolerances import parse_rules, rules_as_json
+
+    ev, st = balanced_day()
+    write_inputs(spark, warehouse, W, ev, [r for r in st if r["key"] != "c"])
+    for table in (RECONCILIATION, RECONCILIATION_SUMMARY):
+        earlier = table.ddl.removesuffix(", severity STRING, tolerance_rule STRING")
+        assert earlier != table.ddl
+        T.ensure_table(spark, warehouse, dataclasses.replace(table, ddl=earlier))
+    rules = parse_rules(
+        [
+            {
+                "name": "c",
+                "key": "c",
+                "window": {"warn_abs": 40, "fail_abs": 60},
+                "date": {"fail_count": 2},
+            }
+        ]
+    )
+    recorded = {"tolerance": rules_as_json(rules)}  # as the nightly records its settings
+    result = reconcile(spark, warehouse, DAY, W, now=NOW, tolerance=rules, settings=recorded)
+    rows = T.read_table(spark, warehouse, "reconciliation").collect()
+    assert {r["key"]: (r["status"], r["severity"], r["tolerance_rule"]) for r in rows} == {
+        "a": (MATCH, "ok", "none"),
+        "b": (MATCH, "ok", "none"),
+        "c": (UNEXPLAINED, "warn", "c"),  # 49 minor units: above warn (40), within fail (60)
+    }
+    # the date: c's 3 events exceed the date's fail_count of 2
+    (summary,) = T.read_table(spark, warehouse, "reconciliation_summary").collect()
+    assert (summary["severity"], summary["tolerance_rule"]) == ("fail", "c")
+    assert summary["severity"] == result.summary["severity"]
+    (run,) = T.read_table(spark, warehouse, "reconciliation_runs").collect()
+    assert run["balanced"] is False  # the books: a residual is a residual, whatever its grade
+    # A reproduction (`reconcile(**rerun_arguments(run))`) grades with the rules the run
+    # recorded, not with none.
+    assert rerun_arguments(recorded_run(spark, warehouse, DAY))["tolerance"] == rules
 
 
 def test_repeat_beyond_the_dedup_horizon_explains_nothing(spark, warehouse):

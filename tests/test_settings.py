@@ -83,6 +83,12 @@ def test_precedence_file_env_flags(tmp_path) -> None:
             {"TALLY_LATENESS": "auto", "TALLY_LATENESS_MIN": "0", "TALLY_LATENESS_MAX": "0"},
             r"^lateness_max: lateness auto",
         ),
+        ({"TALLY_DEFAULT_CURRENCY": "usd"}, r"^default_currency: expected a 3-letter upper"),
+        ({"TALLY_DEFAULT_CURRENCY": "DEM"}, r"^default_currency: 'DEM' is not a current"),
+        (  # two limits on one thing: the count of UNEXPLAINED windows is not checked with rules
+            {"TALLY_UNEXPLAINED_TOLERANCE": "2", "TALLY_TOLERANCE": '[{"key": "*"}]'},
+            r"^unexplained_tolerance: a count of UNEXPLAINED windows is not checked under",
+        ),
     ],
 )
 def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:

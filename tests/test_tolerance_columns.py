@@ -11,8 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from tally.tolerance_columns import glob_regex, window_verdict
-from tally.tolerances import ToleranceError, parse_rules, rule_for, severity
+from tally.tolerance_columns import (
+    date_verdicts,
+    glob_regex,
+    window_verdict,
+    with_window_verdicts,
+)
+from tally.tolerances import (
+    ToleranceError,
+    WindowResidual,
+    date_severity,
+    parse_rules,
+    rule_for,
+    severity,
+)
 
 # Characters that are glob or regex syntax, letters, a newline and one beyond ASCII.
 KEY_CHARS = "ab-!]^[\\.*?$é\n"
@@ -82,12 +94,16 @@ def rules_st(draw: st.DrawFn) -> list[dict[str, object]]:
         window = {
             f"{lvl}_{k}": v for lvl, d in (("warn", warn), ("fail", fail)) for k, v in d.items()
         }
+        day = {  # a date's limits: the window's, wider
+            k: v if v is None or k.endswith("_pct") else v * 3 for k, v in window.items()
+        }
         rules.append(
             {
                 "name": f"r{i}",
                 "key": draw(st.sampled_from(["*", "m-*", "m-1?", "[!m]*", "x"])),
                 "currency": draw(st.sampled_from(["*", "USD", "JPY"])),
                 "window": {k: v for k, v in window.items() if v is not None},
+                "date": {k: v for k, v in day.items() if v is not None},
             }
         )
     return rules
@@ -126,3 +142,42 @@ def test_window_verdict_is_rule_for_then_severity(spark, raw_rules, rows) -> Non
         for i, (key, cur, amount, n, batch) in enumerate(rows)
     }
     assert got == expected
+
+
+@PROPERTY
+@given(raw_rules=rules_st(), rows=ROWS)
+def test_date_verdicts_are_date_severity(spark, raw_rules, rows) -> None:
+    """Each group (here the row's currency) graded as `date_severity` grades its windows."""
+    rules = parse_rules(raw_rules)
+    frame = spark.createDataFrame(
+        rows,
+        "key string, currency string, residual_amount bigint, residual_count bigint, "
+        "batch_amount bigint",
+    )
+    graded = with_window_verdicts(frame, rules, F.col("currency"))
+    got = {
+        r["currency"]: (r["severity"], r["tolerance_rule"])
+        for r in date_verdicts(graded, rules, ["currency"]).collect()
+    }
+    expected = {
+        currency: tuple(
+            date_severity(
+                rules,
+                currency,
+                [WindowResidual(k, a, n, b) for k, c, a, n, b in rows if c == currency],
+            )
+        )
+        for currency in {c for _, c, *_ in rows}
+    }
+    assert got == expected
+
+
+def test_a_date_with_no_windows_is_ok_under_no_rule(spark) -> None:
+    rules = parse_rules([{"key": "*", "date": {"fail_abs": 0}}])
+    empty = spark.createDataFrame(
+        [], "key string, residual_amount bigint, residual_count bigint, batch_amount bigint"
+    )
+    graded = with_window_verdicts(empty, rules, F.lit("USD"))
+    assert [tuple(r) for r in date_verdicts(graded, rules).collect()] == [
+        tuple(date_severity(rules, "USD", []))
+    ]

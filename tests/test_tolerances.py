@@ -20,6 +20,7 @@ from tally.tolerances import (
     ToleranceError,
     ToleranceRule,
     WindowResidual,
+    date_severity,
     date_verdict,
     parse_rules,
     rule_for,
@@ -138,6 +139,34 @@ def test_date_verdict_grades_each_rules_windows_together(
     windows: list[WindowResidual], expected: tuple[str, str]
 ) -> None:
     assert date_verdict(DATE_RULES, "USD", windows) == expected
+
+
+SIGN_OFF_RULES = parse_rules(
+    [
+        {"name": "a", "key": "a*", "window": {"fail_abs": 10}, "date": {"warn_abs": 15}},
+        {"name": "b", "key": "b*", "window": {"warn_abs": 5}},  # no date limits: date ok
+        {"name": "c", "key": "c*", "window": {"warn_abs": 5}, "date": {"warn_abs": 5}},
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("windows", "expected"),
+    [
+        ([], (OK, NO_RULE)),  # nothing to grade
+        ([_window("a1", 8), _window("a2", 8)], (WARN, "a")),  # each within, summed beyond
+        ([_window("a1", 11)], (FAIL, "a")),  # one window beyond: its fail, the date only ok
+        ([_window("b1", 6)], (WARN, "b")),  # b's date scope is ok; its window warns
+        ([_window("c1", 6)], (WARN, "c")),  # window and date both warn: the date's verdict
+        ([_window("c1", 6), _window("b1", 6)], (WARN, "c")),  # the date's warn beats b's
+        ([_window("b1", 6), _window("b2", 6), _window("x", 0)], (WARN, "b")),  # x: no residual
+        ([_window("b1", 6), _window("x", 1)], (FAIL, NO_RULE)),  # unruled: fails as before
+    ],
+)
+def test_date_severity_is_the_worse_of_the_date_and_its_windows(
+    windows: list[WindowResidual], expected: tuple[str, str]
+) -> None:
+    assert date_severity(SIGN_OFF_RULES, "USD", windows) == expected
 
 
 def test_date_verdict_pct_is_of_the_groups_batch_amount() -> None:
