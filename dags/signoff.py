@@ -29,6 +29,7 @@ from tally.settings import Settings, format_duration, load_settings
 ACCEPT, REJECT = "Accept", "Reject"
 STATUS_TEXT = {
     "unexplained": "an UNEXPLAINED gap",
+    "unexplained_warn": "an UNEXPLAINED gap above a materiality warn limit",
     "validation_failed": "a failed critical expectation",
 }
 
@@ -100,11 +101,12 @@ class SignOffOperator(HITLOperator):
         return settings, day, status, {**reconciliation, "run_time": end}
 
     def execute(self, context: Any) -> Any:
-        from tally_app.signoffs import needs_person
+        from tally_app.signoffs import needs_person, within_tolerance_reason
 
         settings, day, status, recon = self._date(context)
         if not needs_person(status):
-            self._record(context, "auto", "tally", "", when=recon["run_time"])
+            reason = within_tolerance_reason(recon) if status == "within_tolerance" else ""
+            self._record(context, "auto", "tally", reason, when=recon["run_time"])
             return {"decision": "auto", "status": status}
         self.subject = f"Sign off {day.isoformat()}: {STATUS_TEXT[status]}"
         self.body = (

@@ -14,9 +14,10 @@ date starts just after it ended.
 3. **validate**: Great Expectations on the date's tables; each failed critical expectation
    writes an alert: what, observed, threshold, link.
 4. **build_report**: the date's report.
-5. **sign_off**: a balanced date is signed off automatically; an unexplained one (or one with
-   a failed critical expectation) waits in **Required Actions** for a person: *Accept* with a
-   reason, or *Reject* (alert; the run fails, the date stays open). Unanswered after
+5. **sign_off**: a balanced date (or one whose residual the materiality tolerances grade ok)
+   is signed off automatically; an unexplained one (with tolerance rules: graded warn or fail),
+   or one with a failed critical expectation, waits in **Required Actions** for a person:
+   *Accept* with a reason, or *Reject* (alert; the run fails, the date stays open). Unanswered after
    `TALLY_SIGNOFF_TIMEOUT`: alert, the run fails. Decisions go to the `signoffs` table, the
    report and the **Reconciliation** view.
 6. **publish**: publishes the report; updates the Asset `tally_reconciliation`.

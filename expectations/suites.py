@@ -31,6 +31,8 @@ from pyspark.sql.types import MapType
 from tally.dates import DayBounds, business_day_bounds, carried_day, window_in_day
 from tally.settings import Settings
 from tally.tables import zero_if_absent
+from tally.tolerance_columns import SEVERITY_COLUMN, date_verdicts
+from tally.tolerances import FAIL, OK, WARN, ToleranceRule
 from tally.vocabulary import (
     CRITICAL,
     EXPLAINED_BY_COPIES,
@@ -76,6 +78,8 @@ class Thresholds:
     clock_skew_tolerance: float  # share of events allowed beyond max_clock_skew_ms
     duplicate_rate_max: float  # share of arrival_status = 'duplicate' in events
     watermark_lag_max_ms: int  # watermark lag of the last non-drained micro-batch
+    # the materiality tolerance rules (none: the count of UNEXPLAINED windows is checked)
+    tolerance: tuple[ToleranceRule, ...]
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
@@ -90,6 +94,7 @@ class Thresholds:
             clock_skew_tolerance=settings.clock_skew_tolerance,
             duplicate_rate_max=settings.duplicate_rate_max,
             watermark_lag_max_ms=settings.watermark_lag_max,
+            tolerance=settings.tolerance_rules,
         )
 
     @classmethod
@@ -126,12 +131,62 @@ def _suite(name: str, expectations: list[Any]) -> ExpectationSuite:
 # -- gap: reconciliation ------------------------------------------------------------------------
 
 
+def _unexplained_checks(unexplained_tolerance: int, graded: bool) -> list[Any]:
+    """The unexplained gap's checks: without materiality tolerances, a count of UNEXPLAINED
+    windows; with them, the date's severity (`date_severity`: critical unless `fail`, a
+    warning unless `ok`)."""
+    import great_expectations.expectations as gxe
+
+    if not graded:
+        return [
+            gxe.ExpectColumnSumToBeBetween(
+                column="unexplained",
+                min_value=0,
+                max_value=unexplained_tolerance,
+                **_meta(
+                    "no_unexplained_windows",
+                    CRITICAL,
+                    f"At most {unexplained_tolerance} window(s) with status UNEXPLAINED "
+                    "(observed: the number of UNEXPLAINED windows).",
+                ),
+            )
+        ]
+    return [
+        gxe.ExpectColumnValuesToBeInSet(
+            column="date_severity",
+            value_set=[OK, WARN],
+            **_meta(
+                "no_material_gap",
+                CRITICAL,
+                f"The date's unexplained residual is not graded {FAIL} by the materiality "
+                "tolerances (observed: the date's severity, the worse of its sums and its "
+                "worst window).",
+            ),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="date_severity",
+            value_set=[OK],
+            **_meta(
+                "no_gap_above_warn",
+                WARNING,
+                f"The date's unexplained residual is graded {OK} by the materiality "
+                f"tolerances, not {WARN} (warning).",
+            ),
+        ),
+    ]
+
+
 def gap_suite(
-    *, unexplained_tolerance: int, late_rate_warn: float, late_rate_fail: float
+    *,
+    unexplained_tolerance: int,
+    late_rate_warn: float,
+    late_rate_fail: float,
+    graded: bool,
 ) -> ExpectationSuite:
-    """The date's reconciliation: no unexplained gap, the explained gap is exactly the late
-    side output less the copies the stream counted (a warning when there are any), the
-    late-event rate is under its thresholds, every window has a batch side."""
+    """The date's reconciliation: no unexplained gap (`graded`: none above the materiality
+    tolerances), the explained gap is exactly the late side output less the copies the stream
+    counted (a warning when there are any), the late-event rate is under its thresholds,
+    every window has a batch side."""
     import great_expectations.expectations as gxe
 
     return _suite(
@@ -146,17 +201,7 @@ def gap_suite(
                 value_set=list(STATUSES),
                 **_meta("known_status", CRITICAL, "Every status is one the batch layer defines."),
             ),
-            gxe.ExpectColumnSumToBeBetween(
-                column="unexplained",
-                min_value=0,
-                max_value=unexplained_tolerance,
-                **_meta(
-                    "no_unexplained_windows",
-                    CRITICAL,
-                    f"At most {unexplained_tolerance} window(s) with status UNEXPLAINED "
-                    "(observed: the number of UNEXPLAINED windows).",
-                ),
-            ),
+            *_unexplained_checks(unexplained_tolerance, graded),
             gxe.ExpectColumnValuesToBeInSet(
                 column="gap_is_explained",
                 value_set=[True],
@@ -214,7 +259,7 @@ def gap_suite(
     )
 
 
-def gap_frame(reconciliation: DataFrame) -> DataFrame:
+def gap_frame(reconciliation: DataFrame, tolerance: tuple[ToleranceRule, ...] = ()) -> DataFrame:
     """The date's reconciliation rows with the derived columns the gap suite checks:
 
     * `unexplained`: 1 for an UNEXPLAINED window, else 0 (their sum is the count);
@@ -225,7 +270,9 @@ def gap_frame(reconciliation: DataFrame) -> DataFrame:
       `late_event_rate`), on every row; 0.0 when the date has no batch events;
     * `batch_window_count`: batch_count, null when it is null or 0 (reconcile writes 0 for a
       window with no batch row), except in an EXPLAINED_BY_COPIES window (its stream events
-      may all be copies of earlier events, which the batch counts under their own windows).
+      may all be copies of earlier events, which the batch counts under their own windows);
+    * `date_severity` (with `tolerance` rules only): the date's severity under them, on every
+      row (`date_verdicts` of the graded rows: what the summary records).
     """
     totals = reconciliation.agg(
         F.coalesce(F.sum("late_count"), F.lit(0)).cast("double").alias("_late"),
@@ -241,6 +288,11 @@ def gap_frame(reconciliation: DataFrame) -> DataFrame:
     late_is_diff = (F.col("diff_count") == F.col("late_count") - copies_count) & (
         F.col("diff_amount") == F.col("late_amount") - copies_amount
     )
+    if tolerance:
+        verdict = date_verdicts(reconciliation, tolerance).select(
+            F.col(SEVERITY_COLUMN).alias("date_severity")
+        )
+        totals = totals.crossJoin(verdict)
     return reconciliation.crossJoin(F.broadcast(totals)).select(
         "*",
         F.when(F.col("status") == UNEXPLAINED, 1).otherwise(0).alias("unexplained"),
@@ -467,6 +519,7 @@ def build_suite(name: str, thresholds: Thresholds) -> ExpectationSuite:
             unexplained_tolerance=t.unexplained_tolerance,
             late_rate_warn=t.late_rate_warn,
             late_rate_fail=t.late_rate_fail,
+            graded=bool(t.tolerance),
         )
     if name == EVENTS:
         return events_suite(
@@ -484,12 +537,17 @@ def build_suite(name: str, thresholds: Thresholds) -> ExpectationSuite:
 
 
 def select_for_date(
-    name: str, table: DataFrame, business_date: date, report_timezone: str = "UTC"
+    name: str,
+    table: DataFrame,
+    business_date: date,
+    report_timezone: str = "UTC",
+    tolerance: tuple[ToleranceRule, ...] = (),
 ) -> DataFrame:
     """The rows of the suite's source table that belong to `business_date`, prepared (derived
     columns added) for the suite: reconciliation rows of the date, events of the date's
     `event_date` partition, stream rows of the date's windows (by window_start in
-    `report_timezone`), micro-batches whose watermark crossed the day."""
+    `report_timezone`), micro-batches whose watermark crossed the day. `tolerance`: the
+    materiality rules the gap suite grades the date with (`gap_frame`)."""
     bounds = business_day_bounds(business_date, report_timezone)
     if name == GAP:
         table = table.where(F.col("business_date") == F.lit(business_date))
@@ -497,15 +555,20 @@ def select_for_date(
         table = table.where(F.col("event_date") == F.lit(business_date))
     elif name == STREAM_AGGREGATES:
         table = table.where(window_in_day(bounds))
-    return prepare(name, table, bounds)
+    return prepare(name, table, bounds, tolerance)
 
 
-def prepare(name: str, frame: DataFrame, bounds: DayBounds | None = None) -> DataFrame:
+def prepare(
+    name: str,
+    frame: DataFrame,
+    bounds: DayBounds | None = None,
+    tolerance: tuple[ToleranceRule, ...] = (),
+) -> DataFrame:
     """Add the suite's derived columns to an already selected frame (tests feed hand-built
     frames, e.g. events with a DOUBLE amount, through this). `bounds` (the day, epoch ms)
     selects the micro-batches of stream_progress; None keeps them all."""
     if name == GAP:
-        return gap_frame(frame)
+        return gap_frame(frame, tolerance)
     if name == EVENTS:
         return events_frame(frame)
     if name == STREAM_AGGREGATES:

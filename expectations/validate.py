@@ -624,7 +624,13 @@ def validate_date(
             if source is None:
                 ran.append([missing_table_row(business_date, suite_name, table, warehouse, now)])
             else:
-                frame = select_for_date(suite_name, source[0], business_date, report_timezone)
+                frame = select_for_date(
+                    suite_name,
+                    source[0],
+                    business_date,
+                    report_timezone,
+                    thresholds.tolerance,
+                )
                 run = _run_suite(
                     business_date, suite_name, frame, thresholds, now=now, gx_root=gx_root
                 )

@@ -2,9 +2,12 @@
 
 A date's status, first match wins: `reopened` (the stream committed first arrivals for it
 after its latest run, `tally.restatements.reopened`: computed when asked, until a new run
-settles it), `unexplained` (a residual the late side output does not explain),
-`validation_failed` (a critical expectation failed), `explained_by_late` (a gap, all of it
-late events), `balanced`, or `not_run` (events but no reconciliation yet).
+settles it), `unexplained` (a residual the late side output does not explain, graded `fail`
+by the materiality tolerances, or by a run from before them), `unexplained_warn` (graded
+`warn`), `validation_failed` (a critical expectation failed), `within_tolerance` (a residual
+graded `ok`), `explained_by_copies`, `explained_by_late` (a gap, all of it late events),
+`balanced`, or `not_run` (events but no reconciliation yet). A person signs off exactly the
+`unexplained`, `unexplained_warn` and `validation_failed` dates (`needs_person`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from tally.dates import parse_business_date
+from tally.tolerances import OK, WARN
 
 STATUSES = (
     "balanced",
@@ -26,6 +30,8 @@ STATUSES = (
     "validation_failed",
     "not_run",
     "reopened",
+    "within_tolerance",
+    "unexplained_warn",
 )
 STATUS_LABELS = {
     "reopened": "reopened (changed after its run)",
@@ -35,7 +41,11 @@ STATUS_LABELS = {
     "unexplained": "unexplained",
     "validation_failed": "validation failed",
     "not_run": "not yet run",
+    "within_tolerance": "unexplained, within the materiality tolerance",
+    "unexplained_warn": "unexplained, above a warn limit",
 }
+# The statuses a person signs off (the others sign themselves off).
+NEEDS_PERSON = ("unexplained", "unexplained_warn", "validation_failed")
 # A date's stream, batch and gap totals, as `reconciliation_summary` names them: the ledger's,
 # the desk's and the run's recorded figures (batch.reconcile.FIGURES) all start from these.
 TOTALS = (
@@ -155,17 +165,31 @@ class LedgerQuery:
 
 
 def status_of(summary: Mapping[str, Any] | None, validation_failed: bool) -> str:
+    """A reconciled date's status (the module docstring) from its summary's figures and
+    severity (`reconciliation_summary`, or the nightly's reaggregate result) and whether a
+    critical expectation failed."""
     if summary is None:
         return "not_run"
-    if (summary.get("unexplained_windows") or 0) > 0 or summary.get("unexplained_amount"):
+    unexplained = (summary.get("unexplained_windows") or 0) > 0 or summary.get("unexplained_amount")
+    severity = summary.get("severity")  # null: a run from before tolerances (any residual fails)
+    if unexplained and severity not in (OK, WARN):
         return "unexplained"
+    if unexplained and severity == WARN:
+        return "unexplained_warn"
     if validation_failed:
         return "validation_failed"
+    if unexplained:
+        return "within_tolerance"
     if summary.get("copies_count"):  # the stream counted copies of earlier events
         return "explained_by_copies"
     if summary.get("gap_count") or summary.get("gap_amount"):
         return "explained_by_late"
     return "balanced"
+
+
+def needs_person(status: str) -> bool:
+    """Whether a date of this status waits for a person's sign-off."""
+    return status in NEEDS_PERSON
 
 
 def _iso(value: Any) -> Any:

@@ -279,8 +279,9 @@ def reconcile_flags(parser: argparse.ArgumentParser) -> None:
 
 def reconcile(args: argparse.Namespace, settings: Settings) -> int:
     """The nightly sequence (re-aggregate + diff, validate, report, publish); every output is
-    written before the exit code is decided: 0 balanced and every critical expectation passed,
-    1 UNEXPLAINED windows or a failed expectation (one line says which), 2 bad input. Without
+    written before the exit code is decided: 0 balanced (or a residual the materiality
+    tolerances grade ok or warn) and every critical expectation passed, 1 UNEXPLAINED windows
+    graded fail or a failed expectation (one line says which), 2 bad input. Without
     an explicit window it uses the window the stream recorded."""
     from batch.reconcile import ReconcileError
     from expectations.report_data import ReportError

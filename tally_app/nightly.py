@@ -33,6 +33,7 @@ from expectations.suites import Thresholds
 from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
 from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
+from tally.ledger import status_of
 from tally.settings import Settings
 from tally.spark import batch_caching, session_for
 
@@ -153,6 +154,8 @@ def reaggregate(
             session_gap_ms=settings.session_gap,
             keep_frames=keep_frames,
             dedup=settings.dedup,
+            tolerance=settings.tolerance_rules,
+            currency=settings.default_currency,
         )
 
 
@@ -168,9 +171,14 @@ def stage_reaggregate(
         "balanced": result.balanced,
         "windows": int(s["windows"]),
         "unexplained_windows": result.unexplained_windows,
+        "unexplained_amount": int(s["unexplained_amount"]),
+        "gap_count": int(s["gap_count"]),
         "gap_amount": int(s["gap_amount"]),
         "explained_amount": int(s["explained_amount"]),
         "copies_count": int(s["copies_count"]),
+        # the date's materiality grade (`tally.ledger.status_of` reads it)
+        "severity": s["severity"],
+        "tolerance_rule": s["tolerance_rule"],
         "events_version": result.events_version,
         "stream_aggregates_version": result.stream_aggregates_version,
         "late_events_version": result.late_events_version,
@@ -292,7 +300,8 @@ class NightlyOutcome:
         """One line saying why the date is not clean, or None when it is."""
         when = self.reconciliation.business_date.isoformat()
         s = self.reconciliation.summary
-        if not self.reconciliation.balanced:
+        # graded ok or warn by the materiality tolerances: not a failure (warn asks a person)
+        if status_of(s, validation_failed=False) == "unexplained":
             return (
                 f"reconcile: {when}: {s['unexplained_windows']:,} UNEXPLAINED window(s), "
                 f"residual {s['unexplained_count']:,} events / {s['unexplained_amount']:,} "

@@ -1,8 +1,9 @@
 """Sign-off of a business date: whether it needs a person, and the `signoffs` table (append-only).
 
-A date whose reconciliation balanced (nothing unexplained) and whose critical expectations
-passed is signed off automatically (`auto`); any other needs a person's decision: `accepted`
-(with a reason), `rejected` (the date stays open), or `timed_out` when nobody answered.
+A date whose reconciliation balanced, or whose residual the materiality tolerances grade `ok`,
+and whose critical expectations passed is signed off automatically (`auto`); any other needs a
+person's decision (`tally.ledger.needs_person`): `accepted` (with a reason), `rejected` (the
+date stays open), or `timed_out` when nobody answered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from typing import Any
 
 from tally import tables as T
 from tally.dates import epoch_ms
+from tally.ledger import needs_person, status_of
+
+__all__ = [
+    "DECISIONS",
+    "SignOff",
+    "date_status",
+    "needs_person",
+    "record_signoff",
+    "within_tolerance_reason",
+]
 
 DECISIONS = ("auto", "accepted", "rejected", "timed_out")
 
@@ -40,21 +51,19 @@ class SignOff:
 
 
 def date_status(reconciliation: Mapping[str, Any], validation: Mapping[str, Any]) -> str:
-    """The date's status from the reaggregate and validate stages' results."""
-    if reconciliation.get("unexplained_windows"):
-        return "unexplained"
-    if not validation.get("success", True):
-        return "validation_failed"
-    if reconciliation.get("copies_count"):  # the stream counted copies of earlier events
-        return "explained_by_copies"
-    if reconciliation.get("gap_amount") or reconciliation.get("explained_amount"):
-        return "explained_by_late"
-    return "balanced"
+    """The date's status from the reaggregate and validate stages' results (`status_of`)."""
+    return status_of(reconciliation, not validation.get("success", True))
 
 
-def needs_person(status: str) -> bool:
-    """A date signs itself off when nothing is unexplained and validation passed."""
-    return status in ("unexplained", "validation_failed")
+def within_tolerance_reason(reconciliation: Mapping[str, Any]) -> str:
+    """Why a date with a residual signed itself off: the residual, and the rule that graded
+    the date `ok` (the run's settings hold every rule in force)."""
+    return (
+        f"within the materiality tolerance: {reconciliation.get('unexplained_windows', 0):,} "
+        f"UNEXPLAINED window(s), residual {reconciliation.get('unexplained_amount', 0):,} "
+        f"minor units, graded ok by rule {reconciliation.get('tolerance_rule')!r} (the rules in "
+        "force are in the run's settings)"
+    )
 
 
 def record_signoff(spark: Any, warehouse: str, signoff: SignOff) -> None:

@@ -16,7 +16,7 @@ _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
 table{border-collapse:collapse;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 8px}
 th{background:#f2f2f2;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-explained_by_copies{color:#7a5b00}.s-unexplained{color:#b00020}.s-reopened{color:#8a2be2}
+.s-balanced{color:#196c2e}.s-explained_by_late{color:#7a5b00}.s-explained_by_copies{color:#7a5b00}.s-unexplained{color:#b00020}.s-unexplained_warn{color:#b35900}.s-within_tolerance{color:#7a5b00}.s-reopened{color:#8a2be2}
 .s-validation_failed{color:#b00020}.s-not_run{color:#666}.err{color:#b00020}
 form{margin:8px 0}nav a{margin-right:12px}pre{background:#f7f7f7;padding:8px;overflow:auto}
 iframe{width:100%;height:900px;border:1px solid #ccc}

@@ -240,6 +240,23 @@ def test_which_dates_need_a_person() -> None:
     assert date_status(copies, {"success": True}) == "explained_by_copies"
     assert date_status({**copies, "unexplained_windows": 1}, {"success": True}) == "unexplained"
     assert [needs_person(s) for s in L.STATUSES[:5]] == [False, False, False, True, True]
+    # Graded by the materiality tolerances: ok signs itself off (unless validation failed),
+    # warn and fail ask a person; a run from before tolerances (no severity) fails as before.
+    residual = {**late, "unexplained_windows": 1, "unexplained_amount": 7}
+    graded = {
+        severity: date_status({**residual, "severity": severity}, {"success": True})
+        for severity in ("ok", "warn", "fail", None)
+    }
+    assert graded == {
+        "ok": "within_tolerance",
+        "warn": "unexplained_warn",
+        "fail": "unexplained",
+        None: "unexplained",
+    }
+    failed = date_status({**residual, "severity": "ok"}, {"success": False})
+    assert failed == "validation_failed"
+    assert [needs_person(s) for s in ("within_tolerance", "unexplained_warn")] == [False, True]
+    assert set(L.STATUSES) == set(L.STATUS_LABELS)
     at = datetime(2026, 11, 5, tzinfo=UTC)
     with pytest.raises(ValueError, match="needs a reason"):
         SignOff(D1, "accepted", "ana", at, reason="  ")

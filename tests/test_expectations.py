@@ -514,11 +514,26 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     t = S.Thresholds.from_settings(settings)
     assert (t.late_rate_warn, t.late_rate_fail, t.unexplained_tolerance) == (0.002, 0.05, 3)
     assert t.max_clock_skew_ms == settings.max_clock_skew == 300_000
-    suite = S.gap_suite(unexplained_tolerance=3, late_rate_warn=0.002, late_rate_fail=0.05)
+    suite = S.gap_suite(
+        unexplained_tolerance=3, late_rate_warn=0.002, late_rate_fail=0.05, graded=False
+    )
     by_check: dict[str, Any] = {(e.meta or {})["check"]: e for e in suite.expectations}
     assert by_check["no_unexplained_windows"].max_value == 3
     assert by_check["late_rate_warn"].severity == "warning"
     assert by_check["late_rate_fail"].max_value == 0.05
+    assert "no_material_gap" not in by_check and t.tolerance == ()
+    # with materiality tolerance rules the date's severity is checked instead of the count
+    rules = '[{"key": "*", "window": {"fail_abs": 10}}]'
+    t = S.Thresholds.from_settings(Settings(tolerance=rules))
+    graded = S.build_suite(S.GAP, t)
+    by_check = {(e.meta or {})["check"]: e for e in graded.expectations}
+    assert "no_unexplained_windows" not in by_check and len(t.tolerance) == 1
+    assert by_check["no_material_gap"].severity == "critical"
+    assert by_check["no_material_gap"].value_set == ["ok", "warn"]
+    assert (by_check["no_gap_above_warn"].severity, by_check["no_gap_above_warn"].value_set) == (
+        "warning",
+        ["ok"],
+    )
     # the bounds are checked once, where the settings are read
     with pytest.raises(ValueError, match="late_rate_warn"):
         S.Thresholds.from_settings(Settings(late_rate_warn=0.2, late_rate_fail=0.1))
@@ -549,6 +564,31 @@ def test_gap_frame_derives_exact_columns(spark) -> None:
     assert [r["gap_is_explained"] for r in got] == [True, False, True]
     assert [r["batch_window_count"] for r in got] == [6, 6, None]
     assert {r["late_event_rate"] for r in got} == {2 / 12}
+    assert "date_severity" not in got[0].asDict()  # no tolerance rules: the count is checked
+
+
+@pytest.mark.parametrize(
+    ("window", "date", "expected"),
+    [
+        ({"warn_abs": 20}, {}, "ok"),  # 10 in the window, no date limits
+        ({"warn_abs": 5}, {}, "warn"),  # the window above warn
+        ({"warn_abs": 20}, {"fail_abs": 9}, "fail"),  # the date's sum above fail
+    ],
+)
+def test_gap_frame_grades_the_date_under_tolerance_rules(
+    spark, window: dict[str, int], date: dict[str, int], expected: str
+) -> None:
+    from tally.tolerance_columns import with_window_verdicts
+    from tally.tolerances import parse_rules
+
+    rules = parse_rules([{"name": "r", "key": "k*", "window": window, "date": date}])
+    rows = [
+        recon("10:00", "k1", stream=(5, 500), batch=(6, 510), late=(0, 0), status="UNEXPLAINED"),
+        recon("10:01", "k1", stream=(5, 500), batch=(5, 500), late=(0, 0), status="MATCH"),
+    ]
+    graded = with_window_verdicts(frame(spark, RECONCILIATION_DDL, rows), rules, F.lit("USD"))
+    got = S.gap_frame(graded, rules).collect()
+    assert [r["date_severity"] for r in got] == [expected, expected]  # the date's, on each row
 
 
 def test_validate_command_rejects_a_bad_date(capsys, tally_cli) -> None:

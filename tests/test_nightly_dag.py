@@ -290,15 +290,31 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     text = report_file(day).read_text(encoding="utf-8")
     assert "<b>accepted</b> by reviewer" in text and "known upstream outage, ticket 123" in text
 
-    # Nobody answers before the deadline: recorded, an alert, the run fails.
+    # Nobody answers before the deadline: recorded, an alert, the run fails. The gap is
+    # graded warn by a materiality tolerance rule here: a person is asked all the same.
     monkeypatch.setenv("TALLY_SIGNOFF_TIMEOUT", "1s")
+    rule = {"name": "noise", "key": "*", "window": {"warn_count": 0, "fail_abs": 10**12}}
+    monkeypatch.setenv("TALLY_TOLERANCE", json.dumps([rule]))
     dag = parse_nightly()  # the response timeout is read when the DAG file is parsed
     answer = H.answer_sign_off(None)
     state, states = run_date(dag, day)
     answer.join(timeout=5)
     assert state == "failed" and states["sign_off"] == "failed", states
-    assert signoffs(spark, warehouse, day)[-1]["decision"] == "timed_out"
+    timed_out = signoffs(spark, warehouse, day)[-1]
+    assert (timed_out["decision"], timed_out["status"]) == ("timed_out", "unexplained_warn")
     assert "timed out" in alerts("sign_off")[-1]["what"]
+
+    # Graded ok (no warn limit): signed off automatically, the reason naming the rule.
+    monkeypatch.setenv("TALLY_TOLERANCE", json.dumps([{**rule, "window": {"fail_abs": 10**12}}]))
+    state, states = run_date(dag, day)
+    assert state == "success", states
+    # (an automatic decision is dated by its run's interval, so it sorts before the others)
+    (auto,) = [r for r in signoffs(spark, warehouse, day) if r["status"] == "within_tolerance"]
+    assert (auto["decision"], auto["decided_by"]) == ("auto", "tally")
+    assert "within the materiality tolerance" in auto["reason"] and "'noise'" in auto["reason"]
+    (summary,) = date_rows(spark, warehouse, "reconciliation_summary", day)
+    graded = json.loads(summary[0])
+    assert graded["unexplained_windows"] == 1 and graded["severity"] == "ok"
 
 
 def test_stalled_stream_times_out_with_a_critical_alert(
