@@ -55,6 +55,8 @@ RECONCILIATION_COLUMNS = (
     "residual_count",
     "residual_amount",
     "status",
+    "severity",  # under the materiality tolerances (absent in rows of earlier runs)
+    "tolerance_rule",
 )
 
 

@@ -147,6 +147,8 @@ class ReportData:
     # the first `tally.ledger.COPIES_SHOWN` copies of earlier events the stream counted,
     # beside their first arrivals (`reconciliation_copies` of the run; empty: none counted)
     copies: list[dict[str, Any]] = field(default_factory=list)
+    # the date's severity under the materiality tolerances and the rule that decided it
+    severity: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -1095,8 +1097,17 @@ def _assemble(
         signoff=_latest_signoff(spark, warehouse, business_date),
         run_time=(rec.run or {}).get("run_time"),
         copies=_copies(spark, warehouse, business_date) if headline.get("copies_count") else [],
+        severity=_severity(rec.summary),
     )
     return data
+
+
+def _severity(summary: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The date's severity under the materiality tolerances and its rule (None: a run from
+    before them)."""
+    if not summary or summary.get("severity") is None:
+        return None
+    return str(summary["severity"]), str(summary["tolerance_rule"])
 
 
 def _copies(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from expectations.report_data import (
     format_rate,
 )
 from tally.settings import format_duration
+from tally.tolerances import NO_RULE
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
@@ -75,7 +76,12 @@ def _balance_badge(data: ReportData) -> str:
     h = data.headline
     if h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0:
         return '<span class="badge ok" id="balance">BALANCED</span>'
-    return '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
+    badge = '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
+    if data.severity is None:
+        return badge
+    severity, rule = data.severity
+    by = "no materiality tolerance rule" if rule == NO_RULE else f"rule {rule}"
+    return f'{badge} <span id="severity">severity <b>{_e(severity)}</b> ({_e(by)})</span>'
 
 
 def _signoff_html(data: ReportData) -> str:

@@ -524,3 +524,25 @@ def test_the_headline_names_the_copies_the_stream_counted() -> None:
     assert "late events less the copies" in html and 'id="explained-amount">-2.00<' in html
     plain = _headline_html(SimpleNamespace(**{**vars(data), "headline": {**h, "copies_count": 0}}))  # type: ignore[arg-type]
     assert "copies-count" not in plain and "Explained by late events" in plain
+
+
+@pytest.mark.parametrize(
+    ("unexplained", "severity", "text"),
+    [
+        (0, None, "BALANCED"),  # nothing unexplained: no grade shown
+        (1, None, "UNEXPLAINED DIFFERENCES"),  # a run from before tolerances: no grade
+        (1, ("warn", "small <shops>"), "severity <b>warn</b> (rule small &lt;shops&gt;)"),
+        (1, ("fail", "none"), "severity <b>fail</b> (no materiality tolerance rule)"),
+    ],
+)
+def test_the_badge_names_the_dates_severity(
+    unexplained: int, severity: tuple[str, str] | None, text: str
+) -> None:
+    from types import SimpleNamespace
+
+    from expectations.report_html import _balance_badge
+
+    headline = {"unexplained_windows": unexplained, "unexplained_amount": 7 * unexplained}
+    badge = _balance_badge(SimpleNamespace(headline=headline, severity=severity))  # type: ignore[arg-type]
+    assert text in badge
+    assert ('id="severity"' in badge) == (unexplained > 0 and severity is not None)
