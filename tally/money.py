@@ -93,3 +93,10 @@ def format_money(amount_minor: int, currency: str) -> str:
     if code is not None:
         written = f"{code.group(1)}{code.group(2)} {written[code.end() :]}"
     return str(written)
+
+
+def money_prefix(currency: str) -> str:
+    """What `format_money` writes before a non-negative amount's digits: "$", "¥", "BHD ".
+    The Column twin (`tally.money_columns.money_text`) writes sign, prefix, digits from it."""
+    zero = format_money(0, currency)
+    return zero[: zero.index("0")]

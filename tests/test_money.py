@@ -1,10 +1,13 @@
-"""Currencies, minor units and the written amount (tally/money.py): pure, one row per case."""
+"""Currencies, minor units and the written amount (tally/money.py): pure, one row per case;
+and its Column twin (tally/money_columns.py) held to it over drawn amounts in one Spark job."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tally.money import (
     CurrencyError,
@@ -13,6 +16,7 @@ from tally.money import (
     format_money,
     major_units,
     minor_digits,
+    money_prefix,
 )
 
 
@@ -101,3 +105,67 @@ def test_an_amount_is_integer_minor_units(amount: object) -> None:
 def test_a_bad_currency_is_not_formatted() -> None:
     with pytest.raises(CurrencyError, match="not a current"):
         format_money(100, "DEM")
+
+
+# -- the Column twin --------------------------------------------------------------------------
+
+TWIN_CURRENCIES = ("USD", "JPY", "BHD", "CLF", "EUR", "CHF", "INR", "ISK")
+LONG = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    ("currency", "prefix"),
+    [
+        ("USD", "$"),
+        ("JPY", "¥"),
+        ("BHD", "BHD "),  # a code is followed by a space, as people write it
+        ("CHF", "CHF "),
+        ("CAD", "CA$"),
+    ],
+)
+def test_money_prefix(currency: str, prefix: str) -> None:
+    assert money_prefix(currency) == prefix
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(LONG, st.sampled_from([0, -1, 2**63 - 1, -(2**63), 999, -1000])),
+            st.sampled_from(TWIN_CURRENCIES),
+        ),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_money_text_is_format_money(spark, rows: list[tuple[int, str]]) -> None:
+    """One Spark job a drawn table: every row's text equals the pure function's."""
+    from pyspark.sql import functions as F
+
+    from tally.money_columns import money_text
+
+    frame = spark.createDataFrame(
+        [(i, a, c) for i, (a, c) in enumerate(rows)], "i int, amount bigint, currency string"
+    )
+    text = money_text(F.col("amount"), F.col("currency"), TWIN_CURRENCIES)
+    got = {r["i"]: r["text"] for r in frame.select("i", text.alias("text")).collect()}
+    assert got == {i: format_money(a, c) for i, (a, c) in enumerate(rows)}
+
+
+def test_money_text_at_the_edges(spark) -> None:
+    """The most negative amount (its magnitude does not fit 64 bits), the largest, a fraction
+    alone, zero: each as the pure function writes it, and null outside the currencies."""
+    from pyspark.sql import functions as F
+
+    from tally.money_columns import money_text
+
+    rows = [(-(2**63), "CLF"), (2**63 - 1, "JPY"), (-1, "BHD"), (0, "USD"), (5, "EUR")]
+    frame = spark.createDataFrame([*rows, (None, "USD")], "amount bigint, currency string")
+    column = money_text(F.col("amount"), F.col("currency"), ["CLF", "JPY", "BHD", "USD"])
+    texts = [r[0] for r in frame.select(column).collect()]
+    assert texts == [*(format_money(a, c) for a, c in rows[:4]), None, None]
