@@ -88,7 +88,7 @@ from tally.dates import (
     window_in_day,
 )
 from tally.ledger import TOTALS
-from tally.money import DEFAULT_CURRENCY
+from tally.money import DEFAULT_CURRENCY, format_money, recorded_currency
 from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
 from tally.spark import without_adaptive_execution
@@ -158,6 +158,7 @@ class ReconcileResult:
     stream_progress_version: int | None = None
     # what it read and wrote, when asked to keep it (`keep_frames`); the caller releases it
     frames: ReconcileFrames | None = field(default=None, compare=False, repr=False)
+    currency: str = DEFAULT_CURRENCY  # of every amount (the run's)
 
     @property
     def windowing(self) -> str:
@@ -187,20 +188,24 @@ class ReconcileResult:
         s = self.summary
         rate = s["late_event_rate"]
         kind = f"windows: {self.windowing}"
+
+        def money(column: str) -> str:
+            return format_money(int(s[column]), self.currency)
+
         lines = [
             f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
             f"{kind}; events v{self.events_version}, stream_aggregates "
             f"v{self.stream_aggregates_version}, late_events v{self.late_events_version}): "
             f"{s['windows']:,} windows;",
-            f"batch {s['batch_count']:,} events / {s['batch_amount']:,},",
-            f"stream {s['stream_count']:,} events / {s['stream_amount']:,};",
-            f"gap {s['gap_count']:,} events / {s['gap_amount']:,},",
-            f"explained by late events {s['explained_count']:,} / {s['explained_amount']:,}",
+            f"batch {s['batch_count']:,} events / {money('batch_amount')},",
+            f"stream {s['stream_count']:,} events / {money('stream_amount')};",
+            f"gap {s['gap_count']:,} events / {money('gap_amount')},",
+            f"explained by late events {s['explained_count']:,} / {money('explained_amount')}",
             f"({s['explained_by_late_windows']:,} windows explained, "
             f"{s['missing_in_stream_windows']:,} missing in stream);",
             f"unexplained {s['unexplained_windows']:,} windows "
-            f"(residual {s['unexplained_count']:,} events / {s['unexplained_amount']:,}, "
-            f"|residual| {s['unexplained_abs_amount']:,});",
+            f"(residual {s['unexplained_count']:,} events / {money('unexplained_amount')}, "
+            f"|residual| {money('unexplained_abs_amount')});",
             "late rate "
             + ("n/a" if rate is None else f"{rate:.4%}")
             + (
@@ -212,7 +217,7 @@ class ReconcileResult:
         if s.get("copies_count"):
             lines.append(
                 f"The stream counted {s['copies_count']:,} copies of earlier events / "
-                f"{s['copies_amount']:,} again (beyond its dedup horizon; "
+                f"{money('copies_amount')} again (beyond its dedup horizon; "
                 f"{s['explained_by_copies_windows']:,} windows EXPLAINED_BY_COPIES, listed in "
                 "reconciliation_copies): explained = late events less these copies."
             )
@@ -959,6 +964,7 @@ def _run(
         session_gap_ms,
         pinned.stream_progress,
         frames=_handed_over(run, diff, recorded) if run.hand_over else None,
+        currency=run.currency,
     )
 
 
@@ -1096,7 +1102,7 @@ def rerun_arguments(run: Mapping[str, Any]) -> dict[str, Any]:
         "frontiers": recorded_frontiers(run),
         # absent before tolerances: none (every residual failed), in the default currency
         "tolerance": rules_from_json(recorded.get("tolerance", "[]")),
-        "currency": recorded.get("default_currency", DEFAULT_CURRENCY),
+        "currency": recorded_currency(recorded),
     }
 
 

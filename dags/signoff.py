@@ -101,7 +101,7 @@ class SignOffOperator(HITLOperator):
         return settings, day, status, {**reconciliation, "run_time": end}
 
     def execute(self, context: Any) -> Any:
-        from tally_app.signoffs import needs_person, within_tolerance_reason
+        from tally_app.signoffs import money_of, needs_person, within_tolerance_reason
 
         settings, day, status, recon = self._date(context)
         if not needs_person(status):
@@ -112,8 +112,8 @@ class SignOffOperator(HITLOperator):
         self.body = (
             f"Business date **{day.isoformat()}** has {STATUS_TEXT[status]}: "
             f"{recon.get('unexplained_windows', 0)} unexplained window(s), gap "
-            f"{recon.get('gap_amount', 0)} minor units "
-            f"({recon.get('explained_amount', 0)} explained by late events).\n\n"
+            f"{money_of(recon, 'gap_amount')} "
+            f"({money_of(recon, 'explained_amount')} explained by late events).\n\n"
             f"Review it under **Reconciliation** (`/tally/dates/{day.isoformat()}`: the report, "
             "the CSV, the alerts), then **Accept** with a reason, or **Reject** to leave the "
             f"date open (an alert fires; re-run after a fix). Unanswered after "

@@ -37,13 +37,26 @@ from expectations.report_data import (
     collect_report_data,
 )
 from expectations.report_html import render_html
+from tally.money_columns import money_text
 from tally.outputs import CSV_FORMULA_STARTS
+
+# The amounts the CSV writes a second time for a person, in the run's currency, each beside
+# its integer of minor units as `<name>_formatted` ("$1,234.56", "¥1,234", "BHD 1.234").
+FORMATTED_AMOUNTS = (
+    "stream_amount",
+    "batch_amount",
+    "diff_amount",
+    "late_amount",
+    "residual_amount",
+)
+FORMATTED = "_formatted"
 
 RECONCILIATION_COLUMNS = (
     "business_date",
     "window_start",
     "window_end",
     "key",
+    "currency",
     "stream_count",
     "stream_amount",
     "batch_count",
@@ -57,6 +70,7 @@ RECONCILIATION_COLUMNS = (
     "status",
     "severity",  # under the materiality tolerances (absent in rows of earlier runs)
     "tolerance_rule",
+    *(f"{c}{FORMATTED}" for c in FORMATTED_AMOUNTS),
 )
 
 
@@ -73,6 +87,10 @@ def _csv_cell(column: str, data_type: DataType) -> Column:
         text = F.date_format(value, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
     elif isinstance(data_type, DateType):
         text = value.cast("string")
+    elif isinstance(data_type, StringType) and column.endswith(FORMATTED):
+        # written by tally from an integer ("-$1.00"): no formula, and a spreadsheet reads
+        # it as the number it is, which a neutralising quote would prevent
+        text = value
     elif isinstance(data_type, StringType):
         formula = F.substring(value, 1, 1).isin(*CSV_FORMULA_STARTS)
         safe = F.when(formula, F.concat(F.lit("'"), value)).otherwise(value)
@@ -88,13 +106,29 @@ def _csv_cell(column: str, data_type: DataType) -> Column:
 CSV_BLOCK_MS = 600_000
 
 
-def write_csv(rows: DataFrame, path: Path) -> int:
+def with_formatted_amounts(rows: DataFrame, currency: str) -> DataFrame:
+    """The rows with their `currency` (the run's, where the rows name none) and each of
+    `FORMATTED_AMOUNTS` written in it (`tally.money_columns.money_text`, in the JVM)."""
+    if "currency" not in rows.columns:
+        rows = rows.withColumn("currency", F.lit(currency))
+    return rows.withColumns(
+        {
+            f"{c}{FORMATTED}": money_text(F.col(c), F.col("currency"), [currency])
+            for c in FORMATTED_AMOUNTS
+            if c in rows.columns
+        }
+    )
+
+
+def write_csv(rows: DataFrame, path: Path, currency: str) -> int:
     """The reconciliation rows as CSV (streamed from Spark in window, key order); returns
-    the number of rows. Amounts stay integer minor units (unquoted); text cells are quoted
+    the number of rows. Amounts stay integer minor units (unquoted), with their `currency`
+    and each written for a person beside them (`with_formatted_amounts`); text cells are quoted
     and neutralised against spreadsheet formulas (`tally.outputs.csv_safe_cell`). Each line
     is formatted in the JVM (`_csv_cell`) and the lines of a block (`CSV_BLOCK_MS` of window
     starts) are sorted and joined there: the driver only writes them (formatting ~100k rows
     a day in Python took seconds)."""
+    rows = with_formatted_amounts(rows, currency)
     columns = [c for c in RECONCILIATION_COLUMNS if c in rows.columns]
     types = {f.name: f.dataType for f in rows.schema.fields}
     line = F.concat_ws(",", *[_csv_cell(c, types[c]) for c in columns])
@@ -152,7 +186,7 @@ def build_report(
         csv_path = out / f"reconciliation-{business_date.isoformat()}.csv"
         page = worker.submit(render_html, data, csv_path.name)
         try:
-            write_csv(rows, csv_path)
+            write_csv(rows, csv_path, data.currency)
         finally:
             if inputs is None:  # the caller's own rows stay persisted
                 rows.unpersist()

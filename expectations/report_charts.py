@@ -12,6 +12,7 @@ from typing import Any
 
 from expectations.report_data import ReportData
 from tally.dates import business_day_bounds
+from tally.money import minor_digits
 from tally.outputs import one_line
 from tally.settings import format_duration
 
@@ -61,10 +62,20 @@ def _hours(ms: int, day_start_ms: int) -> float:
     return (ms - day_start_ms) / 3_600_000
 
 
-def _thousands(ax: Any, axis: str = "y") -> None:
+def _unit(data: ReportData) -> int:
+    """Minor units per unit of the run's currency: the charts draw currency units (100 for
+    USD, 1 for JPY, 1,000 for BHD)."""
+    return 10 ** minor_digits(data.currency)
+
+
+def _thousands(ax: Any, data: ReportData, axis: str = "y") -> None:
+    """Ticks with thousands separators, and the currency's decimals where a tick has any."""
     from matplotlib.ticker import FuncFormatter
 
-    fmt = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}")
+    digits = minor_digits(data.currency)
+    fmt = FuncFormatter(
+        lambda v, _pos: f"{v:,.0f}" if float(v).is_integer() else f"{v:,.{digits}f}"
+    )
     (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(fmt)
 
 
@@ -100,18 +111,19 @@ def chart_per_window(data: ReportData) -> str:
     start, _ = business_day_bounds(data.business_date, data.report_timezone)
     x = [_hours(w[0], start) for w in data.per_window]
     marker = "o" if len(x) <= 60 else None
-    top.plot(x, [w[2] / 100 for w in data.per_window], marker=marker, label="batch (audited)")
+    unit = _unit(data)
+    top.plot(x, [w[2] / unit for w in data.per_window], marker=marker, label="batch (audited)")
     top.plot(
         x,
-        [w[1] / 100 for w in data.per_window],
+        [w[1] / unit for w in data.per_window],
         marker=marker,
         linestyle="--",
         label="streaming (provisional)",
     )
-    top.set_ylabel("amount per window")
+    top.set_ylabel(f"amount per window ({data.currency})")
     top.legend(loc="upper left")
     top.grid(alpha=0.3)
-    _thousands(top)
+    _thousands(top, data)
     # one window wide, but at least 1/300 of the day so a lone window stays visible
     window_h = (data.window_ms or 60_000) / 3_600_000
     width = max(window_h, 24 / 300)
@@ -120,8 +132,8 @@ def chart_per_window(data: ReportData) -> str:
     # time). The legend names both parts whether or not they occur, as before.
     gaps = [(h, w) for h, w in zip(x, data.per_window, strict=True) if w[3] or w[4]]
     at = [h for h, _ in gaps]
-    late = [w[3] / 100 for _, w in gaps]
-    residual = [w[4] / 100 for _, w in gaps]
+    late = [w[3] / unit for _, w in gaps]
+    residual = [w[4] / unit for _, w in gaps]
     bars = {"width": width, "align": "edge"}
     bottom.bar(at, late, color=LATE_COLOR, **bars)
     bottom.bar(at, residual, bottom=late, color=UNEXPLAINED_COLOR, **bars)
@@ -138,7 +150,7 @@ def chart_per_window(data: ReportData) -> str:
         loc="upper left",
     )
     bottom.grid(alpha=0.3)
-    _thousands(bottom)
+    _thousands(bottom, data)
     return _png(fig)
 
 
@@ -199,12 +211,13 @@ def chart_worst_keys(data: ReportData) -> str:
     if not data.worst_keys:
         return _placeholder(fig, ax, "no key has a gap")
     keys = [literal_label(str(k["key"])) for k in data.worst_keys][::-1]
-    explained = [k["explained_amount"] / 100 for k in data.worst_keys][::-1]
-    unexplained = [k["unexplained_amount"] / 100 for k in data.worst_keys][::-1]
+    unit = _unit(data)
+    explained = [k["explained_amount"] / unit for k in data.worst_keys][::-1]
+    unexplained = [k["unexplained_amount"] / unit for k in data.worst_keys][::-1]
     ax.barh(keys, explained, color="#9467bd", label="explained by late events")
     ax.barh(keys, unexplained, left=explained, color="#d62728", label="unexplained")
-    ax.set_xlabel("gap = batch − streaming (currency units)")
-    _thousands(ax, "x")
+    ax.set_xlabel(f"gap = batch − streaming ({data.currency})")
+    _thousands(ax, data, "x")
     ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)

@@ -39,6 +39,7 @@ from tally.arrivals import (
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
 from tally.ledger import COPIES_SHOWN, COPY_COLUMNS
+from tally.money import DEFAULT_CURRENCY, recorded_currency
 from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
@@ -75,19 +76,6 @@ ALLOWED_LATENESS_DEFAULT_MS: int = setting_default("allowed_lateness")
 
 class ReportError(RuntimeError):
     """The report cannot be built (missing table, bad argument): a one-line message."""
-
-
-# -- exact money ---------------------------------------------------------------------------------
-
-
-def format_minor(amount: int, currency: str = "") -> str:
-    """Integer minor units -> currency units with 2 decimals and thousands separators,
-    exactly (divmod on integers, never floats): 123456 -> "1,234.56", -5 -> "-0.05"."""
-    if not isinstance(amount, int) or isinstance(amount, bool):
-        raise TypeError(f"amount: expected integer minor units, got {amount!r}")
-    sign = "-" if amount < 0 else ""
-    units, cents = divmod(abs(amount), 100)
-    return f"{sign}{currency}{units:,}.{cents:02d}"
 
 
 def format_count(count: int) -> str:
@@ -149,6 +137,8 @@ class ReportData:
     copies: list[dict[str, Any]] = field(default_factory=list)
     # the date's severity under the materiality tolerances and the rule that decided it
     severity: tuple[str, str] | None = None
+    # the currency of every amount (the run's `default_currency`): how each is written
+    currency: str = DEFAULT_CURRENCY
 
 
 @dataclass(frozen=True)
@@ -1098,6 +1088,7 @@ def _assemble(
         run_time=(rec.run or {}).get("run_time"),
         copies=_copies(spark, warehouse, business_date) if headline.get("copies_count") else [],
         severity=_severity(rec.summary),
+        currency=recorded_currency(rec.settings),
     )
     return data
 

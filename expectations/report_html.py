@@ -4,7 +4,7 @@ rendered from `ReportData`."""
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +19,9 @@ from expectations.report_data import (
     ReportData,
     describe_bound,
     format_count,
-    format_minor,
     format_rate,
 )
+from tally.money import format_money, minor_digits
 from tally.settings import format_duration
 from tally.tolerances import NO_RULE
 
@@ -63,12 +63,12 @@ def _key_value_table(ident: str, items: Iterable[tuple[Any, Any]]) -> str:
 # -- headline ------------------------------------------------------------------------------------
 
 
-def _headline_row(h: dict[str, int], label: str, key: str) -> str:
+def _headline_row(h: dict[str, int], currency: str, label: str, key: str) -> str:
     """One headline line; `key` names the figures and the cells' ids."""
     return (
         f'<tr><th>{_e(label)}</th><td class="num" id="{key}-count">'
         f"{format_count(h[f'{key}_count'])}</td>"
-        f'<td class="num" id="{key}-amount">{format_minor(h[f"{key}_amount"])}</td></tr>'
+        f'<td class="num" id="{key}-amount">{format_money(h[f"{key}_amount"], currency)}</td></tr>'
     )
 
 
@@ -136,7 +136,11 @@ def _headline_html(data: ReportData) -> str:
             lines[4],
         )
     return (
-        _table("headline", ("", "events", "amount"), (_headline_row(h, *line) for line in lines))
+        _table(
+            "headline",
+            ("", "events", f"amount ({data.currency})"),
+            (_headline_row(h, data.currency, *line) for line in lines),
+        )
         + f'<p>Windows: <span id="windows">{format_count(h["windows"])}</span>; unexplained '
         f'windows: <span id="unexplained-windows">{format_count(h["unexplained_windows"])}'
         f'</span>; late-event rate: <span id="late-rate">{format_rate(data.late_event_rate)}'
@@ -205,16 +209,22 @@ def _validation_html(data: ReportData) -> str:
 # -- tables and notes ----------------------------------------------------------------------------
 
 
+def _money_of(data: ReportData) -> Callable[[Any], str]:
+    """An amount of the report's rows (integer minor units) written in the run's currency."""
+    return lambda amount: format_money(int(amount), data.currency)
+
+
 def _worst_keys_html(data: ReportData) -> str:
     if not data.worst_keys:
         return '<p class="muted">No key has a gap.</p>'
+    money = _money_of(data)
     return _table(
         "worst-keys",
         ("key", "gap", "explained", "unexplained", "unexplained windows"),
         (
-            f'<tr><td>{_e(k["key"])}</td><td class="num">{format_minor(int(k["gap_amount"]))}'
-            f'</td><td class="num">{format_minor(int(k["explained_amount"]))}</td>'
-            f'<td class="num">{format_minor(int(k["unexplained_amount"]))}</td>'
+            f'<tr><td>{_e(k["key"])}</td><td class="num">{money(k["gap_amount"])}'
+            f'</td><td class="num">{money(k["explained_amount"])}</td>'
+            f'<td class="num">{money(k["unexplained_amount"])}</td>'
             f'<td class="num">{format_count(int(k["unexplained_windows"]))}</td></tr>'
             for k in data.worst_keys
         ),
@@ -247,6 +257,7 @@ def _copies_html(data: ReportData) -> str:
     if not count:
         return ""
     shown = len(data.copies)
+    money = _money_of(data)
     more = (
         f" The first {shown:,} of {count:,}; all of them: "
         "<code>tally show reconciliation_copies</code>."
@@ -274,11 +285,11 @@ def _copies_html(data: ReportData) -> str:
             ),
             (
                 f"<tr><td>{_e(_fmt_when(c['window_start']))}</td><td>{_e(c['key'])}</td>"
-                f'<td>{_e(c["event_id"])}</td><td class="num">{format_minor(int(c["amount"]))}'
+                f'<td>{_e(c["event_id"])}</td><td class="num">{money(c["amount"])}'
                 f"</td><td>{_e(_fmt_when(c['event_time']))}</td>"
                 f"<td>{_e(_fmt_when(c['ingest_time']))}</td><td>{_e(c['first_event_date'])}</td>"
                 f'<td>{_e(c["first_key"])}</td><td class="num">'
-                f"{format_minor(int(c['first_amount']))}</td>"
+                f"{money(c['first_amount'])}</td>"
                 f"<td>{_e(_fmt_when(c['first_ingest_time']))}</td></tr>"
                 for c in data.copies
             ),
@@ -320,8 +331,9 @@ def render_html(data: ReportData, csv_name: str) -> str:
 <style>{_CSS}</style></head>
 <body>
 <h1>Reconciliation report: <span id="business-date">{day}</span></h1>
-<p class="muted">Business date in {_e(data.report_timezone)}; amounts in currency units
-(integer minor units / 100). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
+<p class="muted">Business date in {_e(data.report_timezone)}; amounts in
+<span id="currency">{_e(data.currency)}</span>, {minor_digits(data.currency)} decimals (the rows
+keep integer minor units). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
 <h2>Headline</h2>
 <p>{_balance_badge(data)}</p>
 {_signoff_html(data)}

@@ -20,6 +20,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from tally.dates import parse_business_date
+from tally.money import recorded_currency
 from tally.tolerances import OK, WARN
 
 STATUSES = (
@@ -229,6 +230,7 @@ def ledger_rows(
     `restated`: the reopened dates (`tally.restatements.reopened`) and what they gained."""
     by_date = {r["business_date"]: r for r in summaries}
     last_run = {r["business_date"]: r.get("run_time") for r in runs}
+    currency = {r["business_date"]: run_currency(r) for r in runs}
     failed = failed_critical_dates(validation)
     decisions = latest_signoffs(signoffs)
     restated = restated or {}
@@ -242,6 +244,8 @@ def ledger_rows(
             "business_date": day.isoformat(),
             "status": "reopened" if change else status_of(s, day in failed),
             "last_run": _iso(last_run.get(day)),
+            # the currency of the date's amounts (its latest run's); None: never run
+            "currency": currency.get(day),
             "signoff": _signoff_of(signoff, last_run.get(day)),
             "reopened": None if not change else {k: _iso(v) for k, v in change.items()},
         }
@@ -287,13 +291,25 @@ def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str,
     }
 
 
+def _settings_of(run: Mapping[str, Any]) -> Any:
+    """The settings the run recorded: the JSON object, or the text as it is if it is none."""
+    settings: Any = run.get("settings")
+    with contextlib.suppress(ValueError):
+        settings = json.loads(settings) if isinstance(settings, str) else settings
+    return settings
+
+
+def run_currency(run: Mapping[str, Any]) -> str:
+    """The currency of a run's amounts (`tally.money.recorded_currency`)."""
+    settings = _settings_of(run)
+    return recorded_currency(settings if isinstance(settings, Mapping) else {})
+
+
 def provenance(run: Mapping[str, Any] | None) -> dict[str, Any]:
     """The pinned versions and settings of the date's reconciliation run."""
     if run is None:
         return {}
-    settings: Any = run.get("settings")
-    with contextlib.suppress(ValueError):
-        settings = json.loads(settings) if isinstance(settings, str) else settings
+    settings = _settings_of(run)
     keys = (
         "run_time",
         "events_version",

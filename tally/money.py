@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 # The three upper-case letters of an ISO 4217 alphabetic code.
 CODE = re.compile(r"[A-Z]{3}")
@@ -93,6 +95,12 @@ def format_money(amount_minor: int, currency: str) -> str:
     if code is not None:
         written = f"{code.group(1)}{code.group(2)} {written[code.end() :]}"
     return str(written)
+
+
+def recorded_currency(settings: Mapping[str, Any]) -> str:
+    """The currency of a run's amounts: the `default_currency` its recorded settings name; a
+    run recorded before tally knew currencies counted in the default's (USD) two decimals."""
+    return str(settings.get("default_currency") or DEFAULT_CURRENCY)
 
 
 def money_prefix(currency: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from tally import ledger as L
 from tally import ledger_reads as W
+from tally.money import format_money
 from tally.outputs import one_line
 from tally.settings import Settings
 
@@ -19,11 +20,11 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
     ("date", lambda r: r["business_date"]),
     ("status", lambda r: r["status"]),
     ("batch events", lambda r: _number(r["batch_count"])),
-    ("batch amount", lambda r: _number(r["batch_amount"])),
+    ("batch amount", lambda r: _money(r, "batch_amount")),
     ("gap events", lambda r: _number(r["gap_count"])),
-    ("gap amount", lambda r: _number(r["gap_amount"])),
+    ("gap amount", lambda r: _money(r, "gap_amount")),
     ("unexplained windows", lambda r: _number(r["unexplained_windows"])),
-    ("unexplained amount", lambda r: _number(r["unexplained_amount"])),
+    ("unexplained amount", lambda r: _money(r, "unexplained_amount")),
     ("late rate", lambda r: "" if r["late_event_rate"] is None else f"{r['late_event_rate']:.3%}"),
     ("last run", lambda r: r["last_run"] or ""),
     ("sign-off", lambda r: _signoff(r["signoff"])),
@@ -33,6 +34,12 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
 
 def _number(value: Any) -> str:
     return "" if value is None else f"{value:,}"
+
+
+def _money(row: Mapping[str, Any], column: str) -> str:
+    """An amount in the date's currency (minor units as they are for a date never run)."""
+    value, currency = row[column], row.get("currency")
+    return format_money(value, currency) if value is not None and currency else _number(value)
 
 
 def _reopened(change: Mapping[str, Any] | None) -> str:

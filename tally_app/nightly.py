@@ -34,6 +34,7 @@ from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
 from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
 from tally.ledger import status_of
+from tally.money import format_money
 from tally.settings import Settings
 from tally.spark import batch_caching, session_for
 
@@ -179,6 +180,7 @@ def stage_reaggregate(
         # the date's materiality grade (`tally.ledger.status_of` reads it)
         "severity": s["severity"],
         "tolerance_rule": s["tolerance_rule"],
+        "currency": result.currency,  # of every amount above
         "events_version": result.events_version,
         "stream_aggregates_version": result.stream_aggregates_version,
         "late_events_version": result.late_events_version,
@@ -304,8 +306,9 @@ class NightlyOutcome:
         if status_of(s, validation_failed=False) == "unexplained":
             return (
                 f"reconcile: {when}: {s['unexplained_windows']:,} UNEXPLAINED window(s), "
-                f"residual {s['unexplained_count']:,} events / {s['unexplained_amount']:,} "
-                f"minor units (report: {self.report})"
+                f"residual {s['unexplained_count']:,} events / "
+                f"{format_money(int(s['unexplained_amount']), self.reconciliation.currency)} "
+                f"(report: {self.report})"
             )
         if not self.validation.success:
             failures = self.validation.failures

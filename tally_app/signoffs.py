@@ -16,6 +16,7 @@ from typing import Any
 from tally import tables as T
 from tally.dates import epoch_ms
 from tally.ledger import needs_person, status_of
+from tally.money import DEFAULT_CURRENCY, format_money
 
 __all__ = [
     "DECISIONS",
@@ -55,13 +56,20 @@ def date_status(reconciliation: Mapping[str, Any], validation: Mapping[str, Any]
     return status_of(reconciliation, not validation.get("success", True))
 
 
+def money_of(reconciliation: Mapping[str, Any], column: str) -> str:
+    """An amount of the nightly's reconciliation result, in its currency (a result from before
+    currencies: the default's)."""
+    currency = reconciliation.get("currency") or DEFAULT_CURRENCY
+    return format_money(int(reconciliation.get(column) or 0), currency)
+
+
 def within_tolerance_reason(reconciliation: Mapping[str, Any]) -> str:
     """Why a date with a residual signed itself off: the residual, and the rule that graded
     the date `ok` (the run's settings hold every rule in force)."""
     return (
         f"within the materiality tolerance: {reconciliation.get('unexplained_windows', 0):,} "
-        f"UNEXPLAINED window(s), residual {reconciliation.get('unexplained_amount', 0):,} "
-        f"minor units, graded ok by rule {reconciliation.get('tolerance_rule')!r} (the rules in "
+        f"UNEXPLAINED window(s), residual {money_of(reconciliation, 'unexplained_amount')}, "
+        f"graded ok by rule {reconciliation.get('tolerance_rule')!r} (the rules in "
         "force are in the run's settings)"
     )
 

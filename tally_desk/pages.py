@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tally.ledger import COPY_COLUMNS, STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
+from tally.money import format_money
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
@@ -50,12 +51,20 @@ def _when(value: Any) -> str:
 _TIME_COLUMNS = frozenset({"last_run", "decided_at", "alert_time"})
 
 
-def _cell(column: str, value: Any) -> str:
-    """A table cell: times by `_when`, numbers right-aligned by `_num`."""
+def _is_amount(column: str) -> bool:
+    return column == "amount" or column.endswith("_amount")
+
+
+def _cell(column: str, value: Any, currency: str | None = None) -> str:
+    """A table cell: times by `_when`, an amount in `currency` (integer minor units written
+    by `tally.money.format_money`; minor units as they are without one), other numbers
+    right-aligned by `_num`."""
     if value is None:
         return "<td></td>"
     if column in _TIME_COLUMNS:
         return f"<td>{_e(_when(value))}</td>"
+    if currency and _is_amount(column) and isinstance(value, int) and not isinstance(value, bool):
+        return f'<td class="n">{_e(format_money(value, currency))}</td>'
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f'<td class="n">{_num(value)}</td>'
     return f"<td>{_e(value)}</td>"
@@ -126,7 +135,7 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
             f'<tr data-date="{day}"><td><a href="dates/{day}">{day}</a></td>'
             f'<td class="s-{_e(r["status"])}">{_e(STATUS_LABELS[r["status"]])}</td>'
             + "".join(
-                f'<td class="n">{_num(r[c])}</td>'
+                _cell(c, r[c], r.get("currency")) if r[c] is not None else '<td class="n"></td>'
                 for c in (
                     "stream_count",
                     "stream_amount",
@@ -142,22 +151,30 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
         )
     table = f'<table id="ledger">{head}{"".join(rows)}</table>' if rows else "<p>No dates.</p>"
     body = (
-        "<h1>Reconciliation</h1><p>Business dates, newest first. Amounts in minor units.</p>"
+        "<h1>Reconciliation</h1>"
+        "<p>Business dates, newest first. Amounts in each date's currency.</p>"
         f"{_filters(query)}{table}{_pager(query, result['total'])}"
     )
     return page("tally reconciliation", body)
 
 
-def _kv_table(values: Mapping[str, Any], ident: str) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th>{_cell(k, v)}</tr>" for k, v in values.items())
+def _kv_table(values: Mapping[str, Any], ident: str, currency: str | None = None) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th>{_cell(k, v, currency)}</tr>" for k, v in values.items())
     return f'<table id="{ident}">{rows}</table>'
 
 
-def _rows_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], ident: str) -> str:
+def _rows_table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    ident: str,
+    currency: str | None = None,
+) -> str:
     if not rows:
         return f'<p id="{ident}">None.</p>'
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_cell(c, r.get(c)) for c in columns) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(_cell(c, r.get(c), currency) for c in columns) + "</tr>" for r in rows
+    )
     return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
 
 
@@ -184,8 +201,9 @@ def date_page(detail: Mapping[str, Any]) -> str:
         for r in detail["airflow_runs"]
     )
     totals = {
-        k: row[k]
+        k: row.get(k)
         for k in (
+            "currency",
             *TOTALS,
             "unexplained_windows",
             "unexplained_amount",
@@ -202,7 +220,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
         detail["alerts"], ("alert_time", "severity", "task_id", "what", "observed"), "alerts"
     )
     copies = detail.get("copies") or {"rows": 0, "shown": []}
-    copies_html = _rows_table(copies["shown"], COPY_COLUMNS, "copies")
+    copies_html = _rows_table(copies["shown"], COPY_COLUMNS, "copies", row.get("currency"))
     if copies["rows"] > len(copies["shown"]):
         copies_html += (
             f'<p id="copies-more">{len(copies["shown"]):,} of {copies["rows"]:,} shown '
@@ -214,7 +232,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
         f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
         f"{_reopened_text(row.get('reopened'))}"
-        f"{_kv_table(totals, 'totals')}"
+        f"{_kv_table(totals, 'totals', row.get('currency'))}"
         '<h2>Airflow runs</h2><ul id="airflow-runs">'
         f"{runs or '<li>none found</li>'}</ul>"
         f"<h2>Sign-offs</h2>{signoffs}<h2>Alerts</h2>{alerts}"

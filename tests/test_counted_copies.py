@@ -253,12 +253,12 @@ def test_ids_reused_beyond_the_horizon_balance_with_their_evidence(
     assert tally_cli(argv, **env) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "BALANCED" in out, out
-    assert "The stream counted 2 copies of earlier events / 700 again" in out, out
+    assert "The stream counted 2 copies of earlier events / $7.00 again" in out, out
     assert "2 windows EXPLAINED_BY_COPIES" in out
     html = (tmp_path / "reports" / "report-2026-11-20.html").read_text()
     copies = html.split('<table id="copies">')[1].split("</table>")[0]
     assert copies.count("<tr>") == 3 and "<td>e0</td>" in copies and "<td>2026-11-19</td>" in copies
-    assert 'id="copies-count">2<' in html and 'id="copies-amount">7.00<' in html
+    assert 'id="copies-count">2<' in html and 'id="copies-amount">$7.00<' in html
     rows = T.read_table(spark, warehouse, "reconciliation").collect()
     assert sorted((r["key"], r["status"], r["copies_count"], r["copies_amount"]) for r in rows) == [
         ("b", EXPLAINED_BY_COPIES, 1, 300),  # n1 and the copy of e0: the batch counts n1

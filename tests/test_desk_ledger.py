@@ -284,7 +284,7 @@ def test_date_page_times_read_as_utc(value: str, shown: str) -> None:
 @pytest.mark.parametrize(
     ("column", "value", "cell"),
     [
-        ("stream_amount", 522928930, '<td class="n">522,928,930</td>'),  # minor units, grouped
+        ("stream_amount", 522928930, '<td class="n">522,928,930</td>'),  # no currency: minor units
         ("late_event_rate", 7.0e-05, '<td class="n">0.0070%</td>'),  # a rate, as the ledger
         ("last_run", "2026-11-26T04:49:28+00:00", "<td>2026-11-26 04:49:28 UTC</td>"),
         ("reason", "<b>x</b>", "<td>&lt;b&gt;x&lt;/b&gt;</td>"),  # text is escaped
@@ -332,3 +332,51 @@ def test_the_date_page_lists_the_copies_the_stream_counted() -> None:
     assert '<table id="copies">' in html and "<td>e&lt;0&gt;</td>" in html
     assert f"1 of {L.COPIES_SHOWN + 1:,} shown" in html
     assert '<p id="copies">None.</p>' in date_page({**detail, "copies": {"rows": 0, "shown": []}})
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "currency", "cell"),
+    [
+        ("stream_amount", 522928930, "USD", '<td class="n">$5,229,289.30</td>'),
+        ("gap_amount", -1234, "JPY", '<td class="n">-¥1,234</td>'),  # yen: no minor unit
+        ("amount", 1234, "BHD", '<td class="n">BHD 1.234</td>'),  # a copy's amount, fils
+        ("batch_count", 1234, "JPY", '<td class="n">1,234</td>'),  # a count is no amount
+    ],
+)
+def test_date_page_amounts_in_the_dates_currency(
+    column: str, value: int, currency: str, cell: str
+) -> None:
+    from tally_desk.pages import _cell
+
+    assert _cell(column, value, currency) == cell
+
+
+def test_each_date_carries_its_runs_currency_to_the_pages_and_the_grid() -> None:
+    """A date's amounts are in the currency its latest run recorded (`default_currency`); a
+    run from before currencies counted in USD; a date never run has none."""
+    from tally_app.ledger import grid
+    from tally_desk.pages import ledger_page
+
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    runs = [
+        {"business_date": D1, "run_time": at, "settings": '{"default_currency": "USD"}'},
+        {"business_date": D1, "run_time": at, "settings": '{"default_currency": "JPY"}'},
+        {"business_date": D2, "run_time": at, "settings": '{"lateness": 1000}'},
+    ]
+    rows = L.ledger_rows(
+        [summary(D1, batch_amount=1234, gap_amount=-5), summary(D2, batch_amount=1234)],
+        runs,
+        [],
+        [],
+        [D3],
+    )
+    assert [(r["business_date"], r["currency"]) for r in rows] == [
+        (D3.isoformat(), None),
+        (D2.isoformat(), "USD"),
+        (D1.isoformat(), "JPY"),
+    ]
+    html = ledger_page({"dates": rows, "total": 3}, L.LedgerQuery())
+    assert '<td class="n">¥1,234</td><td class="n">-¥5</td>' in html
+    assert '<td class="n">$12.34</td>' in html
+    lines = grid(rows)
+    assert "¥1,234" in lines[3] and "-¥5" in lines[3] and "$12.34" in lines[2]

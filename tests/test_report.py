@@ -23,36 +23,12 @@ from expectations.report_data import (
     ReportOptions,
     bounds_in_force,
     describe_bounds,
-    format_minor,
     recorded_bound,
     recorded_duration,
     recorded_settings,
 )
 from expectations.report_html import render_html
 from expectations.validate import write_results
-
-# -- exact money ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("minor", "text"),
-    [
-        (0, "0.00"),
-        (5, "0.05"),
-        (-5, "-0.05"),
-        (100, "1.00"),
-        (-123_456, "-1,234.56"),
-        (123_606_790, "1,236,067.90"),
-        (2**63 - 1, "92,233,720,368,547,758.07"),  # beyond float precision, still exact
-    ],
-)
-def test_format_minor_is_exact(minor: int, text: str) -> None:
-    assert format_minor(minor) == text
-
-
-def test_format_minor_refuses_floats() -> None:
-    with pytest.raises(TypeError):
-        format_minor(12.5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -168,6 +144,37 @@ def _empty_report(**values: Any) -> ReportData:
     )
 
 
+@pytest.mark.parametrize(
+    ("currency", "batch", "gap", "note"),
+    [
+        # each amount in its currency's own minor unit (tally.money, CLDR's digits)
+        ("USD", "$12.34", "-$0.05", ", 2 decimals"),
+        ("JPY", "¥1,234", "-¥5", ", 0 decimals"),  # yen have no minor unit
+        ("BHD", "BHD 1.234", "-BHD 0.005", ", 3 decimals"),  # fils: three decimals
+    ],
+)
+def test_the_report_writes_amounts_in_the_runs_currency(
+    currency: str, batch: str, gap: str, note: str
+) -> None:
+    amounts = {"stream_amount": 1239, "batch_amount": 1234, "gap_amount": -5}
+    data = _empty_report(currency=currency)
+    data.headline.update(amounts)
+    data.worst_keys.append(
+        {
+            "key": "k",
+            "gap_amount": -5,
+            "explained_amount": 0,
+            "unexplained_amount": -5,
+            "unexplained_windows": 1,
+        }
+    )
+    page = render_html(data, "rows.csv")
+    assert f'id="batch-amount">{batch}<' in page and f'id="gap-amount">{gap}<' in page
+    assert f'<td class="num">{gap}</td><td class="num">' in page  # the worst keys' table
+    assert f'<span id="currency">{currency}</span>' in page and note in page
+    assert page.count('src="data:image/png;base64,') == 5
+
+
 def test_curve_is_not_computed_without_data() -> None:
     page = render_html(_empty_report(), "rows.csv")
     assert "Curve: not computed" in page
@@ -199,11 +206,11 @@ def test_the_sign_off_shown_is_the_runs(signed_run, shown_run, text: str) -> Non
 
 HEADLINE = {
     # stream / batch / gap = batch - stream / explained = late / unexplained = residual
-    "stream": ("10", "1,236,067.90"),
-    "batch": ("13", "1,236,201.35"),
-    "gap": ("3", "133.45"),
-    "explained": ("2", "133.44"),
-    "unexplained": ("1", "0.01"),
+    "stream": ("10", "$1,236,067.90"),  # a run recording no currency: USD's
+    "batch": ("13", "$1,236,201.35"),
+    "gap": ("3", "$133.45"),
+    "explained": ("2", "$133.44"),
+    "unexplained": ("1", "$0.01"),
 }
 
 
@@ -480,14 +487,19 @@ def test_csv_blocks_keep_the_window_key_order(spark, tmp_path) -> None:
     from pyspark.sql import functions as F
     from test_expectations import frame
 
-    from expectations.report import RECONCILIATION_COLUMNS, _csv_cell, write_csv
+    from expectations.report import (
+        RECONCILIATION_COLUMNS,
+        _csv_cell,
+        with_formatted_amounts,
+        write_csv,
+    )
     from tally import tables as T
 
     starts = ["23:40", "00:00", "10:09", "10:10", "10:05", "00:01", "12:00"]
     rows = [recon(s, key, batch=(i, 100 * i)) for i, s in enumerate(starts) for key in ("b", "a")]
-    df = frame(spark, T.RECONCILIATION, rows)
     path = tmp_path / "rows.csv"
-    assert write_csv(df, path) == len(rows)
+    assert write_csv(frame(spark, T.RECONCILIATION, rows), path, "USD") == len(rows)
+    df = with_formatted_amounts(frame(spark, T.RECONCILIATION, rows), "USD")
     types = {f.name: f.dataType for f in df.schema.fields}
     cells = [_csv_cell(c, types[c]) for c in RECONCILIATION_COLUMNS]
     expected = [
@@ -504,6 +516,39 @@ def test_csv_blocks_keep_the_window_key_order(spark, tmp_path) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("currency", "written"),
+    [
+        ("USD", ["$12.34", "-$0.05", "$0.00"]),
+        ("JPY", ["¥1,234", "-¥5", "¥0"]),  # not 12.34: yen have no minor unit
+        ("BHD", ["BHD 1.234", "-BHD 0.005", "BHD 0.000"]),
+    ],
+)
+def test_the_csv_keeps_minor_units_and_writes_them_in_the_currency(
+    spark, tmp_path, currency: str, written: list[str]
+) -> None:
+    """Each amount stays its integer of minor units, the currency is a column, and each amount
+    is written beside it for a person; a negative one is not quoted against formulas (tally
+    wrote it from an integer, and a spreadsheet reads it as the number it is)."""
+    from test_expectations import frame
+
+    from expectations.report import write_csv
+    from tally import tables as T
+
+    rows = [
+        recon("00:00", "a", stream=(1, 0), batch=(1, 1234)),
+        recon("00:01", "a", stream=(1, 5), batch=(0, 0)),
+        recon("00:02", "a", stream=(1, 7), batch=(1, 7)),
+    ]
+    path = tmp_path / "rows.csv"
+    assert write_csv(frame(spark, T.RECONCILIATION, rows), path, currency) == 3
+    read = list(csv.DictReader(path.open(newline="")))
+    assert [r["currency"] for r in read] == [currency] * 3
+    assert [r["diff_amount"] for r in read] == ["1234", "-5", "0"]
+    assert [r["diff_amount_formatted"] for r in read] == written
+    assert [r["batch_amount_formatted"] for r in read][1] == written[2]
+
+
 def test_the_headline_names_the_copies_the_stream_counted() -> None:
     """With copies, the explained line is late events less the copies, and the copies get a
     line of their own; without, the headline is as it was."""
@@ -518,10 +563,10 @@ def test_the_headline_names_the_copies_the_stream_counted() -> None:
     h |= {"explained_count": 1 - 2, "explained_amount": 300 - 500, "copies_count": 2}
     h |= {"copies_amount": 500, "unexplained_count": 0, "unexplained_amount": 0}
     h |= {"windows": 4, "unexplained_windows": 0}
-    data = SimpleNamespace(headline=h, late_event_rate=0.1, max_lateness_ms=None)
+    data = SimpleNamespace(headline=h, late_event_rate=0.1, max_lateness_ms=None, currency="USD")
     html = _headline_html(data)  # type: ignore[arg-type]
-    assert 'id="copies-count">2<' in html and 'id="copies-amount">5.00<' in html
-    assert "late events less the copies" in html and 'id="explained-amount">-2.00<' in html
+    assert 'id="copies-count">2<' in html and 'id="copies-amount">$5.00<' in html
+    assert "late events less the copies" in html and 'id="explained-amount">-$2.00<' in html
     plain = _headline_html(SimpleNamespace(**{**vars(data), "headline": {**h, "copies_count": 0}}))  # type: ignore[arg-type]
     assert "copies-count" not in plain and "Explained by late events" in plain
 
