@@ -42,6 +42,7 @@ from bench.nightly import load_day
 from bench.scaleout import reconcile_argv
 from bench.speed import generate_backlog
 from tally import tables as T
+from tally.money import DEFAULT_CURRENCY
 from tally.pins import frontier_of
 from tally.settings import format_duration
 
@@ -82,6 +83,7 @@ def history_events(spark: SparkSession, days: int, per_day: int) -> DataFrame:
         event_time.alias("event_time"),
         (i % 4).cast("int").alias("partition"),
         F.lit(None).cast("map<string,string>").alias("extra"),
+        F.lit(DEFAULT_CURRENCY).alias("currency"),
         F.lit("on_time").alias("arrival_status"),
         F.lit(False).alias("clock_skewed"),
         ingest.alias("source_mtime"),

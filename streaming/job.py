@@ -59,6 +59,7 @@ from tally.events import (
 )
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.maintenance import upgrade_properties
+from tally.money import DEFAULT_CURRENCY
 from tally.spark import jvm_class, release_local_checkpoint, without_adaptive_execution
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -261,8 +262,9 @@ class BatchProcessor:
         missing = [t for t in T.STREAMING_TABLES if not T.exists(self.spark, warehouse, t.name)]
         created = {t.name for t in missing}
         # a warehouse from before source watermarks lacks their progress columns; early
-        # firings' `final`, session windows' `retracted`
-        for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES):
+        # firings' `final`, session windows' `retracted`; events' `currency` (old rows: null,
+        # read as the reading run's default_currency)
+        for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES, T.EVENTS, T.LATE_EVENTS):
             if table.name not in created:
                 T.add_missing_columns(self.spark, warehouse, table)
         extra = dict(self.params.table_properties)
@@ -421,7 +423,13 @@ class BatchProcessor:
         phases = PhaseTimer(started)
         self._label(batch_id, "read_parse")
         prev = self._previous_batch(batch_id)
-        batch = self._read_batch(raw_batch, batch_id, started, self.params.source_watermark_field)
+        batch = self._read_batch(
+            raw_batch,
+            batch_id,
+            started,
+            self.params.source_watermark_field,
+            self.params.default_currency,
+        )
         phases.done("read_parse")
         now_ms = self._batch_now_ms(batch_id, batch.newest_input_ms, prev)
         ctx = BatchContext(batch_id, now_ms, drain, started)
@@ -509,13 +517,17 @@ class BatchProcessor:
 
     @staticmethod
     def _read_batch(
-        raw_batch: DataFrame, batch_id: int, started: float, control_field: str = ""
+        raw_batch: DataFrame,
+        batch_id: int,
+        started: float,
+        control_field: str = "",
+        default_currency: str = DEFAULT_CURRENCY,
     ) -> BatchInput:
         """Each line is read and parsed once, then numbered; valid events, quarantine and
         control records all come from here."""
         control = control_field or None
         if SPLIT_START in raw_batch.columns:  # file lines: numbered here, from their splits
-            parsed = parse_lines(with_row_ids(raw_batch), control).persist()
+            parsed = parse_lines(with_row_ids(raw_batch), control, default_currency).persist()
             # The split table (one job) also reads and caches every parsed line, and gives the
             # batch's line count and newest file time: no other pass over the lines. Numbering
             # is a broadcast join of a few literal rows onto the cache: not worth a second one.
@@ -529,7 +541,7 @@ class BatchProcessor:
             mtimes = [s.mtime_ms for s in splits if s.mtime_ms is not None]
             newest_ms = max(mtimes) if mtimes else None
         else:  # the source numbered its lines (`source_line`) itself
-            lines = parse_lines(raw_batch, control).persist()
+            lines = parse_lines(raw_batch, control, default_currency).persist()
             cached = [lines]
             raw_stats = lines.agg(
                 F.count(F.lit(1)).alias("lines"),

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from streaming.lateness import MIN_HISTORY_EVENTS
 from streaming.logic import WindowParams
 from tally.maintenance import retention_properties
+from tally.money import DEFAULT_CURRENCY
 from tally.settings import Settings, default_checkpoint
 
 Clock = Callable[[], datetime]
@@ -53,6 +54,8 @@ class StreamParams:
     report_timezone: str = "UTC"
     # settings kept as properties of the stream's tables (retention; tally.maintenance)
     table_properties: Mapping[str, str] = field(default_factory=dict)
+    # the currency of an event that names none (the event contract)
+    default_currency: str = DEFAULT_CURRENCY
 
     @property
     def window(self) -> WindowParams:
@@ -100,6 +103,7 @@ class StreamParams:
             lateness_min_ms=settings.lateness_min,
             lateness_max_ms=settings.lateness_max,
             report_timezone=settings.report_timezone,
+            default_currency=settings.default_currency,
             table_properties=(
                 retention_properties(settings.deleted_file_retention, settings.log_retention)
                 if settings.maintenance

@@ -1,10 +1,12 @@
 """The event contract: one JSON object per line, validated in the JVM.
 
-    {"event_id": "e-1", "key": "merchant-42", "amount": 12550,
+    {"event_id": "e-1", "key": "merchant-42", "amount": 12550, "currency": "EUR",
      "event_time": "2026-11-21T09:42:17.125Z", "partition": 3}
 
-`amount` is an integer in minor units (never a float); `event_time` is ISO-8601 with a zone
-or epoch milliseconds; `partition` defaults to 0; unknown fields are kept in `extra`.
+`amount` is an integer in minor units of `currency` (never a float); `currency` is optional, an
+ISO 4217 code in use (`tally.money`), the setting `default_currency` when absent or null;
+`event_time` is ISO-8601 with a zone or epoch milliseconds; `partition` defaults to 0; unknown
+fields are kept in `extra`.
 A line that breaks the contract becomes a quarantine row with a reason; nothing is dropped.
 
 With a control field configured (setting `source_watermark_field`, e.g. "watermark"), a JSON
@@ -24,10 +26,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
 from tally.jvm_functions import SCAN_FUNCTION, register_jvm_functions
+from tally.money import DEFAULT_CURRENCY, check_currency, current_currencies
 from tally.spark import jvm_cached, kept_select
 from tally.sql_text import sql_string
 
-KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
+KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition", "currency")
 
 # Reasons a source gives a record before it is a line of text (Kafka: a tombstone, bytes
 # that are not UTF-8, a value over `max_record_bytes`); they come before every other reason.
@@ -45,6 +48,7 @@ QUARANTINE_REASONS = (
     "missing_event_time",
     "bad_event_time",
     "partition_not_integer",
+    "bad_currency",  # a currency that is no current ISO 4217 code (`tally.money`), or no text
     "bad_watermark",  # a control record whose watermark is no time (source watermarks only)
 )
 
@@ -89,9 +93,12 @@ def scan_line(line: Column, control_field: str) -> Column:
 CONTROL_MS = "control_ms"  # parse_lines: a control record's watermark (epoch ms), else null
 
 
-def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
+def parse_lines(
+    raw: DataFrame, control_field: str | None = None, default_currency: str = DEFAULT_CURRENCY
+) -> DataFrame:
     """`raw` (column `raw_line` plus provenance columns), each line scanned once, one row per
-    line: the event's typed columns when valid, else `raw_line` and the quarantine `reason`.
+    line: the event's typed columns when valid (its `currency`: `default_currency` when it
+    names none), else `raw_line` and the quarantine `reason`.
     With `control_field`, a control record (see the module docstring) has neither: its
     `partition` and `CONTROL_MS`, the watermark it carries.
 
@@ -99,15 +106,19 @@ def parse_lines(raw: DataFrame, control_field: str | None = None) -> DataFrame:
     reads and scans every line again.
     """
     register_jvm_functions(raw.sparkSession)
-    key = ("parse_lines", tuple(raw.columns), control_field or "")
+    key = ("parse_lines", tuple(raw.columns), control_field or "", default_currency)
     projections = jvm_cached(
-        raw.sparkSession, key, lambda: _parse_columns(raw.columns, control_field or "")
+        raw.sparkSession,
+        key,
+        lambda: _parse_columns(raw.columns, control_field or "", check_currency(default_currency)),
     )
     scanned = kept_select(raw, (*key, 0), lambda: projections[0])
     return kept_select(scanned, (*key, 1), lambda: projections[1])
 
 
-def _parse_columns(raw_columns: list[str], control_field: str) -> tuple[list[Column], list[Column]]:
+def _parse_columns(
+    raw_columns: list[str], control_field: str, default_currency: str
+) -> tuple[list[Column], list[Column]]:
     """`parse_lines`' two projections for a raw frame of these columns (built once a JVM)."""
     seams = (SOURCE_REASON, SOURCE_PARTITION)
     provenance = [c for c in raw_columns if c not in ("raw_line", *seams)]
@@ -122,7 +133,12 @@ def _parse_columns(raw_columns: list[str], control_field: str) -> tuple[list[Col
         scan_line(line, control_field).alias("_scan"),
     ]
     scan, source_reason = F.col("_scan"), F.col("_source_reason")
-    verdict = scan["verdict"]
+    # The scanner passes a currency's text; whether it is a code in use is checked here, the
+    # contract's last rule for an event (a set lookup in the JVM: Spark makes an InSet of it).
+    currency = scan["currency"]
+    known_currency = currency.isNull() | currency.isin(*sorted(current_currencies()))
+    verdict = F.when((scan["verdict"] == VALID) & ~known_currency, F.lit("bad_currency"))
+    verdict = verdict.otherwise(scan["verdict"])
     # A source's own reason (Kafka: a tombstone, no UTF-8, oversized) comes before the scan's.
     reason = F.when(source_reason.isNotNull(), source_reason).when(
         ~verdict.isin(VALID, CONTROL), verdict
@@ -145,6 +161,7 @@ def _parse_columns(raw_columns: list[str], control_field: str) -> tuple[list[Col
         F.when(valid, F.timestamp_millis(scan["event_ms"])).alias("event_time"),
         F.when(valid | control, partition).cast("int").alias("partition"),
         F.when(valid, extra).alias("extra"),
+        F.when(valid, F.coalesce(currency, F.lit(default_currency))).alias("currency"),
         *[F.col(c) for c in provenance],
         F.when(reason.isNotNull(), line).alias("raw_line"),
         F.when(_fence(), reason).alias("reason"),
@@ -169,7 +186,7 @@ _Split = tuple[Column, list[Column]]  # a filter and its projection
 
 def _split_columns(columns: list[str]) -> tuple[_Split, _Split, _Split]:
     """`split_parsed`'s three filters and projections (built once a JVM)."""
-    event_columns = ("event_id", "key", "amount", "event_time", "partition", "extra")
+    event_columns = ("event_id", "key", "amount", "event_time", "partition", "extra", "currency")
     provenance = [c for c in columns if c not in (*event_columns, "raw_line", "reason")]
     provenance = [c for c in provenance if c != CONTROL_MS]
     is_control = F.col(CONTROL_MS).isNotNull()
@@ -183,13 +200,15 @@ def _split_columns(columns: list[str]) -> tuple[_Split, _Split, _Split]:
     )
 
 
-def parse_events(raw: DataFrame, control_field: str | None = None) -> ParsedEvents:
+def parse_events(
+    raw: DataFrame, control_field: str | None = None, default_currency: str = DEFAULT_CURRENCY
+) -> ParsedEvents:
     """Split `raw` (column `raw_line` plus provenance columns) into valid events, quarantine
     and control records (none without `control_field`).
 
     Provenance columns (anything but `raw_line`) are carried to every output unchanged.
     """
-    return split_parsed(parse_lines(raw, control_field))
+    return split_parsed(parse_lines(raw, control_field, default_currency))
 
 
 # -- reading JSONL --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ SCAN_FUNCTION = "tally_scan_line"
 SCAN_CLASS = "tally.jvm.ScanEventLine"
 SCAN_TYPE = (
     "struct<verdict:string,event_id:string,key:string,amount:bigint,event_ms:bigint,"
-    "partition:int,extra:map<string,string>,control_ms:bigint>"
+    "partition:int,extra:map<string,string>,control_ms:bigint,currency:string>"
 )
 BATCH_LONG_FUNCTION = "tally_batch_long"
 BATCH_LONG_CLASS = "tally.jvm.BatchLong"

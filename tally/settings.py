@@ -498,9 +498,10 @@ class Settings:
     )
     default_currency: str = _setting(
         DEFAULT_CURRENCY,
-        "the currency of amounts nothing names one for (an ISO 4217 code, upper case): today "
-        "every amount, as events do not carry a currency yet; materiality tolerance rules "
-        "naming another currency match nothing",
+        "the currency of amounts nothing names one for (an ISO 4217 code, upper case): an "
+        "event without a `currency` (recorded in its events row), rows written before events "
+        "carried one, and the reconciliation's amounts, which are not yet kept per currency "
+        "(materiality tolerance rules naming another currency match nothing)",
     )
     tolerance: str = _setting(
         "[]",

@@ -73,9 +73,11 @@ def _stats_on(*columns: str) -> tuple[tuple[str, str], ...]:
 _SOURCE = (
     "source_file STRING, source_line BIGINT, batch_id BIGINT, ingest_time TIMESTAMP, app_id STRING"
 )
+# `currency`: the event's, or `default_currency` when it named none; null in rows written before
+# events carried one (read as the `default_currency` of the run that reads them).
 _PAYLOAD = (
     "event_id STRING, key STRING, amount BIGINT, event_time TIMESTAMP, partition INT, "
-    "extra MAP<STRING, STRING>"
+    "extra MAP<STRING, STRING>, currency STRING"
 )
 
 EVENTS = Table(

@@ -60,6 +60,7 @@ Interpretations where the spec leaves room (kept narrow; the tests avoid these c
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -83,8 +84,26 @@ REASONS = (
     "missing_event_time",
     "bad_event_time",
     "partition_not_integer",
+    "bad_currency",
 )
-KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition")
+KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition", "currency")
+# The currency of an event that names none (the setting default_currency's default).
+DEFAULT_CURRENCY = "USD"
+
+
+@functools.cache
+def current_currencies() -> frozenset[str]:
+    """The codes the contract accepts, from the spec (docs/semantics.md): ISO 4217 codes CLDR
+    lists as in use today in some territory, but CNH (no ISO code), XTS and XXX."""
+    from babel.core import get_global
+
+    return frozenset(
+        code
+        for spans in get_global("territory_currencies").values()
+        for code, _start, end, _tender in spans
+        if end is None
+    ) - {"CNH", "XTS", "XXX"}
+
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -214,6 +233,7 @@ class EventRow(NamedTuple):
     source_file: str
     source_line: int
     batch_id: int
+    currency: str = DEFAULT_CURRENCY
 
 
 class QuarantineRow(NamedTuple):
@@ -239,6 +259,7 @@ class LateRow(NamedTuple):
     source_file: str
     source_line: int
     batch_id: int
+    currency: str = DEFAULT_CURRENCY
 
 
 class AggregateRow(NamedTuple):
@@ -334,6 +355,7 @@ class Parsed(NamedTuple):
     event_time_ms: int
     partition: int
     extra: tuple[tuple[str, str | None], ...]
+    currency: str = DEFAULT_CURRENCY
 
 
 def iso_to_ms(text: str) -> int | None:
@@ -394,7 +416,9 @@ def load_object(raw: str) -> dict[str, Any] | str:
     return obj
 
 
-def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
+def parse_line(
+    raw: str, default_currency: str = DEFAULT_CURRENCY
+) -> tuple[Parsed | None, str | None]:
     """(event, None) for a valid line, (None, first matching reason) otherwise."""
     if raw.strip(_ASCII_SPACE) == "":
         return None, "empty_line"
@@ -431,6 +455,12 @@ def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
         partition = 0
     elif not _is_int(partition, INT32):
         return None, "partition_not_integer"
+    # a current ISO 4217 code as CLDR lists it (the codes are data, not a rule: tally's list)
+    currency = obj.get("currency")
+    if currency is None:
+        currency = default_currency
+    elif not isinstance(currency, str) or currency not in current_currencies():
+        return None, "bad_currency"
     extra = tuple(
         sorted(
             (name, None if value is None else _text(value))
@@ -440,7 +470,13 @@ def parse_line(raw: str) -> tuple[Parsed | None, str | None]:
     )
     return (
         Parsed(
-            _text(obj["event_id"]), _text(obj["key"]), obj["amount"], event_ms, partition, extra
+            _text(obj["event_id"]),
+            _text(obj["key"]),
+            obj["amount"],
+            event_ms,
+            partition,
+            extra,
+            currency,
         ),
         None,
     )
@@ -570,6 +606,7 @@ class ReferenceModel:
                     line.source_file,
                     line.source_line,
                     batch,
+                    parsed.currency,
                 )
             )
 
@@ -670,6 +707,7 @@ class ReferenceModel:
                         line.source_file,
                         line.source_line,
                         batch,
+                        parsed.currency,
                     )
                 )
         retractions: list[tuple[tuple[int, int, str], _Window]] = []

@@ -153,6 +153,7 @@ def read_events(spark: SparkSession, warehouse: str) -> list[M.EventRow]:
             _base("source_file"),
             "source_line",
             "batch_id",
+            "currency",
         )
         .collect()
     )
@@ -169,6 +170,7 @@ def read_events(spark: SparkSession, warehouse: str) -> list[M.EventRow]:
             r.source_file,
             r.source_line,
             r.batch_id,
+            r.currency,
         )
         for r in rows
     ]
@@ -201,6 +203,7 @@ def read_late_events(spark: SparkSession, warehouse: str) -> list[M.LateRow]:
             _base("source_file"),
             "source_line",
             "batch_id",
+            "currency",
         )
         .collect()
     )
@@ -396,6 +399,9 @@ MALFORMED = {
     "partition_not_integer": (
         '{"event_id":"bad-9","key":"k1","amount":5,"event_time":0,"partition":"1"}',
     ),
+    "bad_currency": (
+        '{"event_id":"bad-10","key":"k1","amount":5,"event_time":0,"currency":"EURO"}',
+    ),
 }
 
 
@@ -578,7 +584,10 @@ def streams(
                     amount = draw(st.integers(-1_000, 100_000))
                     sent.append((eid, key, amount, when, part))
                     style = draw(st.sampled_from(["iso", "iso", "iso", "epoch", "offset"]))
-                    extra = {"region": "eu-west"} if draw(st.integers(0, 9)) == 9 else None
+                    # one event in ten carries a field tally does not know, one a currency
+                    extra = {9: {"region": "eu-west"}, 8: {"currency": "JPY"}}.get(
+                        draw(st.integers(0, 9))
+                    )
                     omit = part == 0 and draw(st.booleans())
                     lines.append(
                         event_line(eid, key, amount, when, None if omit else part, style, extra)

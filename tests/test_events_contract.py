@@ -51,6 +51,7 @@ class Good(NamedTuple):
     event_time_ms: int
     partition: int
     extra: dict[str, str]
+    currency: str = "USD"  # the parser's default_currency when the event names none
 
 
 QUARANTINED = [
@@ -136,10 +137,54 @@ QUARANTINED = [
         line(event_time="nope", partition="x"),
         "bad_event_time",
     ),
+    # currency: a current ISO 4217 code (CLDR's list, tally.money), exactly, or nothing
+    Bad("currency in lower case", line(currency="usd"), "bad_currency"),
+    Bad("a withdrawn currency (Deutsche Mark)", line(currency="DEM"), "bad_currency"),
+    Bad("XXX: the code for no currency", line(currency="XXX"), "bad_currency"),
+    Bad("an empty currency", line(currency=""), "bad_currency"),
+    Bad("the currency's number, not its code", line(currency=978), "bad_currency"),
+    Bad("currency as an object", line(currency={"code": "EUR"}), "bad_currency"),
+    Bad(
+        "bad partition and bad currency: the partition is reported",
+        line(partition="x", currency="usd"),
+        "partition_not_integer",
+    ),
 ]
 
 VALID = [
     Good("the contract's example", line(), "e-1", "merchant-42", 12550, NOW_MS, 3, {}),
+    Good(
+        "yen: the amount in yen, no minor unit",
+        line(currency="JPY"),
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {},
+        "JPY",
+    ),
+    Good(
+        "Bahraini dinar",
+        line(currency="BHD"),
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {},
+        "BHD",
+    ),
+    Good(
+        "currency null: the default",
+        line(currency=None),
+        "e-1",
+        "merchant-42",
+        12550,
+        NOW_MS,
+        3,
+        {},
+    ),
     Good("epoch milliseconds", line(event_time=NOW_MS), "e-1", "merchant-42", 12550, NOW_MS, 3, {}),
     Good(
         "+05:30 offset is the same instant",
@@ -315,6 +360,7 @@ def parsed(spark) -> dict[str, Any]:
         F.unix_millis("event_time").alias("event_time_ms"),
         "partition",
         "extra",
+        "currency",
     ).collect()
     quarantine = out.quarantine.select("source_line", "source_file", "raw_line", "reason")
     return {
@@ -355,6 +401,7 @@ def test_valid_event(parsed: dict[str, Any], number: int, case: Good) -> None:
         case.partition,
     )
     assert dict(row["extra"] or {}) == case.extra
+    assert row["currency"] == case.currency
     assert row["source_file"] == "cases.jsonl"
 
 
@@ -392,4 +439,13 @@ def test_reference_model_agrees_with_the_table(case: Bad | Good) -> None:
             event.event_time_ms,
             event.partition,
             dict(event.extra),
-        ) == (case.event_id, case.key, case.amount, case.event_time_ms, case.partition, case.extra)
+            event.currency,
+        ) == (
+            case.event_id,
+            case.key,
+            case.amount,
+            case.event_time_ms,
+            case.partition,
+            case.extra,
+            case.currency,
+        )

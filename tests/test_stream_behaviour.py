@@ -106,6 +106,8 @@ MALFORMED: list[tuple[str, str]] = [
     (line_with(event_id="x12", event_time="2026-02-30T00:00:00Z"), "bad_event_time"),
     (line_with(event_id="x13", partition="3"), "partition_not_integer"),
     (line_with(event_id="x14", partition=1.5), "partition_not_integer"),
+    (line_with(event_id="x15", currency="usd"), "bad_currency"),  # the exact code only
+    (line_with(event_id="x16", currency=840), "bad_currency"),  # ISO's number is no code
 ]
 
 A = event("a", 5, 100, None, region="eu")  # no partition: partition 0; an unknown field
@@ -113,9 +115,9 @@ B = json.dumps(  # epoch-millisecond event time
     {"event_id": "b", "key": "k", "amount": 50, "event_time": at(20), "partition": 1},
     separators=(",", ":"),
 )
-C = event("c", 90, 7, 0)
+C = event("c", 90, 7, 0, currency="JPY")
 E = event("e", 30, 1000, 0)
-LATE_I = event("i", 100, 20, 0)
+LATE_I = event("i", 100, 20, 0, currency="BHD")
 D = (  # 05:31:15+05:30 is 00:01:15Z, t = 75
     '{"event_id":"d","key":"k","amount":9,"event_time":"2026-11-20T05:31:15+05:30","partition":1}'
 )
@@ -342,6 +344,13 @@ def test_contract_variants_of_valid_events(main_run: Run) -> None:
     first = {r["event_id"]: r for r in main_run.events if r["arrival_status"] != "duplicate"}
     assert first["a"]["partition"] == 0  # missing partition means 0
     assert first["a"]["extra"] == {"region": "eu"}
+    # the event's currency, or the default (USD) for one naming none; never in `extra`
+    assert (first["a"]["currency"], first["c"]["currency"], first["i"]["currency"]) == (
+        "USD",
+        "JPY",
+        "BHD",
+    )
+    assert not first["c"]["extra"]
     assert first["b"]["event_time"] == at(20)  # epoch milliseconds
     assert first["d"]["event_time"] == at(75)  # +05:30 offset
     assert all(r["source_file"] == f"b{r['batch_id']:03d}.jsonl" for r in main_run.events)
@@ -456,6 +465,7 @@ def test_late_events_side_output(main_run: Run) -> None:
         ("i", 4, 20, 60, 120, at(180), 60 * S, 160 * S, "beyond_allowed_lateness"),
     ]
     assert [main_run.progress[b]["late_events"] for b in range(8)] == [0, 0, 0, 0, 2, 0, 0, 0]
+    assert [r["currency"] for r in late] == ["USD", "BHD"]  # the event's, carried
 
 
 def test_quarantine_reasons_and_counts(main_run: Run) -> None:
@@ -467,7 +477,7 @@ def test_quarantine_reasons_and_counts(main_run: Run) -> None:
 def test_input_equals_valid_plus_quarantined_per_batch(main_run: Run) -> None:
     expected = {
         # batch: (input, valid, on_time, allowed_late, late, duplicate, quarantined)
-        0: (26, 4, 3, 0, 0, 1, 22),
+        0: (28, 4, 3, 0, 0, 1, 24),
         1: (3, 3, 2, 0, 0, 1, 0),
         2: (3, 3, 1, 1, 0, 1, 0),
         3: (1, 1, 1, 0, 0, 0, 0),

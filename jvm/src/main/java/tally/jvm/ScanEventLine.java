@@ -28,7 +28,10 @@ import org.apache.spark.sql.api.java.UDF2;
  *       its compact JSON text);
  *   <li>{@code partition}: the payload's partition (null when absent), for events and control
  *       records;
- *   <li>{@code control_ms}: a control record's watermark.
+ *   <li>{@code control_ms}: a control record's watermark;
+ *   <li>{@code currency}: a valid event's {@code currency} text as sent (null when absent or
+ *       JSON null); whether it is a currency code is {@code tally.events}' check, against the
+ *       codes CLDR lists (a value that is no JSON string is {@code bad_currency} here).
  * </ul>
  *
  * One definition with the reference model ({@code tests/reference_model.py}); the contract
@@ -110,6 +113,10 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
     if (partition != null && !partition.isInt) {
       return reason("partition_not_integer");
     }
+    Value currency = o.get("currency");
+    if (currency != null && currency.token != JsonToken.VALUE_STRING) {
+      return reason("bad_currency");
+    }
     Map<String, String> extra = o.extra == null ? Collections.emptyMap() : o.extra;
     return RowFactory.create(
         "valid",
@@ -119,7 +126,8 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
         eventMs,
         partition == null ? null : (int) partition.longValue,
         extra,
-        null);
+        null,
+        currency == null ? null : currency.text);
   }
 
   /** A control record: its partition and watermark, or the rule it breaks. */
@@ -133,7 +141,8 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
       return reason("bad_watermark");
     }
     Integer payloadPartition = partition == null ? null : (int) partition.longValue;
-    return RowFactory.create("control", null, null, null, null, payloadPartition, null, watermark);
+    return RowFactory.create(
+        "control", null, null, null, null, payloadPartition, null, watermark, null);
   }
 
   /** Epoch ms of a time field: a 64-bit JSON integer or a zoned ISO-8601 text, in range. */
@@ -148,7 +157,7 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
   }
 
   private static Row reason(String reason) {
-    return RowFactory.create(reason, null, null, null, null, null, null, null);
+    return RowFactory.create(reason, null, null, null, null, null, null, null, null);
   }
 
   // The blank of the contract: only ASCII whitespace (space, \t, \n, \u000B, \f, \r).
@@ -198,7 +207,9 @@ public final class ScanEventLine implements UDF2<byte[], String, Row> {
 
   /** A line's one JSON object: its known fields, the rest as text, and whether a name repeats. */
   static final class JsonObject {
-    private static final String[] KNOWN = {"event_id", "key", "amount", "event_time", "partition"};
+    private static final String[] KNOWN = {
+      "event_id", "key", "amount", "event_time", "partition", "currency"
+    };
     private final Value[] known = new Value[KNOWN.length];
     private final Map<String, Value> others = new LinkedHashMap<>();
     Map<String, String> extra; // unknown fields' text, in the line's order (null: none)
