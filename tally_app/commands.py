@@ -75,6 +75,12 @@ def generate_flags(parser: argparse.ArgumentParser) -> None:
         help="three-sources only: the HTTP poller is first heard 25-28 s after --start "
         "(docs/scenarios.md, 'A source first heard late')",
     )
+    parser.add_argument(
+        "--currencies",
+        default=None,
+        help="ISO 4217 codes drawn per key, each with an optional weight: USD:3,EUR,JPY "
+        "(default: the lines name no currency, so they take default_currency)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -84,6 +90,12 @@ def generate(args: argparse.Namespace, settings: Settings) -> int:
     if args.late_poller:
         return _bad_setting("--late-poller: only with --profile three-sources")
     from tally_tools.generate import generate as write_stream
+    from tally_tools.generate import parse_currencies
+
+    try:
+        currencies = parse_currencies(args.currencies) if args.currencies else None
+    except ValueError as exc:
+        return _bad_setting(str(exc))
 
     manifest = write_stream(
         out=args.out,
@@ -95,6 +107,7 @@ def generate(args: argparse.Namespace, settings: Settings) -> int:
         files=args.files,
         keys=1000 if args.keys is None else args.keys,
         progress=not args.quiet,
+        currencies=currencies,
     )
     print(
         f"wrote {manifest['lines']} lines in {manifest['files']} files to {args.out} "
@@ -109,7 +122,7 @@ def _generate_three_sources(args: argparse.Namespace) -> int:
     that size the default profile's feed are refused, not ignored)."""
     from tally_tools.sources import generate as write_sources
 
-    fixed = [f"--{name}" for name in ("events", "partitions", "files", "keys")]
+    fixed = [f"--{name}" for name in ("events", "partitions", "files", "keys", "currencies")]
     given = [flag for flag in fixed if getattr(args, flag[2:]) is not None]
     if given:
         return _bad_setting(f"{', '.join(given)}: not with --profile three-sources (fixed shape)")

@@ -36,12 +36,13 @@ import random
 import re
 import sys
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tally.dates import epoch_ms, iso_ms
+from tally.money import CurrencyError, check_currency
 
 __all__ = ["MALFORMED_KINDS", "generate"]
 
@@ -475,10 +476,47 @@ def _slice_arrivals(lines: _Lines, files: int) -> _Slices:
     return _Slices(first, last, span, [first + span * s // files for s in range(files + 1)])
 
 
+def parse_currencies(text: str) -> dict[str, int]:
+    """`--currencies`: comma-separated ISO 4217 codes, each with an optional positive integer
+    weight after a colon ("USD:3,EUR,JPY" = 3:1:1); ValueError with a one-line message."""
+    weights: dict[str, int] = {}
+    for item in text.split(","):
+        code, _, weight = item.strip().partition(":")
+        try:
+            check_currency(code)
+        except CurrencyError as exc:
+            raise ValueError(f"currencies: {exc}") from None
+        if code in weights:
+            raise ValueError(f"currencies: {code} is named twice")
+        if weight and not (weight.isdigit() and int(weight) > 0):
+            raise ValueError(
+                f"currencies: {code}'s weight must be a positive integer, got {weight!r}"
+            )
+        weights[code] = int(weight) if weight else 1
+    return weights
+
+
+def key_currencies(
+    seed: int, key_names: Sequence[str], currencies: Mapping[str, int]
+) -> dict[str, str]:
+    """Each key's currency (a merchant books one), drawn by weight from a generator of its own:
+    the rest of the feed is the same with or without currencies."""
+    rng = random.Random(f"{seed}/currencies")
+    codes = sorted(currencies)
+    drawn = rng.choices(codes, weights=[currencies[c] for c in codes], k=len(key_names))
+    return dict(zip(key_names, drawn, strict=True))
+
+
 def _line_renderer(
-    originals: _Originals, malformed: _Malformed, start_ms: int, fmt: Callable[[int], str]
+    originals: _Originals,
+    malformed: _Malformed,
+    start_ms: int,
+    fmt: Callable[[int], str],
+    currency_of: Mapping[str, str],
 ) -> Callable[[int], str]:
-    """A function from a line's ref (see ``_Lines``) to its text."""
+    """A function from a line's ref (see ``_Lines``) to its text; `currency_of` the currency
+    field per key (none: the lines name no currency)."""
+    money = {key: f',"currency":"{code}"' for key, code in currency_of.items()}
     key_of, part_of, amount_of = originals.key_of, originals.part_of, originals.amount_of
     stamp_of, flags, extra_of = originals.stamp_of, originals.flags, originals.extra_of
     malformed_lines = malformed.lines
@@ -490,9 +528,10 @@ def _line_renderer(
         stamp = start_ms + stamp_of[ref]
         when = str(stamp) if f & _EPOCH_MS_TIME else f'"{fmt(stamp)}"'
         part = "" if f & _OMIT_PARTITION else f',"partition":{part_of[ref]}'
+        key = key_of[ref]
         return (
-            f'{{"event_id":"e-{ref + 1:08d}","key":"{key_of[ref]}","amount":{amount_of[ref]},'
-            f'"event_time":{when}{part}{extra_of[ref]}}}'
+            f'{{"event_id":"e-{ref + 1:08d}","key":"{key}","amount":{amount_of[ref]}'
+            f'{money.get(key, "")},"event_time":{when}{part}{extra_of[ref]}}}'
         )
 
     return line_text
@@ -544,6 +583,7 @@ def _manifest(
     n_duplicates: int,
     malformed: _Malformed,
     slices: _Slices,
+    currency_of: Mapping[str, str],
 ) -> dict[str, Any]:
     """Everything that makes the stream hard, counted."""
     events = len(originals.flags)
@@ -581,9 +621,22 @@ def _manifest(
         "epoch_ms_time_events": originals.flagged(_EPOCH_MS_TIME),
         "extra_field_events": sum(1 for extra in originals.extra_of if extra),
         "amount_total": sum(originals.amount_of),
+        # per currency the lines name (none: {}): events and amount, never summed across them
+        "currencies": _by_currency(originals, currency_of),
         "first_arrival": iso_ms(start_ms + slices.first) if n_lines else None,
         "last_arrival": iso_ms(start_ms + slices.last) if n_lines else None,
     }
+
+
+def _by_currency(originals: _Originals, currency_of: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, dict[str, int]] = {}
+    for key, amount in zip(originals.key_of, originals.amount_of, strict=True):
+        code = currency_of.get(key)
+        if code is not None:
+            totals = out.setdefault(code, {"events": 0, "amount_total": 0})
+            totals["events"] += 1
+            totals["amount_total"] += amount
+    return dict(sorted(out.items()))
 
 
 def write_manifest(out: str, manifest: dict[str, Any], mtime_ms: int) -> None:
@@ -605,8 +658,11 @@ def generate(
     files: int | None = None,
     keys: int = 1000,
     progress: bool = False,
+    currencies: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Write the stream into ``out``; return the manifest (also written as ``_manifest.json``)."""
+    """Write the stream into ``out``; return the manifest (also written as ``_manifest.json``).
+    `currencies`: ISO 4217 codes with their weights, drawn per key (`key_currencies`); none:
+    the lines name no currency (the reader's default_currency)."""
     files = _checked_files(events, partitions, duration_ms, keys, files)
     start_ms = start_epoch_ms(start)
     rng = random.Random(seed)
@@ -622,9 +678,12 @@ def generate(
     lines = _queue_lines(rng, originals, replayed, malformed)
 
     slices = _slice_arrivals(lines, files)
+    currency_of = key_currencies(seed, shape.key_names, currencies) if currencies else {}
     remove_previous_output(out)
-    line_text = _line_renderer(originals, malformed, start_ms, fmt)
+    line_text = _line_renderer(originals, malformed, start_ms, fmt, currency_of)
     _write_slices(out, lines, slices, line_text, start_ms, show)
-    manifest = _manifest(seed, start_ms, shape, originals, ahead, len(replayed), malformed, slices)
+    manifest = _manifest(
+        seed, start_ms, shape, originals, ahead, len(replayed), malformed, slices, currency_of
+    )
     write_manifest(out, manifest, start_ms + slices.bounds[-1])
     return manifest

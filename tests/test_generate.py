@@ -499,3 +499,69 @@ def test_small_partition_counts(tmp_path: Path) -> None:
     parsed = read_stream(tmp_path / "p3")
     assert parsed.manifest == three
     assert all(0 <= v.obj.get("partition", 0) < 3 for v in parsed.valid)
+
+
+# --- currencies ----------------------------------------------------------------------------
+
+
+def test_currencies_are_drawn_per_key_and_change_nothing_else(tmp_path: Path) -> None:
+    """With `currencies` each key books one currency (by weight), the lines name it right after
+    the amount, the manifest counts events and amount per currency; every other byte of the
+    feed is what the same seed writes without currencies."""
+    small = {**PARAMS, "events": 2_000, "files": 10, "keys": 40}
+    plain, priced = tmp_path / "plain", tmp_path / "priced"
+    generate(out=str(plain), **small)
+    weights = {"USD": 3, "JPY": 1, "BHD": 1}
+    manifest = generate(out=str(priced), **small, currencies=weights)
+    currency_of: dict[str, str] = {}
+    totals: Counter[tuple[str, str]] = Counter()
+    for name, text in snapshot(priced).items():
+        if name.startswith("_"):
+            continue
+        without = re.sub(rb',"currency":"[A-Z]{3}"', b"", text)
+        assert without == snapshot(plain)[name]
+        for line in text.decode().splitlines():
+            _kind, obj = classify(line)
+            if obj is None:
+                assert '"currency"' not in line  # malformed lines name none
+                continue
+            assert line.index('"currency"') == line.index('"amount"') + len(
+                f'"amount":{obj["amount"]},'
+            )
+            assert currency_of.setdefault(obj["key"], obj["currency"]) == obj["currency"]
+    assert set(currency_of.values()) == set(weights)
+    assert Counter(currency_of.values())["USD"] > len(currency_of) / 3  # weight 3 of 5
+    first = read_stream(priced).first
+    for event in first.values():
+        code = currency_of[event.obj["key"]]
+        totals[(code, "events")] += 1
+        totals[(code, "amount_total")] += event.obj["amount"]
+    assert manifest["currencies"] == {
+        code: {"events": totals[(code, "events")], "amount_total": totals[(code, "amount_total")]}
+        for code in sorted(weights)
+    }
+    assert sum(c["events"] for c in manifest["currencies"].values()) == manifest["events"]
+    assert generate(out=str(plain), **small)["currencies"] == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "weights", "error"),
+    [
+        ("USD", {"USD": 1}, None),
+        ("USD:3,EUR,JPY:2", {"USD": 3, "EUR": 1, "JPY": 2}, None),
+        ("usd", None, "upper-case"),  # a mistake to report, not to mend
+        ("USD,DEM", None, "not a current ISO 4217"),
+        ("USD,USD", None, "named twice"),
+        ("USD:0", None, "positive integer"),
+        ("USD:1.5", None, "positive integer"),
+        ("", None, "upper-case"),
+    ],
+)
+def test_parse_currencies(text: str, weights: dict[str, int] | None, error: str | None) -> None:
+    from tally_tools.generate import parse_currencies
+
+    if error is None:
+        assert parse_currencies(text) == weights
+    else:
+        with pytest.raises(ValueError, match=error):
+            parse_currencies(text)

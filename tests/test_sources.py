@@ -298,6 +298,7 @@ def test_cli_default_profile_is_unchanged(tmp_path: Path, tally_cli) -> None:
         (["--events", "100"], "--events: not with --profile three-sources"),
         (["--partitions", "3", "--keys", "9"], "--partitions, --keys: not with --profile"),
         (["--duration", "1m"], "duration must be at least 3m"),
+        (["--currencies", "JPY"], "--currencies: not with --profile"),
     ],
 )
 def test_cli_three_sources_refuses_what_does_not_apply(
@@ -326,3 +327,32 @@ def test_cli_late_poller_is_a_variant_of_the_three_sources_only(
     manifest = json.loads((out / "_manifest.json").read_text())
     assert manifest["late_poller"] is True
     assert manifest["first_heard"]["poller"] > manifest["first_heard"]["radar"]
+
+
+def test_cli_currencies(tmp_path: Path, tally_cli, capsys) -> None:
+    """`--currencies` is the generator's, checked before anything is written (one line)."""
+    from tally_tools.generate import generate as generate_default
+
+    argv = ["generate", "--out", str(tmp_path / "cli"), "--events", "300", "--currencies"]
+    assert tally_cli([*argv, "JPY:2,BHD"]) == 0
+    direct = generate_default(
+        str(tmp_path / "direct"),
+        events=300,
+        partitions=8,
+        seed=7,
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        duration_ms=86_400_000,
+        keys=1000,
+        currencies={"JPY": 2, "BHD": 1},
+    )
+    assert snapshot(tmp_path / "cli") == snapshot(tmp_path / "direct")
+    assert set(direct["currencies"]) == {"JPY", "BHD"}
+    capsys.readouterr()
+    refused = ["generate", "--out", str(tmp_path / "refused"), "--currencies", "JPY,yen"]
+    assert tally_cli(refused) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "tally: bad setting: currencies: currency: expected a 3-letter upper-case ISO 4217 "
+        "code, got 'yen'\n"
+    )
+    assert not (tmp_path / "refused").exists()
