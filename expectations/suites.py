@@ -80,6 +80,7 @@ class Thresholds:
     watermark_lag_max_ms: int  # watermark lag of the last non-drained micro-batch
     # the materiality tolerance rules (none: the count of UNEXPLAINED windows is checked)
     tolerance: tuple[ToleranceRule, ...]
+    currency: str  # default_currency: the one currency a date's events may be in, for now
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
@@ -95,6 +96,7 @@ class Thresholds:
             duplicate_rate_max=settings.duplicate_rate_max,
             watermark_lag_max_ms=settings.watermark_lag_max,
             tolerance=settings.tolerance_rules,
+            currency=settings.default_currency,
         )
 
     @classmethod
@@ -316,9 +318,11 @@ def events_suite(
     max_clock_skew_ms: int,
     clock_skew_tolerance: float,
     duplicate_rate_max: float,
+    currency: str,
 ) -> ExpectationSuite:
     """The event log of the date's `event_date` partition: identity columns present, amounts
-    integral and within bounds, event times not from the future, few duplicates."""
+    integral and within bounds, one currency, event times not from the future, few
+    duplicates."""
     import great_expectations.expectations as gxe
 
     not_null = [
@@ -355,6 +359,17 @@ def events_suite(
                     f"Every amount is within [{amount_min}, {amount_max}] minor units.",
                 ),
             ),
+            gxe.ExpectColumnValuesToBeInSet(
+                column="currency",
+                value_set=[currency],
+                **_meta(
+                    "one_currency",
+                    CRITICAL,
+                    f"Every event is in {currency} (default_currency; rows from before events "
+                    "carried a currency count as it): the aggregates are not yet kept per "
+                    "currency, so a date mixing currencies would add their amounts.",
+                ),
+            ),
             gxe.ExpectColumnValuesToBeBetween(
                 column="ahead_ms",
                 max_value=max_clock_skew_ms,
@@ -381,7 +396,7 @@ def events_suite(
     )
 
 
-# The columns of `events` the events suite checks (besides the derived ones).
+# The columns of `events` the events suite checks (besides the derived ones and `currency`).
 EVENTS_CHECKED = ("event_id", "key", "event_time", "amount")
 
 
@@ -389,8 +404,12 @@ def events_frame(events: DataFrame) -> DataFrame:
     """The checked columns of events with `ahead_ms` (event_time - ingest_time, ms) and
     `is_duplicate` (1.0/0.0). Only those: the suite caches the frame (a day of events), and
     the `extra` map and the source columns would fill the cache for nothing."""
+    # a log from before events carried a currency has no such column: its events count as the
+    # default (as its null rows do, which the suite's set check passes)
+    currency = F.col("currency") if "currency" in events.columns else F.lit(None).cast("string")
     return events.select(
         *EVENTS_CHECKED,
+        currency.alias("currency"),
         (F.unix_millis("event_time") - F.unix_millis("ingest_time")).alias("ahead_ms"),
         F.when(F.col("arrival_status") == "duplicate", 1.0).otherwise(0.0).alias("is_duplicate"),
     )
@@ -528,6 +547,7 @@ def build_suite(name: str, thresholds: Thresholds) -> ExpectationSuite:
             max_clock_skew_ms=t.max_clock_skew_ms,
             clock_skew_tolerance=t.clock_skew_tolerance,
             duplicate_rate_max=t.duplicate_rate_max,
+            currency=t.currency,
         )
     if name == STREAM_AGGREGATES:
         return stream_aggregates_suite()
