@@ -263,21 +263,27 @@ def test_cli_three_sources_profile_writes_the_generators_feed(tmp_path: Path, ta
     assert default["start"] == "2026-11-20T00:00:00.000Z"
 
 
-def test_cli_default_profile_is_unchanged(tmp_path: Path, tally_cli) -> None:
-    """No --profile: the same bytes as tally_tools.generate with the flags' documented defaults."""
+def _with_cli_defaults(out: Path, events: int, **more: Any) -> dict[str, Any]:
+    """tally_tools.generate with the default profile's documented flag defaults."""
     from tally_tools.generate import generate as generate_default
 
-    assert tally_cli(["generate", "--out", str(tmp_path / "cli"), "--events", "3000"]) == 0
-    generate_default(
-        str(tmp_path / "direct"),
-        events=3000,
+    return generate_default(
+        str(out),
+        events=events,
         partitions=8,
         seed=7,
         start=datetime(2026, 11, 20, tzinfo=UTC),
         duration_ms=86_400_000,
         files=None,
         keys=1000,
+        **more,
     )
+
+
+def test_cli_default_profile_is_unchanged(tmp_path: Path, tally_cli) -> None:
+    """No --profile: the same bytes as tally_tools.generate with the flags' documented defaults."""
+    assert tally_cli(["generate", "--out", str(tmp_path / "cli"), "--events", "3000"]) == 0
+    _with_cli_defaults(tmp_path / "direct", 3000)
     assert snapshot(tmp_path / "cli") == snapshot(tmp_path / "direct")
     argv = [
         "generate",
@@ -331,20 +337,9 @@ def test_cli_late_poller_is_a_variant_of_the_three_sources_only(
 
 def test_cli_currencies(tmp_path: Path, tally_cli, capsys) -> None:
     """`--currencies` is the generator's, checked before anything is written (one line)."""
-    from tally_tools.generate import generate as generate_default
-
     argv = ["generate", "--out", str(tmp_path / "cli"), "--events", "300", "--currencies"]
     assert tally_cli([*argv, "JPY:2,BHD"]) == 0
-    direct = generate_default(
-        str(tmp_path / "direct"),
-        events=300,
-        partitions=8,
-        seed=7,
-        start=datetime(2026, 11, 20, tzinfo=UTC),
-        duration_ms=86_400_000,
-        keys=1000,
-        currencies={"JPY": 2, "BHD": 1},
-    )
+    direct = _with_cli_defaults(tmp_path / "direct", 300, currencies={"JPY": 2, "BHD": 1})
     assert snapshot(tmp_path / "cli") == snapshot(tmp_path / "direct")
     assert set(direct["currencies"]) == {"JPY", "BHD"}
     capsys.readouterr()
