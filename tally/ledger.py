@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from tally.dates import parse_business_date
-from tally.money import recorded_currency
+from tally.money import CurrencyError, check_currency, recorded_currency
 from tally.tolerances import OK, WARN
 
 STATUSES = (
@@ -299,10 +299,15 @@ def _settings_of(run: Mapping[str, Any]) -> Any:
     return settings
 
 
-def run_currency(run: Mapping[str, Any]) -> str:
-    """The currency of a run's amounts (`tally.money.recorded_currency`)."""
+def run_currency(run: Mapping[str, Any]) -> str | None:
+    """The currency of a run's amounts (`tally.money.recorded_currency`); None when what the
+    run recorded is no currency code (its amounts are then shown as minor units, not a
+    page that fails)."""
     settings = _settings_of(run)
-    return recorded_currency(settings if isinstance(settings, Mapping) else {})
+    try:
+        return check_currency(recorded_currency(settings if isinstance(settings, Mapping) else {}))
+    except CurrencyError:
+        return None
 
 
 def provenance(run: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -362,6 +362,8 @@ def test_each_date_carries_its_runs_currency_to_the_pages_and_the_grid() -> None
         {"business_date": D1, "run_time": at, "settings": '{"default_currency": "USD"}'},
         {"business_date": D1, "run_time": at, "settings": '{"default_currency": "JPY"}'},
         {"business_date": D2, "run_time": at, "settings": '{"lateness": 1000}'},
+        # a recorded value that is no code: amounts shown as minor units, not a failing page
+        {"business_date": D3, "run_time": at, "settings": '{"default_currency": "usd"}'},
     ]
     rows = L.ledger_rows(
         [summary(D1, batch_amount=1234, gap_amount=-5), summary(D2, batch_amount=1234)],
@@ -371,7 +373,7 @@ def test_each_date_carries_its_runs_currency_to_the_pages_and_the_grid() -> None
         [D3],
     )
     assert [(r["business_date"], r["currency"]) for r in rows] == [
-        (D3.isoformat(), None),
+        (D3.isoformat(), None),  # run, but with no valid currency recorded
         (D2.isoformat(), "USD"),
         (D1.isoformat(), "JPY"),
     ]
