@@ -38,8 +38,8 @@ from tally.arrivals import (
     marked_first,
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
-from tally.ledger import COPIES_SHOWN, COPY_COLUMNS
-from tally.money import DEFAULT_CURRENCY, recorded_currency
+from tally.ledger import COPIES_SHOWN, COPY_COLUMNS, run_currency
+from tally.money import DEFAULT_CURRENCY
 from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
@@ -1088,9 +1088,23 @@ def _assemble(
         run_time=(rec.run or {}).get("run_time"),
         copies=_copies(spark, warehouse, business_date) if headline.get("copies_count") else [],
         severity=_severity(rec.summary),
-        currency=recorded_currency(rec.settings),
+        currency=_currency(rec.run, business_date),
     )
     return data
+
+
+def _currency(run: dict[str, Any] | None, business_date: date) -> str:
+    """The currency of the run's amounts (`tally.ledger.run_currency`, the desk's rule too); a
+    date without a run row: the default. A recorded value that is no code is a ReportError."""
+    if run is None:
+        return DEFAULT_CURRENCY
+    currency = run_currency(run)
+    if currency is None:
+        raise ReportError(
+            f"report {business_date.isoformat()}: the run recorded a default_currency that is "
+            "no ISO 4217 code in use (reconciliation_runs.settings)"
+        )
+    return currency
 
 
 def _severity(summary: dict[str, Any] | None) -> tuple[str, str] | None:

@@ -591,3 +591,22 @@ def test_the_badge_names_the_dates_severity(
     badge = _balance_badge(SimpleNamespace(headline=headline, severity=severity))  # type: ignore[arg-type]
     assert text in badge
     assert ('id="severity"' in badge) == (unexplained > 0 and severity is not None)
+
+
+@pytest.mark.parametrize(
+    ("run", "currency"),
+    [
+        (None, "USD"),  # no run row: the default
+        ({"settings": '{"lateness": 1000}'}, "USD"),  # a run from before currencies
+        ({"settings": '{"default_currency": "JPY"}'}, "JPY"),
+        ({"settings": '{"default_currency": "usd"}'}, None),  # no code: one line, not a crash
+    ],
+)
+def test_the_reports_currency_is_the_runs(run: dict[str, Any] | None, currency: str | None):
+    from expectations.report_data import _currency
+
+    if currency is None:
+        with pytest.raises(ReportError, match="default_currency that is no ISO 4217 code"):
+            _currency(run, DAY)
+    else:
+        assert _currency(run, DAY) == currency
