@@ -153,6 +153,7 @@ COPY_COLUMNS = tuple(
         (
             "event_id",
             "key",
+            "currency",
             "amount",
             "event_time",
             "arrival_status",
@@ -208,7 +209,7 @@ def day_events(
     """
     bounds = business_day_bounds(business_date, report_timezone)
     first, last = utc_dates_touching(bounds, window_ms)
-    needed = list(dict.fromkeys(["event_id", "key", "amount", "event_time", *order]))
+    needed = list(dict.fromkeys(["event_id", "key", "currency", "amount", "event_time", *order]))
     if copies is None:
         repeated = repeated_ids(events)
         lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
@@ -394,6 +395,7 @@ def copy_evidence(counted: DataFrame, copies: Copies, business_date: date) -> Da
         F.col("event_time").alias("first_event_time"),
         F.col("key").alias("first_key"),
         F.col("amount").alias("first_amount"),
+        F.col("currency").alias("first_currency"),
         F.col("ingest_time").alias("first_ingest_time"),
         F.col("source_file").alias("first_source_file"),
         F.col("source_line").alias("first_source_line"),

@@ -89,6 +89,7 @@ from tally.dates import (
 )
 from tally.ledger import TOTALS
 from tally.money import DEFAULT_CURRENCY, format_money, recorded_currency
+from tally.money_columns import with_currency
 from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
 from tally.spark import without_adaptive_execution
@@ -257,7 +258,13 @@ def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
         if not T.exists(spark, warehouse, table.name):
             if not T.creates_on_write(table):
                 T.ensure_table(spark, warehouse, table)
-        elif table in (T.RECONCILIATION, T.RECONCILIATION_RUNS, T.RECONCILIATION_SUMMARY):
+        elif table in (
+            T.BATCH_AGGREGATES,
+            T.RECONCILIATION,
+            T.RECONCILIATION_COPIES,
+            T.RECONCILIATION_RUNS,
+            T.RECONCILIATION_SUMMARY,
+        ):
             # columns they gained
             T.add_missing_columns(spark, warehouse, table)
 
@@ -662,7 +669,7 @@ def _write_diff(
         _write_evidence(run, counted, copies)
     totals = None if counted is None else copy_totals(counted)
     rows = diff_windows(batch, stream, late_totals(explaining), run.business_date, totals)
-    rows = with_window_verdicts(rows, run.tolerance, F.lit(run.currency))
+    rows = with_window_verdicts(rows, run.tolerance, F.col("currency"))
     # in the table's column order (the handed-over frame is what the table holds)
     diff = run.keep(
         T.conform(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION)
@@ -811,6 +818,8 @@ def reconcile(
     _require_tables(spark, warehouse)
     pins = _pins(spark, warehouse, events_version, stream_versions, frontiers or {})
     reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
+    for name in (T.EVENTS.name, T.STREAM_AGGREGATES.name, T.LATE_EVENTS.name):
+        reads[name] = with_currency(reads[name], currency)  # rows from before: the run's
     if write:
         _ensure_outputs(spark, warehouse)
     pinned = Pinned.of(pins, reads)

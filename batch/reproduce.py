@@ -40,6 +40,7 @@ from batch.reconcile import (
 )
 from tally import tables as T
 from tally.dates import epoch_ms, from_epoch_ms
+from tally.money_columns import with_currency
 from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
 
@@ -104,6 +105,8 @@ def verify(
     is_latest = latest is not None and _same_run(latest, run)
     arguments = rerun_arguments(run)
     recorded_rows = _recorded_windows(spark, warehouse, business_date, when) if is_latest else None
+    if recorded_rows is not None:  # rows of a run from before currencies are in its currency
+        recorded_rows = with_currency(recorded_rows, arguments["currency"])
     try:
         result = reconcile(
             spark, warehouse, business_date, now=when, keep_frames=True, write=False, **arguments

@@ -35,6 +35,7 @@ from tally import restatements as R
 from tally import tables as T
 from tally.dates import epoch_ms
 from tally.frontier import NO_APP, Frontier, merged
+from tally.money_columns import with_currency
 from tally.pins import within
 from tally.windows import WINDOW_KEY
 
@@ -233,6 +234,7 @@ def exact_change(
         recorded = T.read_table(spark, warehouse, T.RECONCILIATION.name).where(
             F.col("business_date") == F.lit(candidate.business_date)
         )
+        recorded = with_currency(recorded, arguments["currency"])
         row = gained(result.frames.reconciliation, recorded).first()
         frontiers = recorded_frontiers(result.frames.run) or {}
     finally:

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from tally.arrivals import first_arrivals
 from tally.dates import DayBounds, in_day, iso_ms, utc_dates_touching, window_in_day
 from tally.vocabulary import ARRIVAL_ORDER
-from tally.windows import WINDOW_KEY, aggregate_sessions
+from tally.windows import SESSION_OWNER, WINDOW_KEY, aggregate_sessions
 
 DAY_MS = 86_400_000
 MAX_WIDENING_DAYS = 31
@@ -56,7 +56,7 @@ def first_arrivals_in(
     candidates = events.where(
         F.col("event_date").between(F.lit(first_day), F.lit(last_day)) & in_range
     ).select("event_id")
-    needed = ["event_id", "key", "amount", "event_time", *order]
+    needed = ["event_id", "key", "currency", "amount", "event_time", *order]
     copies = events.select(*needed).join(candidates, "event_id", "left_semi")
     return first_arrivals(copies, order).where(in_range)
 
@@ -145,18 +145,18 @@ def date_sessions(
 
 
 def with_holding_session(rows: DataFrame, sessions: DataFrame, point: str) -> DataFrame:
-    """`rows` plus `_b_start`/`_b_end`: the bounds of the latest session of the row's key
-    that starts at or before the row's `point` (null if none). A key's sessions never
+    """`rows` plus `_b_start`/`_b_end`: the bounds of the latest session of the row's key and
+    currency that starts at or before the row's `point` (null if none). A key's sessions never
     overlap, so it is the only one that can hold the point: one sort per key, no range join."""
     marks = sessions.select(
-        "key",
+        *SESSION_OWNER,
         F.col("window_start").alias("_at"),
         F.lit(0).alias("_item"),
         F.struct(F.col("window_start").alias("s"), F.col("window_end").alias("e")).alias("_b"),
     )
     items = rows.withColumn("_at", F.col(point)).withColumn("_item", F.lit(1))
     upto = (
-        Window.partitionBy("key")
+        Window.partitionBy(*SESSION_OWNER)
         .orderBy("_at", "_item")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )

@@ -60,6 +60,7 @@ from tally.events import (
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.maintenance import upgrade_properties
 from tally.money import DEFAULT_CURRENCY
+from tally.money_columns import with_currency
 from tally.spark import jvm_class, release_local_checkpoint, without_adaptive_execution
 from tally.vocabulary import ALLOWED_LATE, DUPLICATE, LATE, ON_TIME
 
@@ -587,6 +588,8 @@ class BatchProcessor:
             windows, dedup = self.store.read(prev.window_state_version)
         except FileNotFoundError as exc:
             raise StreamError(f"stream: {exc}") from None
+        # windows held before amounts carried a currency are in the default one
+        windows = with_currency(windows, self.params.default_currency)
         return PriorState(watermark, windows, dedup, delays, dedup_bytes)
 
     def _classify(self, ctx: BatchContext, batch: BatchInput, prior: PriorState) -> Classified:

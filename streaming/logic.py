@@ -27,6 +27,7 @@ from tally.spark import jvm_cached
 from tally.tables import literal_map
 from tally.vocabulary import ALLOWED_LATE, COUNTED, DUPLICATE, LATE, LINE_ORDER, ON_TIME
 from tally.windows import (
+    SESSION_OWNER,
     WINDOW_KEY,
     aggregate_windows,
     explode_windows,
@@ -393,10 +394,10 @@ def _retractions(merged: DataFrame, now_ms: int, emit_watermark: int | None) -> 
     """Rows withdrawing the sessions merged sessions replaced: their own bounds and last
     totals, the next revision, final and `retracted`."""
     piece = F.explode(RETRACT).alias("_piece")
-    return merged.select("key", piece).select(
+    return merged.select(*SESSION_OWNER, piece).select(
         "_piece.window_start",
         "_piece.window_end",
-        "key",
+        *SESSION_OWNER,
         "_piece.event_count",
         "_piece.amount_sum",
         (F.col("_piece.emitted_revision") + 1).cast("int").alias("revision"),

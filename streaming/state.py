@@ -29,11 +29,12 @@ from tally.spark import jvm_class
 from tally.tables import empty_of, schema_of
 
 # finalized: a final row was emitted; pending: changed since its last row; last_emit_ms: the
-# processing time of its last row (early firings). Files from before them read these as null.
+# processing time of its last row (early firings). Files from before them read these as null;
+# files from before currencies read `currency` as null (the stream's default_currency).
 WINDOWS_DDL = (
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT, emitted_revision INT, finalized BOOLEAN, pending BOOLEAN, "
-    "last_emit_ms BIGINT"
+    "last_emit_ms BIGINT, currency STRING"
 )
 DEDUP_DDL = "event_id STRING, window_end TIMESTAMP"
 # The partition column of a batch's state files, and its values: one directory per part.

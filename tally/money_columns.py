@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from tally.money import minor_digits, money_prefix
@@ -36,3 +36,11 @@ def money_text(amount: Column, currency: Column, currencies: Iterable[str]) -> C
     ).otherwise(F.lit(""))
     sign = F.when(amount < 0, F.lit("-")).otherwise(F.lit(""))
     return F.when(prefix.isNotNull(), F.concat(sign, prefix, F.format_number(whole, 0), fraction))
+
+
+def with_currency(rows: DataFrame, default: str) -> DataFrame:
+    """`rows` with a `currency` that is never null: rows written before amounts carried one
+    (null there, or no such column at the version read) are in `default`, the reading run's
+    `default_currency` (docs/tables.md, "Upgrading a warehouse")."""
+    known = F.coalesce(F.col("currency"), F.lit(default)) if "currency" in rows.columns else None
+    return rows.withColumn("currency", F.lit(default) if known is None else known)

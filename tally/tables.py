@@ -114,13 +114,14 @@ STREAM_AGGREGATES = Table(
     "stream_aggregates",
     "window_start TIMESTAMP, window_end TIMESTAMP, key STRING, event_count BIGINT, "
     "amount_sum BIGINT, revision INT, emit_time TIMESTAMP, watermark_at_emit TIMESTAMP, "
-    "batch_id BIGINT, app_id STRING, final BOOLEAN, retracted BOOLEAN",
-    "Provisional window totals, emitted when the watermark passes the window end; "
-    "allowed-lateness updates append a higher revision. With early firings, rows with "
-    "final = false are early, speculative totals of a window still open; the final rows "
-    "supersede them (final is null in rows from before early firings: they are final). "
+    "batch_id BIGINT, app_id STRING, final BOOLEAN, retracted BOOLEAN, currency STRING",
+    "Provisional window totals per window, key and currency, emitted when the watermark passes "
+    "the window end; allowed-lateness updates append a higher revision. With early firings, "
+    "rows with final = false are early, speculative totals of a window still open; the final "
+    "rows supersede them (final is null in rows from before early firings: they are final). "
     "Session windows: retracted = true withdraws a session another one absorbed (the current "
-    "sessions are the highest revision per window and key, minus the retracted).",
+    "sessions are the highest revision per window, key and currency, minus the retracted). "
+    "currency: null in rows from before amounts carried one (read as the default_currency).",
     properties=_stats_on("app_id", "batch_id", "window_start"),
     order_by=("window_start", "key", "revision"),
 )
@@ -166,9 +167,10 @@ STREAM_PROGRESS = Table(
 BATCH_AGGREGATES = Table(
     "batch_aggregates",
     "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
-    "event_count BIGINT, amount_sum BIGINT",
+    "event_count BIGINT, amount_sum BIGINT, currency STRING",
     "The nightly re-aggregation of the event log (deduplicated by event_id, first "
-    "arrival wins): the true window totals of a business date.",
+    "arrival wins): the true window totals of a business date, per window, key and "
+    "currency (currency null in rows of runs from before currencies).",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key"),
 )
@@ -179,15 +181,16 @@ RECONCILIATION = Table(
     "diff_count BIGINT, diff_amount BIGINT, late_count BIGINT, late_amount BIGINT, "
     "residual_count BIGINT, residual_amount BIGINT, max_lateness_ms BIGINT, status STRING, "
     "run_time TIMESTAMP, copies_count BIGINT, copies_amount BIGINT, severity STRING, "
-    "tolerance_rule STRING",
-    "Per window and key of a business date: stream answer vs batch truth vs late side "
+    "tolerance_rule STRING, currency STRING",
+    "Per window, key and currency of a business date: stream answer vs batch truth vs late side "
     "output vs copies of earlier events the stream counted (beyond its dedup horizon); "
     "diff = batch - stream, residual = diff - late + copies; status MATCH, "
     "EXPLAINED_BY_LATE, EXPLAINED_BY_COPIES, MISSING_IN_STREAM or UNEXPLAINED; run_time: the "
     "reconciliation_runs row of the run that wrote them (null in rows of earlier runs); "
     "copies_*: null in rows of runs from before copies were counted; severity (ok, warn, "
     "fail) of the residual under the materiality tolerance rule named in tolerance_rule "
-    "(none: no rule matched; both null in rows of runs from before tolerances).",
+    "(none: no rule matched; both null in rows of runs from before tolerances); currency: "
+    "the amounts' (null in rows of runs from before currencies).",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key"),
 )
@@ -242,7 +245,7 @@ RECONCILIATION_COPIES = Table(
     "ingest_time TIMESTAMP, batch_id BIGINT, app_id STRING, source_file STRING, "
     "source_line BIGINT, first_event_date DATE, first_event_time TIMESTAMP, first_key STRING, "
     "first_amount BIGINT, first_ingest_time TIMESTAMP, first_source_file STRING, "
-    "first_source_line BIGINT, run_time TIMESTAMP",
+    "first_source_line BIGINT, run_time TIMESTAMP, currency STRING, first_currency STRING",
     "The evidence of EXPLAINED_BY_COPIES: per business date, each copy of an earlier event "
     "that the stream counted into one of the date's windows (its id forgotten beyond the "
     "dedup horizon), one row per (line, window), beside its event_id's first arrival "

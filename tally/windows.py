@@ -22,7 +22,11 @@ from pyspark.sql import functions as F
 
 from tally.settings import format_duration
 
-WINDOW_KEY = ("window_start", "window_end", "key")
+# A window's identity: its bounds, the key and the currency (amounts of two currencies are
+# never added: each is a total of its own).
+WINDOW_KEY = ("window_start", "window_end", "key", "currency")
+# The rows a session merges over: one key's spans in one currency.
+SESSION_OWNER = ("key", "currency")
 
 
 def window_start_ms(event_time_ms: int, window_ms: int) -> int:
@@ -145,7 +149,7 @@ def with_windows(
 
 
 def aggregate_windows(df: DataFrame) -> DataFrame:
-    """Count and exact integer sum of `amount` per (window_start, window_end, key)."""
+    """Count and exact integer sum of `amount` per (window_start, window_end, key, currency)."""
     return df.groupBy(*WINDOW_KEY).agg(
         F.count(F.lit(1)).alias("event_count"),
         F.sum("amount").cast("long").alias("amount_sum"),
@@ -182,9 +186,10 @@ def span_columns(gap_ms: int, time_col: str = "event_time") -> dict[str, Column]
     }
 
 
-def session_ids(intervals: DataFrame, by: Sequence[str] = ("key",)) -> DataFrame:
+def session_ids(intervals: DataFrame, by: Sequence[str] = SESSION_OWNER) -> DataFrame:
     """Add `session_id` to rows holding `window_start`/`window_end`: `merge_intervals` per
-    `by`, in the JVM (one sort: gaps and islands). Ids number the sessions of each key."""
+    `by`, in the JVM (one sort: gaps and islands). Ids number the sessions of each key and
+    currency."""
     order = Window.partitionBy(*by).orderBy("window_start", "window_end")
     reach = F.max("window_end").over(order.rowsBetween(Window.unboundedPreceding, -1))
     starts = (reach.isNull() | (F.col("window_start") >= reach)).cast("long")
@@ -202,7 +207,7 @@ def merge_sessions(intervals: DataFrame, *extra: Column) -> DataFrame:
     (aliased) follow them (the stream's bookkeeping of the sessions it held)."""
     merged = (
         session_ids(intervals)
-        .groupBy("key", SESSION_ID)
+        .groupBy(*SESSION_OWNER, SESSION_ID)
         .agg(
             F.min("window_start").alias("window_start"),
             F.max("window_end").alias("window_end"),

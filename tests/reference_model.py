@@ -23,15 +23,15 @@ Usage::
 or `run_model(batches, params, drain=True)`.
 
 Session windows (`Params.session_gap_ms`, D > 0; docs/semantics.md, "Session windows"): an
-event's span `[t, t + D)` is its one window for classification, late rows and the dedup
-horizon. `windows` then holds the open sessions, keyed `(start, end, key)`. After each batch
-the spans of the counted events and the open sessions of each key are merged (sorted by
-(start, end), an interval starts a new session when its start is at or past every earlier
-end): a merged session with exactly the bounds of one open session is that session; any other
-is new, takes the largest revision it absorbed, and each absorbed session that had rows gets a
-retraction row (`retracted=True`, final, its own bounds and last totals, the next revision);
-a new session that retracted something emits at once (early if it cannot close yet). A
-session stays open while `end + G + D > watermark_after`. `current()` rebuilds the current
+event's span `[t, t + D)` is its one window for classification, late rows and the dedup horizon.
+`windows` then holds the open sessions, keyed `(start, end, key, currency)`. After each batch
+the spans of the counted events and the open sessions of each key and currency are merged
+(sorted by (start, end), an interval starts a new session when its start is at or past every
+earlier end): a merged session with exactly the bounds of one open session is that session; any
+other is new, takes the largest revision it absorbed, and each absorbed session that had rows
+gets a retraction row (`retracted=True`, final, its own bounds and last totals, the next
+revision); a new session that retracted something emits at once (early if it cannot close yet).
+A session stays open while `end + G + D > watermark_after`. `current()` rebuilds the current
 sets from the rows (highest revision per identity, retracted ones dropped).
 
 Adaptive lateness (`Params.lateness_auto`; docs/semantics.md, "Adaptive lateness"): each
@@ -262,6 +262,10 @@ class LateRow(NamedTuple):
     currency: str = DEFAULT_CURRENCY
 
 
+# A window's (or session's) identity: (start ms, end ms, key, currency).
+Ident = tuple[int, int, str, str]
+
+
 class AggregateRow(NamedTuple):
     window_start_ms: int
     window_end_ms: int
@@ -274,6 +278,7 @@ class AggregateRow(NamedTuple):
     batch_id: int
     final: bool = True  # False: an early, speculative row of a window still open
     retracted: bool = False  # True: withdraws a session a new session absorbed (sessions)
+    currency: str = DEFAULT_CURRENCY  # part of the window's identity (never summed across)
 
 
 class ProgressRow(NamedTuple):
@@ -535,7 +540,7 @@ class ReferenceModel:
     delays_measured: dict[int, int] = field(default_factory=dict)
     # The remembered ids of non-duplicate events -> their window_end (the dedup horizon).
     seen_ids: dict[str, int] = field(default_factory=dict)
-    windows: dict[tuple[int, int, str], _Window] = field(default_factory=dict)
+    windows: dict[Ident, _Window] = field(default_factory=dict)
     drained: bool = False
     events: list[EventRow] = field(default_factory=list)
     quarantine: list[QuarantineRow] = field(default_factory=list)
@@ -671,18 +676,19 @@ class ReferenceModel:
                 wm_after = candidate
 
         # Windows: fold, emit, evict.
-        changed: set[tuple[int, int, str]] = set()
-        spans: list[tuple[str, int, int, int]] = []  # sessions: (key, start, end, amount)
+        changed: set[Ident] = set()
+        # sessions: ((key, currency), start, end, amount)
+        spans: list[tuple[tuple[str, str], int, int, int]] = []
         for parsed, line, event_status in valid:
             if event_status == DUPLICATE:
                 continue
             for start, end in p.windows_of(parsed.event_time_ms):
                 status = p.status_for(end, wm_before)  # each window judged on its own
                 if status in COUNTED and p.sessions:
-                    spans.append((parsed.key, start, end, parsed.amount))
+                    spans.append(((parsed.key, parsed.currency), start, end, parsed.amount))
                     continue
                 if status in COUNTED:
-                    ident = (start, end, parsed.key)
+                    ident = (start, end, parsed.key, parsed.currency)
                     win = self.windows.setdefault(ident, _Window())
                     win.count += 1
                     win.total += parsed.amount
@@ -710,8 +716,8 @@ class ReferenceModel:
                         parsed.currency,
                     )
                 )
-        retractions: list[tuple[tuple[int, int, str], _Window]] = []
-        forced: set[tuple[int, int, str]] = set()
+        retractions: list[tuple[Ident, _Window]] = []
+        forced: set[Ident] = set()
         if p.sessions:
             changed, retractions, forced = self._merge_sessions(spans)
         emitted = self._emit_and_evict(wm_after, now, batch, changed, retractions, forced)
@@ -803,27 +809,33 @@ class ReferenceModel:
         return max(clamped, start) if few else clamped
 
     def _merge_sessions(
-        self, spans: list[tuple[str, int, int, int]]
+        self, spans: list[tuple[tuple[str, str], int, int, int]]
     ) -> tuple[
-        set[tuple[int, int, str]],
-        list[tuple[tuple[int, int, str], _Window]],
-        set[tuple[int, int, str]],
+        set[Ident],
+        list[tuple[Ident, _Window]],
+        set[Ident],
     ]:
-        """Merge the batch's counted spans with the open sessions, key by key. Returns (the
-        sessions that changed, the absorbed sessions that had rows (to retract), the new
-        sessions that absorbed one of those)."""
-        changed: set[tuple[int, int, str]] = set()
-        retractions: list[tuple[tuple[int, int, str], _Window]] = []
-        forced: set[tuple[int, int, str]] = set()
-        keys = {key for _, _, key in self.windows} | {key for key, _, _, _ in spans}
-        for key in sorted(keys):
+        """Merge the batch's counted spans with the open sessions, per key and currency.
+        Returns (the sessions that changed, the absorbed sessions that had rows (to
+        retract), the new sessions that absorbed one of those)."""
+        changed: set[Ident] = set()
+        retractions: list[tuple[Ident, _Window]] = []
+        forced: set[Ident] = set()
+        keys = {(i[2], i[3]) for i in self.windows} | {owner for owner, _, _, _ in spans}
+        for key, currency in sorted(keys):
             # (start, end, open session or None for a span, amount of a span)
-            items: list[tuple[int, int, tuple[int, int, str] | None, int]] = [
-                (ident[0], ident[1], ident, 0) for ident in self.windows if ident[2] == key
+            items: list[tuple[int, int, Ident | None, int]] = [
+                (ident[0], ident[1], ident, 0)
+                for ident in self.windows
+                if (ident[2], ident[3]) == (key, currency)
             ]
-            items += [(start, end, None, amount) for k, start, end, amount in spans if k == key]
+            items += [
+                (start, end, None, amount)
+                for owner, start, end, amount in spans
+                if owner == (key, currency)
+            ]
             items.sort(key=lambda item: (item[0], item[1]))
-            groups: list[list[tuple[int, int, tuple[int, int, str] | None, int]]] = []
+            groups: list[list[tuple[int, int, Ident | None, int]]] = []
             reach: int | None = None  # the largest end of every interval so far
             for item in items:
                 if reach is None or item[0] >= reach:
@@ -833,7 +845,7 @@ class ReferenceModel:
             for group in groups:
                 start = min(item[0] for item in group)
                 end = max(item[1] for item in group)
-                ident = (start, end, key)
+                ident = (start, end, key, currency)
                 pieces = [item[2] for item in group if item[2] is not None]
                 added = [item[3] for item in group if item[2] is None]
                 if pieces == [ident]:  # the open session itself, perhaps grown
@@ -862,9 +874,9 @@ class ReferenceModel:
         wm_after: int | None,
         now: int,
         batch: int,
-        changed: set[tuple[int, int, str]],
-        retractions: Sequence[tuple[tuple[int, int, str], _Window]] = (),
-        forced: set[tuple[int, int, str]] | None = None,
+        changed: set[Ident],
+        retractions: Sequence[tuple[Ident, _Window]] = (),
+        forced: set[Ident] | None = None,
         drain: bool = False,
     ) -> int:
         """Emit closed windows (and, with early firings, changed open ones), evict those that
@@ -877,7 +889,7 @@ class ReferenceModel:
         interval = self.params.early_firing_interval_ms
         emit_watermark = None if drain else wm_after
         emitted = 0
-        for (start, end, key), old in sorted(retractions, key=lambda r: r[0]):
+        for (start, end, key, currency), old in sorted(retractions, key=lambda r: r[0]):
             emitted += 1
             self.aggregates.append(
                 AggregateRow(
@@ -892,10 +904,11 @@ class ReferenceModel:
                     batch,
                     True,
                     True,
+                    currency,
                 )
             )
         for ident in sorted(self.windows):
-            start, end, key = ident
+            start, end, key, currency = ident
             win = self.windows[ident]
             closed = drain or (wm_after is not None and end <= wm_after)
             dirty = ident in changed or win.pending
@@ -925,6 +938,8 @@ class ReferenceModel:
                         emit_watermark,
                         batch,
                         final,
+                        False,
+                        currency,
                     )
                 )
         # A window stays while it can change (end + G > WM); a session one gap longer.
@@ -988,13 +1003,13 @@ class ReferenceModel:
         return row
 
     # -- views ----------------------------------------------------------------------------
-    def current(self, final_only: bool = False) -> dict[tuple[int, int, str], AggregateRow]:
+    def current(self, final_only: bool = False) -> dict[Ident, AggregateRow]:
         """The current windows (or sessions) rebuilt from the rows: the highest revision per
-        (start, end, key) (of the final rows only, if asked), dropped when it is a
+        (start, end, key, currency) (of the final rows only, if asked), dropped when it is a
         retraction."""
         return current_set(self.aggregates, final_only)
 
-    def answer(self) -> dict[tuple[int, int, str], AggregateRow]:
+    def answer(self) -> dict[Ident, AggregateRow]:
         """The stream's answer per window (or session): its highest final revision, minus the
         retracted sessions."""
         return self.current(final_only=True)
@@ -1002,14 +1017,14 @@ class ReferenceModel:
 
 def current_set(
     rows: Iterable[AggregateRow], final_only: bool = False
-) -> dict[tuple[int, int, str], AggregateRow]:
-    """Highest revision per (start, end, key) of `rows` (final rows only, if asked), without
-    the identities whose highest row is a retraction."""
-    best: dict[tuple[int, int, str], AggregateRow] = {}
+) -> dict[Ident, AggregateRow]:
+    """Highest revision per (start, end, key, currency) of `rows` (final rows only, if
+    asked), without the identities whose highest row is a retraction."""
+    best: dict[Ident, AggregateRow] = {}
     for row in rows:
         if final_only and not row.final:
             continue
-        ident = (row.window_start_ms, row.window_end_ms, row.key)
+        ident = (row.window_start_ms, row.window_end_ms, row.key, row.currency)
         if ident not in best or row.revision > best[ident].revision:
             best[ident] = row
     return {ident: row for ident, row in best.items() if not row.retracted}

@@ -226,6 +226,7 @@ def read_aggregates(spark: SparkSession, warehouse: str) -> list[M.AggregateRow]
             "final",
             # rows from before session windows have no `retracted`: they withdraw nothing
             F.coalesce("retracted", F.lit(False)).alias("retracted"),
+            "currency",
         )
         .collect()
     )

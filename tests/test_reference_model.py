@@ -108,7 +108,7 @@ def test_worked_example_identity_and_drain() -> None:
     model = M.run_model(EXAMPLE, example_params(), drain=True)
     answer = model.answer()
     # [0, 60): a, b, e = 1150 = stream 150 + late 1000.
-    assert answer[(t(0), t(60), "k")].amount_sum == 150
+    assert answer[(t(0), t(60), "k", "USD")].amount_sum == 150
     assert sum(e.amount for e in model.late_events if e.window_start_ms == t(0)) == 1000
     # The drain emits the one window never emitted: [180, 240) with g.
     drained = [a for a in model.aggregates if a.batch_id == 4]
@@ -289,13 +289,14 @@ def check_identity(model: M.ReferenceModel, closed_before: int | None) -> None:
     """events (not duplicates) = latest revision + late, for windows ending <= closed_before
     (every window when None: after a drain)."""
     logged = window_totals(
-        ((*window, e.key), e.amount)
+        ((*window, e.key, e.currency), e.amount)
         for e in model.events
         if e.arrival_status != M.DUPLICATE
         for window in model.params.windows_of(e.event_time_ms)
     )
     late = window_totals(
-        ((e.window_start_ms, e.window_end_ms, e.key), e.amount) for e in model.late_events
+        ((e.window_start_ms, e.window_end_ms, e.key, e.currency), e.amount)
+        for e in model.late_events
     )
     answer = model.answer()
     for ident, (count, total) in logged.items():
@@ -330,7 +331,7 @@ def test_accounting_identity_for_closed_windows_without_drain(stream: H.Stream) 
         check_identity(model, wm)
     # Open state holds exactly the windows that can still change.
     g = stream.params.allowed_lateness_ms
-    assert all(wm is None or end + g > wm for _, end, _ in model.windows)
+    assert all(wm is None or end + g > wm for _, end, _, _ in model.windows)
 
 
 def remembering_every_id(stream: H.Stream) -> H.Stream:
@@ -489,7 +490,7 @@ def test_emitted_revisions_are_consecutive_and_closed(stream: H.Stream) -> None:
     by_window: dict[Any, list[M.AggregateRow]] = defaultdict(list)
     wm_after = {p.batch_id: p.watermark_after_ms for p in model.progress}
     for row in model.aggregates:
-        by_window[(row.window_start_ms, row.window_end_ms, row.key)].append(row)
+        by_window[(row.window_start_ms, row.window_end_ms, row.key, row.currency)].append(row)
         assert row.watermark_at_emit_ms == wm_after[row.batch_id]
         if not row.final:  # an early row: its window was still open
             interval = stream.params.early_firing_interval_ms
@@ -553,7 +554,7 @@ def test_first_arrivals_balance_whatever_the_horizon(stream: H.Stream, horizon: 
         first.setdefault(e.event_id, e)
     first_lines = {(e.batch_id, e.source_file, e.source_line) for e in first.values()}
     truth = window_totals(
-        ((*window, e.key), e.amount)
+        ((*window, e.key, e.currency), e.amount)
         for e in first.values()
         for window in params.windows_of(e.event_time_ms)
     )
@@ -561,7 +562,7 @@ def test_first_arrivals_balance_whatever_the_horizon(stream: H.Stream, horizon: 
         e for e in model.late_events if (e.batch_id, e.source_file, e.source_line) in first_lines
     ]
     late = window_totals(
-        ((e.window_start_ms, e.window_end_ms, e.key), e.amount) for e in explaining
+        ((e.window_start_ms, e.window_end_ms, e.key, e.currency), e.amount) for e in explaining
     )
     answer = {i: [a.event_count, a.amount_sum] for i, a in model.answer().items()}
     for ident in {*truth, *late, *answer}:

@@ -332,13 +332,14 @@ session_streams = H.streams(
     session_gaps=GAPS,
 )
 
-Ident = tuple[int, int, str]
+Ident = tuple[int, int, str, str]  # (start, end, key, currency)
 
 
 def chained_sessions(
-    events: Iterable[tuple[str, int, int]], gap: int
+    events: Iterable[tuple[tuple[str, str], int, int]], gap: int
 ) -> dict[Ident, tuple[int, int]]:
-    """(key, time, amount) -> {(start, end, key): (count, sum)}: events joined when a chain of
+    """((key, currency), time, amount) -> {(start, end, key, currency): (count, sum)}: events
+    of one key and currency joined when a chain of
     steps each less than `gap` apart links them (union-find over every pair)."""
     items = list(events)
     parent = list(range(len(items)))
@@ -353,13 +354,13 @@ def chained_sessions(
             key_j, time_j, _ = items[j]
             if key_i == key_j and abs(time_i - time_j) < gap:
                 parent[root(i)] = root(j)
-    groups: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    groups: dict[int, list[tuple[tuple[str, str], int, int]]] = defaultdict(list)
     for i, item in enumerate(items):
         groups[root(i)].append(item)
     out: dict[Ident, tuple[int, int]] = {}
     for members in groups.values():
         times = [when for _, when, _ in members]
-        out[(min(times), max(times) + gap, members[0][0])] = (
+        out[(min(times), max(times) + gap, *members[0][0])] = (
             len(members),
             sum(amount for _, _, amount in members),
         )
@@ -375,9 +376,9 @@ def totals(rows: dict[Ident, M.AggregateRow]) -> dict[Ident, tuple[int, int]]:
 
 
 def assert_no_overlap(idents: Iterable[Ident]) -> None:
-    per_key: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for start, end, key in idents:
-        per_key[key].append((start, end))
+    per_key: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for start, end, key, currency in idents:
+        per_key[(key, currency)].append((start, end))
     for key, spans in per_key.items():
         spans.sort()
         for (_, end), (start, _) in itertools.pairwise(spans):
@@ -405,7 +406,7 @@ def run_checked(stream: H.Stream) -> M.ReferenceModel:
         held = now_held
         wm = model.watermark_ms
         slack = p.allowed_lateness_ms + p.session_gap_ms
-        assert all(wm is None or end + slack > wm for _, end, _ in model.windows)
+        assert all(wm is None or end + slack > wm for _, end, _, _ in model.windows)
     assert not model.windows
     return model
 
@@ -418,7 +419,8 @@ def test_current_sessions_are_the_merged_counted_events(stream: H.Stream) -> Non
     their totals; with final rows only it is the same. (b) They never overlap per key."""
     model = run_checked(stream)
     gap = stream.params.session_gap_ms
-    want = chained_sessions(((e.key, e.event_time_ms, e.amount) for e in counted(model)), gap)
+    events = [((e.key, e.currency), e.event_time_ms, e.amount) for e in counted(model)]
+    want = chained_sessions(events, gap)
     current = model.current()
     assert totals(current) == want
     assert totals(model.answer()) == want
@@ -443,11 +445,11 @@ def test_every_event_is_in_one_session_or_one_late_row(stream: H.Stream) -> None
         holding = [
             ident
             for ident in sessions
-            if ident[2] == e.key and ident[0] <= e.event_time_ms < ident[1]
+            if ident[2:] == (e.key, e.currency) and ident[0] <= e.event_time_ms < ident[1]
         ]
         if e.arrival_status in M.COUNTED:
             assert late[line] == 0
-            [(start, end, _)] = holding
+            [(start, end, _, _)] = holding
             assert start <= e.event_time_ms and e.event_time_ms + gap <= end
         elif e.arrival_status == M.LATE:
             assert late[line] == 1
@@ -482,7 +484,7 @@ def test_revisions_and_retractions(stream: H.Stream) -> None:
     gap = stream.params.session_gap_ms
     rows: dict[Ident, list[M.AggregateRow]] = defaultdict(list)
     for a in model.aggregates:
-        rows[(a.window_start_ms, a.window_end_ms, a.key)].append(a)
+        rows[(a.window_start_ms, a.window_end_ms, a.key, a.currency)].append(a)
     for ident, history in rows.items():
         revisions = [a.revision for a in history]
         assert revisions == sorted(set(revisions)), (ident, revisions)
@@ -493,11 +495,11 @@ def test_revisions_and_retractions(stream: H.Stream) -> None:
             assert retracted == [len(history) - 1], (ident, history)
             *_, before, last = [None, *history]
             assert before is not None, ("a retraction withdraws an emitted session", ident)
-            start, end, key = ident
+            start, end, key, currency = ident
             joined = [
                 e
                 for e in events
-                if e.key == key
+                if (e.key, e.currency) == (key, currency)
                 and before.batch_id < e.batch_id < last.batch_id
                 and start <= e.event_time_ms
                 and e.event_time_ms + gap <= end

@@ -184,7 +184,7 @@ class Run:
     late: list[dict[str, Any]]
     aggregates: list[dict[str, Any]]
     dedup_ids: dict[int, set[str]]  # batch -> remembered ids in the state files it wrote
-    open_windows: dict[int, list[tuple[int, str, int, int, int]]]  # batch -> open windows
+    open_windows: dict[int, list[tuple[int, str, str, int, int, int]]]  # batch -> open windows
     identity: list[dict[str, Any]]
 
 
@@ -197,7 +197,7 @@ def read_state(
     store: StateStore,
     batch_id: int,
     dedup_ids: dict[int, set[str]],
-    open_windows: dict[int, list[tuple[int, str, int, int, int]]],
+    open_windows: dict[int, list[tuple[int, str, str, int, int, int]]],
 ) -> None:
     state, dedup = store.read(batch_id)
     dedup_ids[batch_id] = {r["event_id"] for r in dedup.select("event_id").collect()}
@@ -205,6 +205,7 @@ def read_state(
         (
             (r["window_start"] - T0_MS) // S,
             r["key"],
+            r["currency"],
             r["event_count"],
             r["amount_sum"],
             r["emitted_revision"],
@@ -225,7 +226,7 @@ def run(
     with BatchProcessor(spark, StreamParams(warehouse=warehouse, **params)) as proc:
         proc.set_app_id("t")
         dedup_ids: dict[int, set[str]] = {}
-        open_windows: dict[int, list[tuple[int, str, int, int, int]]] = {}
+        open_windows: dict[int, list[tuple[int, str, str, int, int, int]]] = {}
         inputs = root / "in"
         inputs.mkdir(parents=True)
         for batch_id, (now, lines) in enumerate(batches):
@@ -291,13 +292,14 @@ def wm(run_: Run, batch_id: int) -> tuple[int | None, int | None]:
     return s(row["watermark_before"]), s(row["watermark_after"])
 
 
-def aggregates(run_: Run) -> list[tuple[int, int, str, int, int, int]]:
-    """(batch, window start s, key, count, sum, revision), in emission order."""
+def aggregates(run_: Run) -> list[tuple[int, int, str, str, int, int, int]]:
+    """(batch, window start s, key, currency, count, sum, revision), in emission order."""
     return sorted(
         (
             r["batch_id"],
             (r["window_start"] - T0_MS) // S,
             r["key"],
+            r["currency"],
             r["event_count"],
             r["amount_sum"],
             r["revision"],
@@ -402,18 +404,19 @@ def test_clock_skewed_event(main_run: Run) -> None:
     assert skewed == {("kk", 6)}
     assert all(main_run.progress[b]["clock_skewed_events"] == 0 for b in range(6))
     # counted in its own window, which only the drain closes
-    assert (7, 1020, "k", 1, 77, 1) in aggregates(main_run)
+    assert (7, 1020, "k", "USD", 1, 77, 1) in aggregates(main_run)
 
 
 def test_emissions_revisions_and_eviction(main_run: Run) -> None:
     assert aggregates(main_run) == [
-        (1, 0, "k", 2, 150, 1),  # a + b
-        (1, 0, "q", 1, 1, 1),
-        (2, 0, "k", 3, 1150, 2),  # e allowed-late: revision 2; q unchanged, not re-emitted
-        (3, 60, "k", 3, 19, 1),  # c + d + f
-        (6, 180, "k", 1, 4, 1),
-        (6, 360, "k", 1, 11, 1),
-        (7, 1020, "k", 1, 77, 1),  # drain
+        (1, 0, "k", "USD", 2, 150, 1),  # a + b
+        (1, 0, "q", "USD", 1, 1, 1),
+        (2, 0, "k", "USD", 3, 1150, 2),  # e allowed-late: revision 2; q unchanged
+        (3, 60, "k", "JPY", 1, 7, 1),  # c: a window of its own, never added to dollars
+        (3, 60, "k", "USD", 2, 12, 1),  # d + f
+        (6, 180, "k", "USD", 1, 4, 1),
+        (6, 360, "k", "USD", 1, 11, 1),
+        (7, 1020, "k", "USD", 1, 77, 1),  # drain
     ]
     rows = {
         (r["batch_id"], (r["window_start"] - T0_MS) // S, r["key"]): r for r in main_run.aggregates
@@ -425,14 +428,15 @@ def test_emissions_revisions_and_eviction(main_run: Run) -> None:
     assert all(r["watermark_at_emit"] is not None for r in main_run.aggregates if r["batch_id"] < 7)
     # [0,60) stays revisable until end + G = 90 <= WM (batch 3), [60,120) until 150 <= 180.
     assert main_run.open_windows[2] == [
-        (0, "k", 3, 1150, 2),
-        (0, "q", 1, 1, 1),
-        (60, "k", 3, 19, 0),
+        (0, "k", "USD", 3, 1150, 2),
+        (0, "q", "USD", 1, 1, 1),
+        (60, "k", "JPY", 1, 7, 0),
+        (60, "k", "USD", 2, 12, 0),
     ]
-    assert main_run.open_windows[3] == [(180, "k", 1, 4, 0)]
-    assert main_run.open_windows[6] == [(1020, "k", 1, 77, 0)]
+    assert main_run.open_windows[3] == [(180, "k", "USD", 1, 4, 0)]
+    assert main_run.open_windows[6] == [(1020, "k", "USD", 1, 77, 0)]
     assert main_run.open_windows[7] == []
-    assert [main_run.progress[b]["open_windows"] for b in range(8)] == [2, 3, 3, 1, 1, 1, 1, 0]
+    assert [main_run.progress[b]["open_windows"] for b in range(8)] == [2, 4, 4, 1, 1, 1, 1, 0]
 
 
 def test_dedup_state_is_bounded_by_the_watermark(main_run: Run) -> None:
@@ -513,12 +517,21 @@ def test_windows_emitted_counts_the_rows_the_batch_wrote(main_run: Run) -> None:
 
 
 def test_accounting_identity_after_drain(main_run: Run) -> None:
-    checked = {((r["window_start"] - T0_MS) // S, r["key"]): r for r in main_run.identity}
-    assert set(checked) == {(0, "k"), (0, "q"), (60, "k"), (180, "k"), (360, "k"), (1020, "k")}
+    checked = {
+        ((r["window_start"] - T0_MS) // S, r["key"], r["currency"]): r for r in main_run.identity
+    }
+    usd = {(0, "k"), (0, "q"), (60, "k"), (180, "k"), (360, "k"), (1020, "k")}
+    others = {(60, "k", "JPY"), (60, "k", "BHD")}  # c, and the late i: windows of their own
+    assert set(checked) == {(*w, "USD") for w in usd} | others
     assert [k for k, r in checked.items() if not r["ok"]] == []
     # [0,60): a, b, e, h = 1650 = stream 1150 (rev 2) + late 500
-    assert (checked[(0, "k")]["ev_sum"], checked[(0, "k")]["late_sum"]) == (1650, 500)
-    assert (checked[(60, "k")]["ev_sum"], checked[(60, "k")]["late_sum"]) == (39, 20)
+    assert (checked[(0, "k", "USD")]["ev_sum"], checked[(0, "k", "USD")]["late_sum"]) == (1650, 500)
+    # [60,120): d + f in dollars, c in yen, the late i in dinars: never one sum
+    sums = {
+        c: (checked[(60, "k", c)]["ev_sum"], checked[(60, "k", c)]["late_sum"])
+        for c in ("USD", "JPY", "BHD")
+    }
+    assert sums == {"USD": (12, 0), "JPY": (7, 0), "BHD": (20, 20)}
 
 
 # --- beyond the dedup horizon ----------------------------------------------------------------
@@ -550,9 +563,14 @@ def test_beyond_the_dedup_horizon_a_replay_is_late_and_the_books_still_balance(
     assert aggregates(no_horizon_run) == aggregates(main_run)
     # The nightly counts an event once (first arrival) and explains a gap only with a late
     # row that is its id's first arrival: the two repeats change nothing, no residual.
-    checked = {((r["window_start"] - T0_MS) // S, r["key"]): r for r in no_horizon_run.identity}
+    checked = {
+        ((r["window_start"] - T0_MS) // S, r["currency"]): r
+        for r in no_horizon_run.identity
+        if r["key"] == "k"
+    }
     assert [k for k, r in checked.items() if not r["ok"]] == []
-    assert (checked[(60, "k")]["ev_sum"], checked[(60, "k")]["late_sum"]) == (39, 20)
+    assert (checked[(60, "JPY")]["ev_sum"], checked[(60, "JPY")]["late_sum"]) == (7, 0)
+    assert (checked[(60, "BHD")]["ev_sum"], checked[(60, "BHD")]["late_sum"]) == (20, 20)
 
 
 # --- LAG: a lagging partition under both policies ------------------------------------------
@@ -563,7 +581,7 @@ def test_lagging_partition_holds_partition_min_back(lag_runs: dict[str, Run]) ->
     assert [wm(r, b) for b in range(3)] == [(None, -5), (-5, 40), (40, 100)]
     assert {s for *_, s in statuses(r)} == {"on_time"}
     assert r.late == []
-    assert aggregates(r) == [(2, 0, "k", 2, 30, 1)]  # y1 + y2, once p1 caught up
+    assert aggregates(r) == [(2, 0, "k", "USD", 2, 30, 1)]  # y1 + y2, once p1 caught up
     spread = [r.progress[b]["partition_spread_ms"] for b in range(3)]
     assert spread == [70 * S, 80 * S, 80 * S]
 
@@ -582,7 +600,11 @@ def test_global_max_marks_the_lagging_partition_late(lag_runs: dict[str, Run]) -
         ("y2", at(65), 5 * S, "window_closed"),
         ("y3", at(120), 0, "window_closed"),
     ]
-    assert aggregates(r) == [(0, 0, "k", 1, 10, 1), (1, 60, "k", 1, 1, 1), (2, 120, "k", 1, 2, 1)]
+    assert aggregates(r) == [
+        (0, 0, "k", "USD", 1, 10, 1),
+        (1, 60, "k", "USD", 1, 1, 1),
+        (2, 120, "k", "USD", 1, 2, 1),
+    ]
 
 
 def test_same_input_same_high_water_under_both_policies(lag_runs: dict[str, Run]) -> None:

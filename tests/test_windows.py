@@ -248,8 +248,9 @@ def test_merge_intervals(why: str, times: list[float], gap: int, sessions: list)
 
 
 def test_aggregate_sessions_in_the_jvm_agrees_with_the_table(spark) -> None:
-    """Every case at once, one key per case (and a second key beside one case, so keys never
-    merge); each event's amount is a distinct power of 10, so a sum names its events."""
+    """Every case at once, one key per case (and a second key, and the same key in a second
+    currency, beside each case: keys and currencies never merge); each event's amount is a
+    distinct power of 10, so a sum names its events."""
     from pyspark.sql import functions as F
 
     rows = []
@@ -257,18 +258,20 @@ def test_aggregate_sessions_in_the_jvm_agrees_with_the_table(spark) -> None:
     for number, (_, times, gap, sessions) in enumerate(SESSION_CASES):
         if gap != 10:
             continue
-        for key in (f"case{number}", f"other{number}"):
+        owners = ((f"case{number}", "USD"), (f"case{number}", "JPY"), (f"other{number}", "USD"))
+        for key, currency in owners:
             amounts = [10**i for i in range(len(times))]
             for time, amount in zip(times, amounts, strict=True):
-                rows.append((key, int(time * 1000), amount))
+                rows.append((key, currency, int(time * 1000), amount))
             for a, b in sessions:
                 inside = [m for s, m in zip(times, amounts, strict=True) if a <= s < b]
-                expected[(key, int(a * 1000), int(b * 1000))] = (len(inside), sum(inside))
-    events = spark.createDataFrame(rows, "key STRING, ms BIGINT, amount BIGINT").withColumn(
-        "event_time", F.timestamp_millis("ms")
-    )
+                span = (int(a * 1000), int(b * 1000))
+                expected[(key, currency, *span)] = (len(inside), sum(inside))
+    events = spark.createDataFrame(
+        rows, "key STRING, currency STRING, ms BIGINT, amount BIGINT"
+    ).withColumn("event_time", F.timestamp_millis("ms"))
     got = {
-        (r["key"], r["s"], r["e"]): (r["event_count"], r["amount_sum"])
+        (r["key"], r["currency"], r["s"], r["e"]): (r["event_count"], r["amount_sum"])
         for r in aggregate_sessions(events, 10_000)
         .select(
             "*", F.unix_millis("window_start").alias("s"), F.unix_millis("window_end").alias("e")
