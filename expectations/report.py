@@ -37,7 +37,7 @@ from expectations.report_data import (
     collect_report_data,
 )
 from expectations.report_html import render_html
-from tally.money_columns import money_text
+from tally.money_columns import money_text, with_currency
 from tally.outputs import CSV_FORMULA_STARTS
 
 # The amounts the CSV writes a second time for a person, in the run's currency, each beside
@@ -109,11 +109,12 @@ CSV_BLOCK_MS = 600_000
 def with_formatted_amounts(rows: DataFrame, currency: str) -> DataFrame:
     """The rows with their `currency` (the run's, where the rows name none) and each of
     `FORMATTED_AMOUNTS` written in it (`tally.money_columns.money_text`, in the JVM)."""
-    if "currency" not in rows.columns:
-        rows = rows.withColumn("currency", F.lit(currency))
+    rows = with_currency(rows, currency)
+    # the few codes the rows hold (one small job): the formatting's lookups stay short
+    codes = {currency} | {r[0] for r in rows.select("currency").distinct().collect()}
     return rows.withColumns(
         {
-            f"{c}{FORMATTED}": money_text(F.col(c), F.col("currency"), [currency])
+            f"{c}{FORMATTED}": money_text(F.col(c), F.col("currency"), codes)
             for c in FORMATTED_AMOUNTS
             if c in rows.columns
         }

@@ -39,7 +39,8 @@ from tally.arrivals import (
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
 from tally.ledger import COPIES_SHOWN, COPY_COLUMNS, run_currency
-from tally.money import DEFAULT_CURRENCY
+from tally.money import DEFAULT_CURRENCY, recorded_currency
+from tally.money_columns import with_currency
 from tally.pins import read_at_frontier
 from tally.settings import (
     LATENESS_AUTO,
@@ -330,6 +331,7 @@ def _late_of_sessions(late_all: DataFrame, recon: DataFrame, bounds: DayBounds) 
     late row's own span. Rows in a session of another date are that date's."""
     rows = recon.where(F.col("late_count") > 0).select(
         F.col("key").alias("_key"),
+        F.col("currency").alias("_currency"),
         F.col("window_start").alias("_start"),
         F.col("window_end").alias("_end"),
         (F.col("batch_count") > 0).alias("_batch"),
@@ -340,7 +342,8 @@ def _late_of_sessions(late_all: DataFrame, recon: DataFrame, bounds: DayBounds) 
     late = late_all.where(in_day((bounds[0], int(reach["ms"])), "window_start"))
     in_session = (F.col("event_time") >= F.col("_start")) & (F.col("event_time") < F.col("_end"))
     own_span = (F.col("window_start") == F.col("_start")) & (F.col("window_end") == F.col("_end"))
-    held = (F.col("key") == F.col("_key")) & F.when(F.col("_batch"), in_session).otherwise(own_span)
+    owner = (F.col("key") == F.col("_key")) & (F.col("currency") == F.col("_currency"))
+    held = owner & F.when(F.col("_batch"), in_session).otherwise(own_span)
     return late.join(rows, held, "left_semi")
 
 
@@ -357,6 +360,7 @@ def _late_rows(
     )
     if late_all is None:
         return None
+    late_all = with_currency(late_all, recorded_currency(rec.settings))  # as `recon`
     if _is_sessions(rec):
         return _late_of_sessions(late_all, recon, rec.bounds)
     return late_all.where(window_in_day(rec.bounds))
@@ -985,7 +989,9 @@ def collect_report_data(
             spark, warehouse, business_date, now, options, rec, inputs.reconciliation
         ), inputs.reconciliation
     # Read once for the figures, the late rows of sessions and the CSV.
-    recon = _of_date(spark, warehouse, "reconciliation", business_date, rec.version).persist()
+    recorded = _of_date(spark, warehouse, "reconciliation", business_date, rec.version)
+    # rows of a run from before currencies are in that run's currency
+    recon = with_currency(recorded, recorded_currency(rec.settings)).persist()
     try:
         return _report_data(spark, warehouse, business_date, now, options, rec, recon), recon
     except BaseException:
@@ -1121,10 +1127,10 @@ def _copies(spark: SparkSession, warehouse: str, business_date: date) -> list[di
     of them (`tally.ledger`)."""
     if not _exists(spark, warehouse, T.RECONCILIATION_COPIES.name):
         return []
+    copies = _of_date(spark, warehouse, T.RECONCILIATION_COPIES.name, business_date)
     rows = (
-        _of_date(spark, warehouse, T.RECONCILIATION_COPIES.name, business_date)
-        .orderBy("window_start", "key", "event_id")
-        .select(*COPY_COLUMNS)
+        copies.orderBy("window_start", "key", "event_id")
+        .select(*[c for c in COPY_COLUMNS if c in copies.columns])  # older tables lack some
         .limit(COPIES_SHOWN)
         .collect()
     )

@@ -250,6 +250,13 @@ def _partitions_html(data: ReportData) -> str:
     )
 
 
+def _copy_money(copy: dict[str, Any], amount: str, currency: str, default: str) -> str:
+    """A copy's amount in its own currency (a copy and its first arrival may name different
+    ones; rows from before currencies: the run's)."""
+    value = copy.get(amount)
+    return "" if value is None else format_money(int(value), copy.get(currency) or default)
+
+
 def _copies_html(data: ReportData) -> str:
     """The evidence of EXPLAINED_BY_COPIES: each copy the stream counted (its window, key,
     event time, arrival) beside its event_id's first arrival, the one the batch counts."""
@@ -257,7 +264,6 @@ def _copies_html(data: ReportData) -> str:
     if not count:
         return ""
     shown = len(data.copies)
-    money = _money_of(data)
     more = (
         f" The first {shown:,} of {count:,}; all of them: "
         "<code>tally show reconciliation_copies</code>."
@@ -285,11 +291,12 @@ def _copies_html(data: ReportData) -> str:
             ),
             (
                 f"<tr><td>{_e(_fmt_when(c['window_start']))}</td><td>{_e(c['key'])}</td>"
-                f'<td>{_e(c["event_id"])}</td><td class="num">{money(c["amount"])}'
+                f'<td>{_e(c["event_id"])}</td><td class="num">'
+                f"{_copy_money(c, 'amount', 'currency', data.currency)}"
                 f"</td><td>{_e(_fmt_when(c['event_time']))}</td>"
                 f"<td>{_e(_fmt_when(c['ingest_time']))}</td><td>{_e(c['first_event_date'])}</td>"
                 f'<td>{_e(c["first_key"])}</td><td class="num">'
-                f"{money(c['first_amount'])}</td>"
+                f"{_copy_money(c, 'first_amount', 'first_currency', data.currency)}</td>"
                 f"<td>{_e(_fmt_when(c['first_ingest_time']))}</td></tr>"
                 for c in data.copies
             ),

@@ -41,6 +41,7 @@ from tally.vocabulary import (
     UNEXPLAINED,
     WARNING,
 )
+from tally.windows import WINDOW_KEY
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -419,19 +420,19 @@ def events_frame(events: DataFrame) -> DataFrame:
 
 
 def stream_aggregates_suite() -> ExpectationSuite:
-    """The stream's window rows of the date: one row per (window, key, revision), and so one
-    latest row per (window, key), which is the stream's answer."""
+    """The stream's window rows of the date: one row per (window, key, currency, revision), and
+    so one latest row per (window, key, currency), which is the stream's answer."""
     import great_expectations.expectations as gxe
 
     return _suite(
         STREAM_AGGREGATES,
         [
             gxe.ExpectCompoundColumnsToBeUnique(
-                column_list=["window_start", "window_end", "key", "revision"],
+                column_list=[*WINDOW_KEY, "revision"],
                 **_meta(
                     "revision_unique",
                     CRITICAL,
-                    "(window, key, revision) is unique: each revision is emitted once.",
+                    "(window, key, currency, revision) is unique: each revision is emitted once.",
                 ),
             ),
             gxe.ExpectColumnValuesToBeUnique(
@@ -439,7 +440,7 @@ def stream_aggregates_suite() -> ExpectationSuite:
                 **_meta(
                     "latest_revision_unique",
                     CRITICAL,
-                    "Each (window, key) has exactly one row with its highest revision.",
+                    "Each (window, key, currency) has exactly one row with its highest revision.",
                 ),
             ),
         ],
@@ -447,11 +448,14 @@ def stream_aggregates_suite() -> ExpectationSuite:
 
 
 def stream_aggregates_frame(stream_aggregates: DataFrame) -> DataFrame:
-    """Rows with `latest_window_key` ("window_start|window_end|key" on rows holding the
-    highest revision of their window and key, null on older revisions). The end is part of
-    the identity: sessions of one key may share a start (a session and the one that absorbed
-    it; fixed windows of one start all have one end)."""
-    window = Window.partitionBy("window_start", "window_end", "key")
+    """Rows with `latest_window_key` ("window_start|window_end|key|currency" on rows holding
+    the highest revision of their window, key and currency, null on older revisions). The end
+    is part of the identity: sessions of one key may share a start (a session and the one
+    that absorbed it; fixed windows of one start all have one end). A row from before
+    currencies (null) is in the one default currency."""
+    if "currency" not in stream_aggregates.columns:  # a version from before currencies
+        stream_aggregates = stream_aggregates.withColumn("currency", F.lit(None).cast("string"))
+    window = Window.partitionBy(*WINDOW_KEY)
     latest = F.col("revision") == F.max("revision").over(window)
     stamp = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
     label = F.concat_ws(
@@ -459,6 +463,7 @@ def stream_aggregates_frame(stream_aggregates: DataFrame) -> DataFrame:
         F.date_format("window_start", stamp),
         F.date_format("window_end", stamp),
         F.col("key"),
+        F.coalesce(F.col("currency"), F.lit("")),
     )
     return stream_aggregates.select("*", F.when(latest, label).alias("latest_window_key"))
 

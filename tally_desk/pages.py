@@ -163,6 +163,13 @@ def _kv_table(values: Mapping[str, Any], ident: str, currency: str | None = None
     return f'<table id="{ident}">{rows}</table>'
 
 
+def _currency_of(column: str, row: Mapping[str, Any], default: str | None) -> str | None:
+    """The currency of a row's amount: the row's own (`first_currency` for a copy's first
+    arrival), else `default` (rows from before currencies: the date's)."""
+    own = row.get("first_currency") if column.startswith("first_") else row.get("currency")
+    return own or default
+
+
 def _rows_table(
     rows: Sequence[Mapping[str, Any]],
     columns: Sequence[str],
@@ -173,7 +180,10 @@ def _rows_table(
         return f'<p id="{ident}">None.</p>'
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(_cell(c, r.get(c), currency) for c in columns) + "</tr>" for r in rows
+        "<tr>"
+        + "".join(_cell(c, r.get(c), _currency_of(c, r, currency)) for c in columns)
+        + "</tr>"
+        for r in rows
     )
     return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
 

@@ -48,9 +48,11 @@ def event(
     source_line: int | None = None,
     source_mtime: int | None = None,
     partition: int = 0,
+    currency: str | None = None,
 ) -> dict[str, Any]:
     """An `events` row. Arrival defaults: ingested 1 s after its event time, file mtime =
-    ingest time, a fresh line number (so rows without explicit arrival data are ordered)."""
+    ingest time, a fresh line number (so rows without explicit arrival data are ordered);
+    no currency (a row from before currencies: the run's default_currency)."""
     ingest = event_time + 1000 if ingest is None else ingest
     return {
         "event_id": event_id,
@@ -67,6 +69,7 @@ def event(
         "ingest_time": ingest,
         "app_id": "test-app",
         "event_date": utc_date(event_time),
+        "currency": currency,
     }
 
 
@@ -93,8 +96,9 @@ def stream_row(
     event_count: int,
     amount_sum: int,
     revision: int = 1,
+    currency: str | None = None,
 ) -> dict[str, Any]:
-    """A `stream_aggregates` row (window given by its start)."""
+    """A `stream_aggregates` row (window given by its start; no currency: the default)."""
     emit = window_start + window_ms + 1000 * revision
     return {
         "window_start": window_start,
@@ -107,6 +111,7 @@ def stream_row(
         "watermark_at_emit": emit,
         "batch_id": revision,
         "app_id": "test-app",
+        "currency": currency,
     }
 
 

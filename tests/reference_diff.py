@@ -22,7 +22,13 @@ LINE = ("event_id", "app_id", "batch_id", "source_file", "source_line")
 COUNTED = ("on_time", "allowed_late")
 
 Pair = tuple[int, int]  # (count, amount)
-WindowKey = tuple[int, str]  # (window_start ms, key)
+WindowKey = tuple[int, str, str]  # (window_start ms, key, currency)
+# The currency of a row that names none (rows from before currencies, the run's default).
+DEFAULT_CURRENCY = "USD"
+
+
+def _currency(row: Mapping[str, Any]) -> str:
+    return row.get("currency") or DEFAULT_CURRENCY
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,8 @@ def diff(
     day: tuple[int, int],
     window_ms: int,
 ) -> dict[WindowKey, DiffRow]:
-    """The date's `reconciliation` rows (`day`: its [start, end) in ms) by (window, key)."""
+    """The date's `reconciliation` rows (`day`: its [start, end) in ms) by (window, key,
+    currency): amounts of two currencies are never added."""
     start, end = day
 
     def window_of(event_time: int) -> int:
@@ -83,13 +90,13 @@ def diff(
     firsts = first_rows(events)
     batch: dict[WindowKey, list[int]] = {}
     for row in firsts.values():
-        at = (window_of(row["event_time"]), row["key"])
+        at = (window_of(row["event_time"]), row["key"], _currency(row))
         if start <= at[0] < end:
             _add(batch, at, row["amount"])
     copies: dict[WindowKey, list[int]] = {}
     late_lines = {(_line(r), r["window_start"]) for r in late}
     for row in events:
-        at = (window_of(row["event_time"]), row["key"])
+        at = (window_of(row["event_time"]), row["key"], _currency(row))
         if (
             start <= at[0] < end
             and row["event_id"] is not None
@@ -100,7 +107,7 @@ def diff(
             _add(copies, at, row["amount"])
     latest: dict[WindowKey, Mapping[str, Any]] = {}
     for row in stream:
-        at = (row["window_start"], row["key"])
+        at = (row["window_start"], row["key"], _currency(row))
         if start <= at[0] < end and (
             at not in latest
             or (row["revision"], row["emit_time"], row["batch_id"])
@@ -110,7 +117,7 @@ def diff(
     explaining: dict[WindowKey, list[int]] = {}
     seen: set[tuple[str, int]] = set()
     for row in late:
-        at = (row["window_start"], row["key"])
+        at = (row["window_start"], row["key"], _currency(row))
         first = firsts.get(row["event_id"]) if row["event_id"] is not None else None
         is_first = first is not None and _line(first) == _line(row)
         if start <= at[0] < end and is_first and (row["event_id"], at[0]) not in seen:

@@ -39,7 +39,8 @@ BASE = {0: ms("2026-11-20T10:00:00Z"), -1: ms("2026-11-19T10:00:00Z")}
 ARRIVED = ms("2026-11-21T01:00:00Z")  # every line arrives after both dates, in drawn order
 STATUSES = ("on_time", "allowed_late", "late", "duplicate")
 
-# one drawn line: (id, key, amount, day offset, window, second, status, a late row written)
+# one drawn line: (id, key, amount, day offset, window, second, status, a late row written,
+# currency: None is a row from before currencies, read as the run's USD)
 line_st = st.tuples(
     st.integers(0, 4),
     st.sampled_from("ab"),
@@ -49,22 +50,24 @@ line_st = st.tuples(
     st.integers(0, 59),
     st.sampled_from(STATUSES),
     st.booleans(),
+    st.sampled_from((None, None, "USD", "JPY")),
 )
 # the stream's answer per window of the date: as counted, a unit off, or missing
 answer_st = st.sampled_from(("counted", "counted", "counted", "off", "missing"))
 
-Line = tuple[int, str, int, int, int, int, str, bool]
+Line = tuple[int, str, int, int, int, int, str, bool, str | None]
 
 DESIGNED: list[Line] = [
-    (0, "a", 10, -1, 0, 5, "on_time", False),  # i0 first seen the day before
-    (0, "b", 7, 0, 1, 5, "on_time", False),  # ...counted again on the date: a copy
-    (1, "a", 3, 0, 0, 1, "on_time", False),
-    (1, "a", 3, 0, 0, 1, "duplicate", False),  # within the horizon: not counted
-    (2, "b", 5, -1, 2, 9, "on_time", False),
-    (2, "b", 6, 0, 2, 9, "allowed_late", False),  # a copy counted as a revision
-    (3, "a", 8, 0, 1, 30, "late", True),  # a late first arrival
-    (3, "a", 8, 0, 1, 30, "late", True),  # its copy, late again: explains nothing
-    (4, "b", 2, 0, 0, 40, "late", False),  # late without its row (a pin between commits)
+    (0, "a", 10, -1, 0, 5, "on_time", False, None),  # i0 first seen the day before
+    (0, "b", 7, 0, 1, 5, "on_time", False, None),  # ...counted again on the date: a copy
+    (1, "a", 3, 0, 0, 1, "on_time", False, "USD"),  # USD named: the same windows as None
+    (1, "a", 3, 0, 0, 1, "duplicate", False, None),  # within the horizon: not counted
+    (2, "b", 5, -1, 2, 9, "on_time", False, None),
+    (2, "b", 6, 0, 2, 9, "allowed_late", False, "JPY"),  # a copy, in yen: its own window
+    (3, "a", 8, 0, 1, 30, "late", True, "JPY"),  # a late first arrival, in yen
+    (3, "a", 8, 0, 1, 30, "late", True, None),  # its copy, late again: explains nothing
+    (4, "b", 2, 0, 0, 40, "late", False, None),  # late without its row (a pin between commits)
+    (5, "a", 4, 0, 0, 50, "on_time", False, "JPY"),  # beside i1's dollars, never added to them
 ]
 
 
@@ -73,24 +76,35 @@ def logs(lines: list[Line], answers: list[str]) -> tuple[list[Any], list[Any], l
     the stream's rows: per window of the date, what it counted (on_time, allowed_late), a unit
     off or missing, as drawn (cycled)."""
     events, late_rows = [], []
-    for n, (i, key, amount, offset, window, second, status, late_row) in enumerate(lines):
+    for n, (i, key, amount, offset, window, second, status, late_row, currency) in enumerate(lines):
         at = BASE[offset] + window * W + second * 1000
-        row = event(f"i{i}", key, amount, at, ingest=ARRIVED + n * 1000, status=status, batch_id=n)
+        row = event(
+            f"i{i}",
+            key,
+            amount,
+            at,
+            ingest=ARRIVED + n * 1000,
+            status=status,
+            batch_id=n,
+            currency=currency,
+        )
         events.append(row)
         if status == "late" and late_row:
             late_rows.append(late(row, W, 5 * W))
-    counted: dict[tuple[int, str], list[int]] = {}
+    counted: dict[tuple[int, str, str | None], list[int]] = {}
     for row in events:
         start = row["event_time"] - row["event_time"] % W
         if row["arrival_status"] in R.COUNTED and DAY_MS[0] <= start < DAY_MS[1]:
-            pair = counted.setdefault((start, row["key"]), [0, 0])
+            at = (start, row["key"], row["currency"] or R.DEFAULT_CURRENCY)
+            pair = counted.setdefault(at, [0, 0])
             pair[0] += 1
             pair[1] += row["amount"]
     stream = []
-    for n, ((start, key), (count, amount)) in enumerate(sorted(counted.items())):
+    for n, ((start, key, currency), (count, amount)) in enumerate(sorted(counted.items())):
         answer = answers[n % len(answers)]
         if answer != "missing":
-            stream.append(stream_row(start, W, key, count, amount + (answer == "off")))
+            off = amount + (answer == "off")
+            stream.append(stream_row(start, W, key, count, off, currency=currency))
     return events, stream, late_rows
 
 
@@ -105,7 +119,7 @@ def spark_rows(spark: Any, warehouse: str) -> dict[R.WindowKey, R.DiffRow]:
         return (r[f"{name}_count"], r[f"{name}_amount"])
 
     return {
-        (r["_start"], r["key"]): R.DiffRow(
+        (r["_start"], r["key"], r["currency"]): R.DiffRow(
             pair(r, "stream"),
             pair(r, "batch"),
             pair(r, "late"),

@@ -335,9 +335,12 @@ def test_sessions_and_a_slide_are_refused() -> None:
 
 
 def intervals(spark: SparkSession, rows: list[tuple[Any, ...]], columns: str) -> DataFrame:
-    """Rows of (key, start ms, end ms, ...) as a frame with timestamps (in the JVM)."""
+    """Rows of (key, start ms, end ms, ...) as a frame with timestamps (in the JVM), in USD
+    unless `columns` name a currency."""
     values = ", ".join("(" + ", ".join(repr(v) for v in row) + ")" for row in rows)
     frame_ = spark.sql(f"SELECT * FROM VALUES {values} AS t({columns})")
+    if "currency" not in frame_.columns:
+        frame_ = frame_.withColumn("currency", F.lit("USD"))
     return frame_.withColumns(
         {
             "window_start": F.timestamp_millis("s"),
@@ -348,7 +351,7 @@ def intervals(spark: SparkSession, rows: list[tuple[Any, ...]], columns: str) ->
 
 def by_bounds(df: DataFrame, *values: str) -> set[tuple[Any, ...]]:
     return {
-        (r["key"], r["s"], r["e"], *[r[v] for v in values])
+        (r["key"], r["currency"], r["s"], r["e"], *[r[v] for v in values])
         for r in df.select(
             "*", F.unix_millis("window_start").alias("s"), F.unix_millis("window_end").alias("e")
         ).collect()
@@ -375,20 +378,22 @@ def test_stream_sessions_onto_batch_sessions(spark) -> None:
     stream = intervals(
         spark,
         [
-            ("k", h(5), h(11), 1, 4),  # inside the 19th's session: the 19th's
-            ("k", h(14), h(20), 2, 3),  # inside [14, 22): summed there
-            ("k", h(15), h(22), 1, 5),  # (a stream would not overlap; the sum is the rule)
-            ("k", h(20), h(23), 1, 7),  # sticks out of [14, 22): its own row
-            ("j", h(2, 21), h(8, 21), 1, 9),  # starts on the 21st inside j's session: counted
-            ("j", h(10, 21), h(16, 21), 1, 1),  # in no session, starts on the 21st: the 21st's
+            ("k", "USD", h(5), h(11), 1, 4),  # inside the 19th's session: the 19th's
+            ("k", "USD", h(14), h(20), 2, 3),  # inside [14, 22): summed there
+            ("k", "USD", h(15), h(22), 1, 5),  # (a stream would not overlap; the sum is the rule)
+            ("k", "USD", h(20), h(23), 1, 7),  # sticks out of [14, 22): its own row
+            ("k", "JPY", h(15), h(21), 1, 6),  # inside the bounds, in yen: no session of k's yen
+            ("j", "USD", h(2, 21), h(8, 21), 1, 9),  # starts on the 21st inside j's session
+            ("j", "USD", h(10, 21), h(16, 21), 1, 1),  # in no session, starts on the 21st
         ],
-        "key, s, e, event_count, amount_sum",
+        "key, currency, s, e, event_count, amount_sum",
     )
     got = stream_per_session(stream, sessions, DAY_BOUNDS)
     assert by_bounds(got, "event_count", "amount_sum") == {
-        ("k", h(14), h(22), 3, 8),
-        ("k", h(20), h(23), 1, 7),
-        ("j", h(23), h(8, 21), 1, 9),
+        ("k", "USD", h(14), h(22), 3, 8),
+        ("k", "USD", h(20), h(23), 1, 7),
+        ("k", "JPY", h(15), h(21), 1, 6),
+        ("j", "USD", h(23), h(8, 21), 1, 9),
     }
 
 
@@ -397,21 +402,23 @@ def test_late_rows_onto_batch_sessions(spark) -> None:
     late = intervals(
         spark,
         [
-            ("k", h(8), h(14), "a", h(8)),  # at the session's start: in it
-            ("k", h(15.5), h(21.5), "b", h(15.5)),  # before its end: in it
-            ("k", h(16), h(22), "c", h(16)),  # at its end: in none, its own row
-            ("k", h(1, 21), h(7, 21), "d", h(1, 21)),  # after midnight, in the 20th's session
-            ("x", h(9), h(15), "e", h(9)),  # a key without sessions: its own row
+            ("k", "USD", h(8), h(14), "a", h(8)),  # at the session's start: in it
+            ("k", "USD", h(15.5), h(21.5), "b", h(15.5)),  # before its end: in it
+            ("k", "USD", h(16), h(22), "c", h(16)),  # at its end: in none, its own row
+            ("k", "USD", h(1, 21), h(7, 21), "d", h(1, 21)),  # after midnight, the 20th's session
+            ("x", "USD", h(9), h(15), "e", h(9)),  # a key without sessions: its own row
+            ("k", "BHD", h(9), h(15), "f", h(9)),  # k's session is in dollars: its own row
         ],
-        "key, s, e, event_id, t",
+        "key, currency, s, e, event_id, t",
     ).withColumn("event_time", F.timestamp_millis("t"))
     got = late_per_session(late, sessions, DAY_BOUNDS)
     assert by_bounds(got, "event_id") == {
-        ("k", h(8), h(16), "a"),
-        ("k", h(8), h(16), "b"),
-        ("k", h(16), h(22), "c"),
-        ("k", h(20), h(8, 21), "d"),
-        ("x", h(9), h(15), "e"),
+        ("k", "USD", h(8), h(16), "a"),
+        ("k", "USD", h(8), h(16), "b"),
+        ("k", "USD", h(16), h(22), "c"),
+        ("k", "USD", h(20), h(8, 21), "d"),
+        ("x", "USD", h(9), h(15), "e"),
+        ("k", "BHD", h(9), h(15), "f"),
     }
 
 
