@@ -64,9 +64,10 @@ from tally.dates import (
     window_event_times,
     window_in_day,
 )
+from tally.money import DEFAULT_CURRENCY
 from tally.tables import zero_if_absent
 from tally.tolerance_columns import RULE_COLUMN, SEVERITY_COLUMN, date_verdicts
-from tally.tolerances import ToleranceRule
+from tally.tolerances import NO_RULE, OK, ToleranceRule
 from tally.vocabulary import (
     ARRIVAL_ORDER,
     COUNTED,
@@ -528,8 +529,10 @@ def summarize(
     reconciliation: DataFrame,
     business_date: date,
     rules: Sequence[ToleranceRule] = (),
+    currency: str = DEFAULT_CURRENCY,
 ) -> DataFrame:
-    """The one `reconciliation_summary` row of the date (one row even with no windows).
+    """The `reconciliation_summary` rows of the date: one per currency of its rows (amounts of
+    two currencies are never added), and one in `currency` (the run's) when it has none.
 
     gap = batch − stream; explained = the late side output totals of the date's windows less
     the copies the stream counted (`copies_*`); unexplained = the sum of residuals (signed;
@@ -537,11 +540,43 @@ def summarize(
     `unexplained_abs_amount` = sum of |residual_amount| (residuals of opposite sign cannot
     hide each other there); `unexplained_windows` = number of UNEXPLAINED rows. worst_keys:
     up to 5 keys with a nonzero residual or diff, by sum |residual_amount| desc, then
-    sum |diff_amount| desc, then key. `severity` and `tolerance_rule`: the date's severity
-    under the materiality tolerance `rules` (`date_verdicts`: the worse of the date's sums
+    sum |diff_amount| desc, then key. `severity` and `tolerance_rule`: the (date, currency)'s
+    severity under the materiality tolerance `rules` (`date_verdicts`: the worse of its sums
     and its worst window) from the graded rows (`with_window_verdicts`).
     """
     r = reconciliation
+    figures = _summary_figures()
+    per_currency = r.groupBy("currency").agg(*figures)
+    # a date without windows: one row of zeros (a global aggregate of no rows) in `currency`
+    none = (
+        r.agg(*figures)
+        .where(F.col("windows") == 0)
+        .select(
+            F.lit(currency).alias("currency"), *[c for c in per_currency.columns if c != "currency"]
+        )
+    )
+    totals = per_currency.unionByName(none)
+    rate = F.when(
+        F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
+    )
+    verdicts = date_verdicts(r, rules, by=["currency"])
+    return (
+        totals.join(_worst_keys(r), "currency", "left")
+        .join(verdicts, "currency", "left")
+        .select(
+            F.lit(business_date).alias("business_date"),
+            *[c for c in totals.columns if c != "currency"],
+            rate.alias("late_event_rate"),
+            F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
+            F.coalesce(SEVERITY_COLUMN, F.lit(OK)).alias(SEVERITY_COLUMN),
+            F.coalesce(RULE_COLUMN, F.lit(NO_RULE)).alias(RULE_COLUMN),
+            "currency",
+        )
+    )
+
+
+def _summary_figures() -> list[Column]:
+    """The summary's figures as aggregates over `reconciliation` rows (of one currency)."""
 
     def total(name: str) -> Column:
         return F.coalesce(F.sum(name), F.lit(0)).cast("long")
@@ -549,27 +584,7 @@ def summarize(
     def windows_with(status: str) -> Column:
         return F.count_if(F.col("status") == status).cast("long")
 
-    per_key = r.groupBy("key").agg(
-        F.sum(F.abs("residual_amount")).alias("abs_residual"),
-        F.sum(F.abs("diff_amount")).alias("abs_diff"),
-        F.sum(F.abs("residual_count") + F.abs("diff_count")).alias("abs_counts"),
-    )
-    off = (F.col("abs_residual") != 0) | (F.col("abs_diff") != 0) | (F.col("abs_counts") != 0)
-    ranked = F.array_sort(
-        F.collect_list(
-            F.struct(
-                (-F.col("abs_residual")).alias("r"),
-                (-F.col("abs_diff")).alias("d"),
-                F.col("key").alias("k"),
-            )
-        )
-    )
-    worst = (
-        per_key.where(off)
-        .agg(ranked.alias("ranked"))
-        .select(F.slice(F.col("ranked.k"), 1, WORST_KEYS).alias("worst_keys"))
-    )
-    totals = r.agg(
+    return [
         F.count(F.lit(1)).cast("long").alias("windows"),
         total("stream_count").alias("stream_count"),
         total("stream_amount").alias("stream_amount"),
@@ -594,21 +609,32 @@ def summarize(
         total("copies_count").alias("copies_count"),
         total("copies_amount").alias("copies_amount"),
         windows_with(EXPLAINED_BY_COPIES).alias("explained_by_copies_windows"),
+    ]
+
+
+def _worst_keys(reconciliation: DataFrame) -> DataFrame:
+    """Per currency, `worst_keys`: up to WORST_KEYS keys with a nonzero residual or diff, by
+    sum |residual_amount| desc, then sum |diff_amount| desc, then key."""
+    per_key = reconciliation.groupBy("currency", "key").agg(
+        F.sum(F.abs("residual_amount")).alias("abs_residual"),
+        F.sum(F.abs("diff_amount")).alias("abs_diff"),
+        F.sum(F.abs("residual_count") + F.abs("diff_count")).alias("abs_counts"),
     )
-    rate = F.when(
-        F.col("batch_count") > 0, F.col("late_events").cast("double") / F.col("batch_count")
+    off = (F.col("abs_residual") != 0) | (F.col("abs_diff") != 0) | (F.col("abs_counts") != 0)
+    ranked = F.array_sort(
+        F.collect_list(
+            F.struct(
+                (-F.col("abs_residual")).alias("r"),
+                (-F.col("abs_diff")).alias("d"),
+                F.col("key").alias("k"),
+            )
+        )
     )
     return (
-        totals.crossJoin(worst)
-        .crossJoin(date_verdicts(r, rules))
-        .select(
-            F.lit(business_date).alias("business_date"),
-            *totals.columns,
-            rate.alias("late_event_rate"),
-            F.coalesce(F.col("worst_keys"), F.array().cast("array<string>")).alias("worst_keys"),
-            SEVERITY_COLUMN,
-            RULE_COLUMN,
-        )
+        per_key.where(off)
+        .groupBy("currency")
+        .agg(ranked.alias("ranked"))
+        .select("currency", F.slice(F.col("ranked.k"), 1, WORST_KEYS).alias("worst_keys"))
     )
 
 

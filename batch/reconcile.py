@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException, PySparkException
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch.bounds import BOUND_COLUMNS, bounds_of_day
@@ -87,8 +87,8 @@ from tally.dates import (
     utc_dates_of,
     window_in_day,
 )
-from tally.ledger import TOTALS
-from tally.money import DEFAULT_CURRENCY, format_money, recorded_currency
+from tally.ledger import TOTALS, date_rollup
+from tally.money import DEFAULT_CURRENCY, format_amounts, recorded_currency
 from tally.money_columns import with_currency
 from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
@@ -159,7 +159,9 @@ class ReconcileResult:
     stream_progress_version: int | None = None
     # what it read and wrote, when asked to keep it (`keep_frames`); the caller releases it
     frames: ReconcileFrames | None = field(default=None, compare=False, repr=False)
-    currency: str = DEFAULT_CURRENCY  # of every amount (the run's)
+    currency: str = DEFAULT_CURRENCY  # the run's default_currency
+    # the date's `reconciliation_summary` rows, one a currency (`summary` is their rollup)
+    summaries: tuple[dict[str, Any], ...] = ()
 
     @property
     def windowing(self) -> str:
@@ -190,8 +192,8 @@ class ReconcileResult:
         rate = s["late_event_rate"]
         kind = f"windows: {self.windowing}"
 
-        def money(column: str) -> str:
-            return format_money(int(s[column]), self.currency)
+        def money(column: str) -> str:  # each currency's on its own
+            return format_amounts(self.summaries or (s,), column, self.currency)
 
         lines = [
             f"Reconciliation of {self.business_date.isoformat()} ({self.report_timezone}, "
@@ -521,16 +523,19 @@ def _windowing_settings(window_ms: int, slide_ms: int | None, gap_ms: int) -> di
 
 
 def _provenance(
-    summary_df: DataFrame,
+    one_row: DataFrame,
+    figures: Mapping[str, Any],
     pinned: Pinned,
     windowing: tuple[int, int | None, int],
     report_timezone: str,
     now: datetime,
     settings: Mapping[str, Any] | None,
 ) -> DataFrame:
-    """The `reconciliation_runs` row: what was read (versions and batch frontiers), with which
-    settings; `windowing` is (window_ms, slide_ms, session_gap_ms). The stream's bounds in
-    force are joined on by the caller (`_with_bounds`)."""
+    """The `reconciliation_runs` row (`one_row`: a frame of one row of the date): what was
+    read (versions and batch frontiers), with which settings, and the date's `figures`
+    (`date_rollup`: amounts only with one currency); `windowing` is (window_ms, slide_ms,
+    session_gap_ms). The stream's bounds in force are joined on by the caller
+    (`_with_bounds`)."""
     window_ms = windowing[0]
     settings_json = json.dumps(
         {
@@ -548,7 +553,7 @@ def _provenance(
             for x in (F.lit(name), T.literal_map(frontier, "string", "bigint"))
         ]
     ).cast("map<string,map<string,bigint>>")
-    return summary_df.select(
+    return one_row.select(
         "business_date",
         _run_time(now).alias("run_time"),
         F.lit(pinned.events).cast("long").alias("events_version"),
@@ -557,10 +562,11 @@ def _provenance(
         F.lit(window_ms).cast("long").alias("window_ms"),
         F.lit(report_timezone).alias("report_timezone"),
         F.lit(settings_json).alias("settings"),
-        *FIGURES,
-        (F.col("unexplained_windows") == 0).alias("balanced"),
+        *[F.lit(figures[c]).cast("long").alias(c) for c in FIGURES],
+        F.lit(figures["unexplained_windows"] == 0).alias("balanced"),
         F.lit(pinned.stream_progress).cast("long").alias("stream_progress_version"),
         frontiers.alias("pin_frontiers"),
+        F.array(*[F.lit(c) for c in figures["currencies"]]).alias("currencies"),
     )
 
 
@@ -642,7 +648,8 @@ class Recorded:
     over) its `reconciliation_runs` row as the table holds it and the `stream_progress`
     version it read."""
 
-    summary: Row
+    summary: dict[str, Any]  # the date's figures (`tally.ledger.date_rollup` of `summaries`)
+    summaries: tuple[dict[str, Any], ...]  # its `reconciliation_summary` rows, by currency
     run: dict[str, Any] | None = None
     stream_progress: DataFrame | None = None
 
@@ -967,13 +974,14 @@ def _run(
         pinned.late_events,
         window_ms,
         report_timezone,
-        recorded.summary.asDict(),
+        recorded.summary,
         diff.repeats,
         slide_ms or None,
         session_gap_ms,
         pinned.stream_progress,
         frames=_handed_over(run, diff, recorded) if run.hand_over else None,
         currency=run.currency,
+        summaries=recorded.summaries,
     )
 
 
@@ -986,14 +994,15 @@ def _write_summary_and_run(
 ) -> Recorded:
     """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
     add its `reconciliation_runs` row (`_provenance`), numbered after the date's runs."""
-    summary_df = run.keep(summarize(recon, run.business_date, run.tolerance))
+    summary_df = run.keep(summarize(recon, run.business_date, run.tolerance, run.currency))
     run.replace(summary_df, T.RECONCILIATION_SUMMARY)
-    row = summary_df.first()
-    assert row is not None
+    rows = tuple(r.asDict() for r in summary_df.orderBy("currency").collect())  # one a currency
+    rollup = date_rollup(rows)
+    assert rollup is not None  # a date without windows has its one row too
 
     # 4. Provenance: what was read, with which settings.
     provenance = _provenance(
-        summary_df, pinned, windowing, run.report_timezone, run.now, settings
+        summary_df.limit(1), rollup, pinned, windowing, run.report_timezone, run.now, settings
     ).select("*", F.lit(_next_run_number(run)).cast("long").alias("run_number"))
     provenance = _with_bounds(provenance, pinned.stream_progress_rows, run)
     if run.hand_over:  # the row as the table holds it, kept while written, for the caller
@@ -1006,10 +1015,10 @@ def _write_summary_and_run(
             replace_where=f"{_date_is(run.business_date)} AND {_run_is(run.now)}",
         )
     if not run.hand_over:
-        return Recorded(row)
+        return Recorded(rollup, rows)
     written = provenance.first()
     assert written is not None
-    return Recorded(row, written.asDict(), pinned.stream_progress_rows)
+    return Recorded(rollup, rows, written.asDict(), pinned.stream_progress_rows)
 
 
 def _date_is(business_date: date) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from tally.dates import parse_business_date
 from tally.money import CurrencyError, check_currency, recorded_currency
-from tally.tolerances import OK, WARN
+from tally.tolerances import OK, SEVERITIES, WARN
 
 STATUSES = (
     "balanced",
@@ -65,6 +65,10 @@ SUMMARY_COLUMNS = (
     "unexplained_amount",
     "late_event_rate",
     "copies_count",
+    # what the date's status follows (`status_of`), and whose amounts these are
+    "severity",
+    "tolerance_rule",
+    "currency",
 )
 # What the desk shows of a date's `reconciliation_copies` (the evidence of EXPLAINED_BY_COPIES),
 # and at most how many of its rows (the page says how many there are).
@@ -123,6 +127,8 @@ SIGNOFF_COLUMNS = (
     "run_id",
 )
 MAX_PAGE_SIZE = 200
+# At most how many worst keys a date over several currencies names (as the summary's rows).
+WORST_KEYS_SHOWN = 5
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
@@ -167,13 +173,61 @@ class LedgerQuery:
         return cls(status, first, last, page, page_size)
 
 
+def date_rollup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A date's figures from its `reconciliation_summary` rows, one per currency (None: no
+    rows). Counts are summed; each amount is the date's only when it has one currency, None
+    with several (two currencies are never added: each row is in `by_currency`, by currency);
+    the late-event rate is over all events, the largest lateness the largest; the severity
+    is the worst row's, with its rule (None when a row is from before tolerances); worst keys
+    are the one currency's, else each key with its currency in parentheses."""
+    if not rows:
+        return None
+    rows = sorted(rows, key=lambda r: str(r.get("currency") or ""))
+    one = len(rows) == 1
+    out: dict[str, Any] = {}
+    for column, value in rows[0].items():
+        values = [r.get(column) for r in rows]
+        if column.endswith("_amount"):
+            out[column] = value if one else None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[column] = sum(v or 0 for v in values)
+        else:
+            out[column] = value
+    late, batch = out.get("late_events") or 0, out.get("batch_count") or 0
+    out["late_event_rate"] = late / batch if batch else None
+    lateness = [r["max_lateness_ms"] for r in rows if r.get("max_lateness_ms") is not None]
+    out["max_lateness_ms"] = max(lateness, default=None)
+    if not one:
+        out["worst_keys"] = [
+            f"{k} ({r.get('currency')})" for r in rows for k in (r.get("worst_keys") or [])
+        ][:WORST_KEYS_SHOWN]
+    severities = [r.get("severity") for r in rows]
+    if None in severities:
+        out["severity"] = out["tolerance_rule"] = None
+    else:
+        worst = max(rows, key=lambda r: SEVERITIES.index(r["severity"]))
+        out["severity"], out["tolerance_rule"] = worst["severity"], worst.get("tolerance_rule")
+    out["currency"] = rows[0].get("currency") if one else None
+    out["currencies"] = [r.get("currency") for r in rows]
+    out["by_currency"] = [dict(r) for r in rows]
+    return out
+
+
+def _any(summary: Mapping[str, Any], column: str) -> bool:
+    """Whether the figure is nonzero on the date, or on any of its currencies."""
+    rows = summary.get("by_currency") or [summary]
+    return bool(summary.get(column)) or any(r.get(column) for r in rows)
+
+
 def status_of(summary: Mapping[str, Any] | None, validation_failed: bool) -> str:
     """A reconciled date's status (the module docstring) from its summary's figures and
-    severity (`reconciliation_summary`, or the nightly's reaggregate result) and whether a
-    critical expectation failed."""
+    severity (`date_rollup` of `reconciliation_summary`, or the nightly's reaggregate result)
+    and whether a critical expectation failed."""
     if summary is None:
         return "not_run"
-    unexplained = (summary.get("unexplained_windows") or 0) > 0 or summary.get("unexplained_amount")
+    unexplained = (summary.get("unexplained_windows") or 0) > 0 or _any(
+        summary, "unexplained_amount"
+    )
     severity = summary.get("severity")  # null: a run from before tolerances (any residual fails)
     if unexplained and severity not in (OK, WARN):
         return "unexplained"
@@ -185,7 +239,7 @@ def status_of(summary: Mapping[str, Any] | None, validation_failed: bool) -> str
         return "within_tolerance"
     if summary.get("copies_count"):  # the stream counted copies of earlier events
         return "explained_by_copies"
-    if summary.get("gap_count") or summary.get("gap_amount"):
+    if summary.get("gap_count") or _any(summary, "gap_amount"):
         return "explained_by_late"
     return "balanced"
 
@@ -230,7 +284,10 @@ def ledger_rows(
 ) -> list[dict[str, Any]]:
     """Every known business date, newest first, with its status, totals and sign-off.
     `restated`: the reopened dates (`tally.restatements.reopened`) and what they gained."""
-    by_date = {r["business_date"]: r for r in summaries}
+    per_date: dict[date, list[Mapping[str, Any]]] = {}
+    for r in summaries:
+        per_date.setdefault(r["business_date"], []).append(r)
+    by_date = {day: date_rollup(rows) for day, rows in per_date.items()}
     last_run = {r["business_date"]: r.get("run_time") for r in runs}
     currency = {r["business_date"]: run_currency(r) for r in runs}
     failed = failed_critical_dates(validation)
@@ -246,15 +303,38 @@ def ledger_rows(
             "business_date": day.isoformat(),
             "status": "reopened" if change else status_of(s, day in failed),
             "last_run": _iso(last_run.get(day)),
-            # the currency of the date's amounts (its latest run's); None: never run
-            "currency": currency.get(day),
+            # the currency of the date's amounts (its summary's; rows from before currencies:
+            # its latest run's); None: never run, or several (each in `by_currency`)
+            "currency": _currency_of(s, currency.get(day)),
+            "by_currency": _by_currency(s, currency.get(day)),
             "signoff": _signoff_of(signoff, last_run.get(day)),
             "reopened": None if not change else {k: _iso(v) for k, v in change.items()},
         }
         for column in SUMMARY_COLUMNS[1:]:
-            row[column] = None if s is None else s.get(column)
+            if column != "currency":  # the date's (above)
+                row[column] = None if s is None else s.get(column)
         out.append(row)
     return out
+
+
+def _currency_of(rollup: Mapping[str, Any] | None, run: str | None) -> str | None:
+    if rollup is None or len(rollup["currencies"]) == 1:
+        # one currency: the summary's, else (a row from before currencies) the run's
+        return (rollup or {}).get("currency") or run
+    return None
+
+
+def _by_currency(rollup: Mapping[str, Any] | None, run: str | None) -> list[dict[str, Any]]:
+    """Each currency's amounts of the date (`SUMMARY_COLUMNS`' amounts), by currency."""
+    if rollup is None:
+        return []
+    return [
+        {
+            "currency": r.get("currency") or run,
+            **{c: r.get(c) for c in SUMMARY_COLUMNS if c.endswith("_amount")},
+        }
+        for r in rollup["by_currency"]
+    ]
 
 
 def _signoff_of(signoff: Mapping[str, Any] | None, last_run: Any) -> dict[str, Any] | None:

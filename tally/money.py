@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -95,6 +95,14 @@ def format_money(amount_minor: int, currency: str) -> str:
     if code is not None:
         written = f"{code.group(1)}{code.group(2)} {written[code.end() :]}"
     return str(written)
+
+
+def format_amounts(rows: Iterable[Mapping[str, Any]], column: str, default: str) -> str:
+    """One figure of a date's rows, one row per currency, each amount in its own currency
+    ("$1.00 and ¥100"; a row naming none: `default`): two currencies are never added."""
+    return " and ".join(
+        format_money(int(r.get(column) or 0), r.get("currency") or default) for r in rows
+    )
 
 
 def recorded_currency(settings: Mapping[str, Any]) -> str:

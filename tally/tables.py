@@ -204,12 +204,14 @@ RECONCILIATION_SUMMARY = Table(
     "max_lateness_ms BIGINT, worst_keys ARRAY<STRING>, match_windows BIGINT, "
     "explained_by_late_windows BIGINT, missing_in_stream_windows BIGINT, "
     "copies_count BIGINT, copies_amount BIGINT, explained_by_copies_windows BIGINT, "
-    "severity STRING, tolerance_rule STRING",
-    "One row per business date: totals, gap = batch - stream, explained = late side "
+    "severity STRING, tolerance_rule STRING, currency STRING",
+    "One row per business date and currency (amounts of two currencies are never added; a "
+    "date without windows: one row in the run's default_currency; currency null in rows of "
+    "runs from before currencies): totals, gap = batch - stream, explained = late side "
     "output totals less the copies the stream counted (copies_*), unexplained = sum of "
     "residuals (gap = explained + unexplained), late rate, worst keys and status counts; "
-    "the date's severity under the materiality tolerances and the rule that decided it "
-    "(null in rows of runs from before tolerances).",
+    "the (date, currency)'s severity under the materiality tolerances and the rule that "
+    "decided it (null in rows of runs from before tolerances).",
     partition_by=("business_date",),
     order_by=("business_date",),
 )
@@ -223,7 +225,8 @@ RECONCILIATION_RUNS = Table(
     "unexplained_amount BIGINT, balanced BOOLEAN, stream_progress_version BIGINT, "
     "partition_lateness_min_ms MAP<INT, BIGINT>, partition_lateness_max_ms MAP<INT, BIGINT>, "
     "partition_lateness_last_ms MAP<INT, BIGINT>, "
-    "pin_frontiers MAP<STRING, MAP<STRING, BIGINT>>, run_number BIGINT",
+    "pin_frontiers MAP<STRING, MAP<STRING, BIGINT>>, run_number BIGINT, "
+    "currencies ARRAY<STRING>",
     "Every reconciliation run of each business date (append-only, keyed by business_date "
     "and run_time; a date's latest run is its answer): the Delta versions it read, its "
     "settings (JSON) and headline numbers; re-running at these pins reproduces it. "
@@ -234,7 +237,10 @@ RECONCILIATION_RUNS = Table(
     "read, its batch frontier at the version read (app_id -> newest batch_id; tally.pins), "
     "which reads the same rows after compaction, VACUUM and log cleanup (null in rows of "
     "earlier runs: their pins are read by version). run_number: the run's number among its "
-    "date's runs in the order recorded (null in a row from before run history).",
+    "date's runs in the order recorded (null in a row from before run history). currencies: "
+    "the currencies of the date's summary rows; with more than one, the amount columns are "
+    "null (each currency's are in reconciliation_summary; null in rows from before "
+    "currencies: one currency, the settings' default_currency).",
     partition_by=("business_date",),
     order_by=("business_date",),
 )

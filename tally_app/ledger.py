@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from tally import ledger as L
 from tally import ledger_reads as W
-from tally.money import format_money
+from tally.money import format_amounts, format_money
 from tally.outputs import one_line
 from tally.settings import Settings
 
@@ -37,8 +37,12 @@ def _number(value: Any) -> str:
 
 
 def _money(row: Mapping[str, Any], column: str) -> str:
-    """An amount in the date's currency (minor units as they are for a date never run)."""
+    """An amount in the date's currency, or in each of its currencies ("$1.00 and ¥100"; minor
+    units as they are for a date never run)."""
     value, currency = row[column], row.get("currency")
+    several = row.get("by_currency") or []
+    if value is None and len(several) > 1:
+        return format_amounts(several, column, str(currency))
     return format_money(value, currency) if value is not None and currency else _number(value)
 
 

@@ -34,7 +34,7 @@ from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
 from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
 from tally.ledger import status_of
-from tally.money import format_money
+from tally.money import format_amounts
 from tally.settings import Settings
 from tally.spark import batch_caching, session_for
 
@@ -160,6 +160,10 @@ def reaggregate(
         )
 
 
+def _amount(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def stage_reaggregate(
     settings: Settings, business_date: date, now: datetime, spark: Any = None
 ) -> dict[str, Any]:
@@ -172,15 +176,24 @@ def stage_reaggregate(
         "balanced": result.balanced,
         "windows": int(s["windows"]),
         "unexplained_windows": result.unexplained_windows,
-        "unexplained_amount": int(s["unexplained_amount"]),
+        "unexplained_amount": _amount(s["unexplained_amount"]),
         "gap_count": int(s["gap_count"]),
-        "gap_amount": int(s["gap_amount"]),
-        "explained_amount": int(s["explained_amount"]),
+        "gap_amount": _amount(s["gap_amount"]),
+        "explained_amount": _amount(s["explained_amount"]),
         "copies_count": int(s["copies_count"]),
         # the date's materiality grade (`tally.ledger.status_of` reads it)
         "severity": s["severity"],
         "tolerance_rule": s["tolerance_rule"],
-        "currency": result.currency,  # of every amount above
+        # of every amount above; with several currencies those are null, and each one's are
+        # in `by_currency` (two currencies are never added)
+        "currency": result.summary.get("currency") or result.currency,
+        "by_currency": [
+            {
+                "currency": r.get("currency") or result.currency,
+                **{c: int(r[c]) for c in ("unexplained_amount", "gap_amount", "explained_amount")},
+            }
+            for r in result.summaries
+        ],
         "events_version": result.events_version,
         "stream_aggregates_version": result.stream_aggregates_version,
         "late_events_version": result.late_events_version,
@@ -297,6 +310,11 @@ class NightlyOutcome:
     validation: ValidationOutcome
     report: Path
 
+    def _amounts(self, column: str) -> str:
+        """A figure of the reconciliation in each of its currencies."""
+        recon = self.reconciliation
+        return format_amounts(recon.summaries or (recon.summary,), column, recon.currency)
+
     @property
     def failure(self) -> str | None:
         """One line saying why the date is not clean, or None when it is."""
@@ -307,7 +325,7 @@ class NightlyOutcome:
             return (
                 f"reconcile: {when}: {s['unexplained_windows']:,} UNEXPLAINED window(s), "
                 f"residual {s['unexplained_count']:,} events / "
-                f"{format_money(int(s['unexplained_amount']), self.reconciliation.currency)} "
+                f"{self._amounts('unexplained_amount')} "
                 f"(report: {self.report})"
             )
         if not self.validation.success:
@@ -353,7 +371,7 @@ def run_nightly(
             reconciliation=frames.reconciliation,
             reconciliation_version=sources[T.RECONCILIATION.name][1],
             run=frames.run,
-            summary=reconciliation.summary,
+            summaries=reconciliation.summaries,
             events=frames.events,
             late_events=frames.late_events,
             validation=as_read(validation.results_rows),

@@ -16,7 +16,7 @@ from typing import Any
 from tally import tables as T
 from tally.dates import epoch_ms
 from tally.ledger import needs_person, status_of
-from tally.money import DEFAULT_CURRENCY, format_money
+from tally.money import DEFAULT_CURRENCY, format_amounts
 
 __all__ = [
     "DECISIONS",
@@ -57,10 +57,10 @@ def date_status(reconciliation: Mapping[str, Any], validation: Mapping[str, Any]
 
 
 def money_of(reconciliation: Mapping[str, Any], column: str) -> str:
-    """An amount of the nightly's reconciliation result, in its currency (a result from before
-    currencies: the default's)."""
+    """An amount of the nightly's reconciliation result, in its currency, or each of its
+    currencies' (`by_currency`; a result from before currencies: the default's)."""
     currency = reconciliation.get("currency") or DEFAULT_CURRENCY
-    return format_money(int(reconciliation.get(column) or 0), currency)
+    return format_amounts(reconciliation.get("by_currency") or [reconciliation], column, currency)
 
 
 def within_tolerance_reason(reconciliation: Mapping[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tally.ledger import COPY_COLUMNS, STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
-from tally.money import format_money
+from tally.money import format_amounts, format_money
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
@@ -120,6 +120,24 @@ def _pager(query: LedgerQuery, total: int) -> str:
     return f"<p>page {query.page} of {pages} ({total} dates) {' '.join(links)}</p>"
 
 
+def _in_each_currency(row: Mapping[str, Any], column: str) -> str | None:
+    """A date's amount in each of its currencies ("$1.00 and ¥100"), when it has several (the
+    ledger row's own amount is then None: two currencies are never added)."""
+    several = row.get("by_currency") or []
+    if row.get(column) is not None or len(several) < 2 or not _is_amount(column):
+        return None
+    return format_amounts(several, column, str(row.get("currency")))
+
+
+def _ledger_cell(column: str, row: Mapping[str, Any]) -> str:
+    each = _in_each_currency(row, column)
+    if each is not None:
+        return f'<td class="n">{_e(each)}</td>'
+    if row[column] is None:
+        return '<td class="n"></td>'
+    return _cell(column, row[column], row.get("currency"))
+
+
 def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
     head = (
         "<tr><th>business date</th><th>status</th><th>stream events</th><th>stream amount</th>"
@@ -135,7 +153,7 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
             f'<tr data-date="{day}"><td><a href="dates/{day}">{day}</a></td>'
             f'<td class="s-{_e(r["status"])}">{_e(STATUS_LABELS[r["status"]])}</td>'
             + "".join(
-                _cell(c, r[c], r.get("currency")) if r[c] is not None else '<td class="n"></td>'
+                _ledger_cell(c, r)
                 for c in (
                     "stream_count",
                     "stream_amount",
@@ -211,7 +229,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
         for r in detail["airflow_runs"]
     )
     totals = {
-        k: row.get(k)
+        k: _in_each_currency(row, k) or row.get(k)
         for k in (
             "currency",
             *TOTALS,

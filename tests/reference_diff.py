@@ -136,6 +136,12 @@ def by_window(rows: dict[WindowKey, DiffRow]) -> dict[WindowKey, DiffRow]:
     return dict(sorted(rows.items()))
 
 
+def totals_by_currency(rows: Mapping[WindowKey, DiffRow]) -> dict[str, dict[str, int]]:
+    """`totals` of each currency's rows: the summary's rows, one a currency."""
+    currencies = sorted({at[2] for at in rows})
+    return {c: totals(r for at, r in rows.items() if at[2] == c) for c in currencies}
+
+
 def totals(rows: Iterable[DiffRow]) -> dict[str, int]:
     """The summary's gap, late, copies and explained figures."""
     out: dict[str, int] = defaultdict(int)

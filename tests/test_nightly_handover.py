@@ -85,7 +85,8 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
         # the run and summary rows, and the date's reconciliation rows, as written
         assert frames.run == recorded_run(spark, warehouse, DAY)
         (summary,) = _of_day(spark, warehouse, T.RECONCILIATION_SUMMARY.name)
-        assert result.summary == summary
+        assert result.summaries == (summary,)  # one currency: one row, the date's figures
+        assert {k: result.summary[k] for k in summary} == summary
         table = T.read_table(spark, warehouse, T.RECONCILIATION.name)
         assert frames.reconciliation.columns == table.columns
         assert frames.reconciliation.is_cached
@@ -118,7 +119,7 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
             reconciliation=frames.reconciliation,
             reconciliation_version=version,
             run=frames.run,
-            summary=result.summary,
+            summaries=result.summaries,
             events=frames.events,
             late_events=frames.late_events,
             validation=stored,
