@@ -38,7 +38,7 @@ from tally.arrivals import (
     marked_first,
 )
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
-from tally.ledger import COPIES_SHOWN, COPY_COLUMNS, run_currency
+from tally.ledger import COPIES_SHOWN, COPY_COLUMNS, date_rollup, run_currency
 from tally.money import DEFAULT_CURRENCY, recorded_currency
 from tally.money_columns import with_currency
 from tally.pins import read_at_frontier
@@ -138,8 +138,24 @@ class ReportData:
     copies: list[dict[str, Any]] = field(default_factory=list)
     # the date's severity under the materiality tolerances and the rule that decided it
     severity: tuple[str, str] | None = None
-    # the currency of every amount (the run's `default_currency`): how each is written
+    # the currency of `headline`, `per_window` and `worst_keys` (the date's first; the run's
+    # `default_currency` for rows from before currencies): how each amount is written
     currency: str = DEFAULT_CURRENCY
+    # the same three for each currency of the date, by currency (amounts of two currencies are
+    # never added: a date in several has a section for each)
+    by_currency: tuple[CurrencyFigures, ...] = ()
+
+
+@dataclass(frozen=True)
+class CurrencyFigures:
+    """One currency's part of the report: its headline, amounts per window and worst keys."""
+
+    currency: str
+    headline: dict[str, int]
+    per_window: list[tuple[int, int, int, int, int]]
+    worst_keys: list[dict[str, Any]]
+    late_event_rate: float | None = None  # of this currency's events
+    max_lateness_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +167,7 @@ class ReportInputs:
     reconciliation: DataFrame  # the date's rows as written, persisted (the caller releases)
     reconciliation_version: int  # the table's version holding them
     run: dict[str, Any]  # the date's reconciliation_runs row
-    summary: dict[str, Any]  # the date's reconciliation_summary row
+    summaries: tuple[dict[str, Any], ...]  # the date's reconciliation_summary rows (by currency)
     events: DataFrame | None  # the event log at the version the run pinned
     late_events: DataFrame | None  # late_events at the version the run pinned
     validation: list[dict[str, Any]]  # the date's validation_results rows (`read_results`)
@@ -165,7 +181,7 @@ class _Reconciliation:
 
     version: int
     run: dict[str, Any] | None
-    summary: dict[str, Any] | None
+    summaries: tuple[dict[str, Any], ...]  # one a currency (none: not written)
     settings: dict[str, Any]
     zone: str
     bounds: DayBounds
@@ -193,14 +209,13 @@ def _of_date(
     )
 
 
-def _first_of_date(
+def _rows_of_date(
     spark: SparkSession, warehouse: str, name: str, business_date: date
-) -> dict[str, Any] | None:
-    """The table's first row of the date, None without the table or such a row."""
+) -> tuple[dict[str, Any], ...]:
+    """The table's (few) rows of the date; none without the table."""
     if not _exists(spark, warehouse, name):
-        return None
-    first = _of_date(spark, warehouse, name, business_date).first()
-    return first.asDict() if first is not None else None
+        return ()
+    return tuple(r.asDict() for r in _of_date(spark, warehouse, name, business_date).collect())
 
 
 def _latest_run(spark: SparkSession, warehouse: str, business_date: date) -> dict[str, Any] | None:
@@ -262,7 +277,7 @@ def _read_reconciliation(
         return _recorded(
             inputs.reconciliation_version,
             inputs.run,
-            inputs.summary,
+            inputs.summaries,
             business_date,
             report_timezone,
             inputs,
@@ -274,14 +289,14 @@ def _read_reconciliation(
         )
     version = T.latest_version(spark, warehouse, "reconciliation")
     run = _latest_run(spark, warehouse, business_date)
-    summary = _first_of_date(spark, warehouse, "reconciliation_summary", business_date)
-    return _recorded(version, run, summary, business_date, report_timezone)
+    summaries = _rows_of_date(spark, warehouse, "reconciliation_summary", business_date)
+    return _recorded(version, run, summaries, business_date, report_timezone)
 
 
 def _recorded(
     version: int,
     run: dict[str, Any] | None,
-    summary: dict[str, Any] | None,
+    summaries: tuple[dict[str, Any], ...],
     business_date: date,
     report_timezone: str | None,
     inputs: ReportInputs | None = None,
@@ -294,7 +309,7 @@ def _recorded(
         or settings.get("report_timezone", "UTC")
     )
     bounds = business_day_bounds(business_date, zone)
-    return _Reconciliation(version, run, summary, settings, zone, bounds, inputs)
+    return _Reconciliation(version, run, summaries, settings, zone, bounds, inputs)
 
 
 def _pinned(
@@ -594,17 +609,43 @@ def _worst_keys(recon: DataFrame) -> list[dict[str, Any]]:
 
 
 def _reconciliation_figures(
-    recon: DataFrame, summary: dict[str, Any] | None, business_date: date
-) -> tuple[dict[str, int], list[tuple[int, int, int, int, int]], list[dict[str, Any]]]:
-    """The headline, the amounts per window and the worst keys (of `recon`, cached by the
-    caller: one read for these three and the CSV)."""
-    headline = _headline(recon, summary)
-    if headline["windows"] == 0:
+    recon: DataFrame, summaries: Sequence[dict[str, Any]], business_date: date
+) -> tuple[CurrencyFigures, ...]:
+    """Per currency of `recon` (its rows with a `currency`, cached by the caller: one read
+    for these and the CSV), the headline, the amounts per window and the worst keys."""
+    currencies = sorted(r[0] for r in recon.select("currency").distinct().collect())
+    if not currencies:
         raise ReportError(
             f"date: {business_date.isoformat()} has no reconciliation rows "
             "(run tally reconcile first)"
         )
-    return headline, _per_window(recon), _worst_keys(recon)
+    recorded = {s.get("currency"): s for s in summaries}
+    sections = []
+    for currency in currencies:
+        rows = recon.where(F.col("currency") == F.lit(currency))
+        # a summary row from before currencies (null) is the date's only one
+        summary = recorded.get(currency) or (recorded.get(None) if len(currencies) == 1 else None)
+        headline = _headline(rows, summary)
+        lateness = (summary or {}).get("max_lateness_ms")
+        if summary is None:  # rows of a run without a summary row of this currency
+            lateness = rows.agg(F.max("max_lateness_ms")).first()[0]  # type: ignore[index]
+        sections.append(
+            CurrencyFigures(
+                currency,
+                headline,
+                _per_window(rows),
+                _worst_keys(rows),
+                _late_event_rate(summary, headline),
+                None if lateness is None else int(lateness),
+            )
+        )
+    return tuple(sections)
+
+
+def _counts_of(sections: Sequence[CurrencyFigures]) -> dict[str, int]:
+    """The counts of every currency's headline summed (events are events in any currency)."""
+    keys = [k for k in sections[0].headline if not k.endswith("_amount")]
+    return {k: sum(s.headline[k] for s in sections) for k in keys}
 
 
 # -- late events and the lateness bound ----------------------------------------------------------
@@ -984,6 +1025,7 @@ def collect_report_data(
     options = options or ReportOptions()
     with without_adaptive_execution(spark):  # small tables: AQE would only add jobs
         rec = _read_reconciliation(spark, warehouse, business_date, options.report_timezone, inputs)
+    _currency(rec.run, business_date)  # a recorded default_currency that is no code: one line
     if inputs is not None:
         return _report_data(
             spark, warehouse, business_date, now, options, rec, inputs.reconciliation
@@ -1045,12 +1087,14 @@ def _assemble(
 
     business_date, now = when
     with without_adaptive_execution(spark):  # the date's rows, cached, and validation_results
-        headline, per_window, worst = _reconciliation_figures(recon, rec.summary, business_date)
+        sections = _reconciliation_figures(recon, rec.summaries, business_date)
         validation = (
             rec.inputs.validation
             if rec.inputs is not None
             else read_results(spark, warehouse, business_date)
         )
+    first, totals = sections[0], _counts_of(sections)
+    summary = date_rollup(rec.summaries)
     current_bound_ms = _current_bound(options, rec.settings)
     target = _completeness_target(options, rec.settings)
     if figures is not None:
@@ -1062,7 +1106,7 @@ def _assemble(
         )
         counts = None if late is None else _late_counts(late, allowed_ms)
         partitions = _partition_rates(log)
-    curve, curve_source = _curve(options.curve, counts, headline["batch_count"], current_bound_ms)
+    curve, curve_source = _curve(options.curve, counts, totals["batch_count"], current_bound_ms)
     recommended_bound_ms = options.recommended_bound_ms
     if recommended_bound_ms is None and curve:
         recommended_bound_ms = _recommend(curve, target)
@@ -1071,17 +1115,17 @@ def _assemble(
         business_date=business_date,
         now=now,
         report_timezone=rec.zone,
-        headline=headline,
-        late_event_rate=_late_event_rate(rec.summary, headline),
-        max_lateness_ms=(rec.summary or {}).get("max_lateness_ms"),
-        per_window=per_window,
+        headline=first.headline,
+        late_event_rate=_late_event_rate(summary, totals),
+        max_lateness_ms=(summary or {}).get("max_lateness_ms"),
+        per_window=first.per_window,
         lateness_hist=counts.hist if counts is not None else [],
         curve=curve,
         curve_source=curve_source,
         current_bound_ms=current_bound_ms,
         recommended_bound_ms=recommended_bound_ms,
         completeness_target=target,
-        worst_keys=worst,
+        worst_keys=first.worst_keys,
         partitions=partitions,
         validation=validation,
         data_docs_index=_data_docs_uri(options.gx_root),
@@ -1092,9 +1136,10 @@ def _assemble(
         window_ms=int(window_ms) if window_ms and not _is_sessions(rec) else None,
         signoff=_latest_signoff(spark, warehouse, business_date),
         run_time=(rec.run or {}).get("run_time"),
-        copies=_copies(spark, warehouse, business_date) if headline.get("copies_count") else [],
-        severity=_severity(rec.summary),
-        currency=_currency(rec.run, business_date),
+        copies=_copies(spark, warehouse, business_date) if totals.get("copies_count") else [],
+        severity=_severity(summary),
+        currency=first.currency,
+        by_currency=sections,
     )
     return data
 

@@ -3,7 +3,9 @@ rendered from `ReportData`."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +18,7 @@ from expectations.report_charts import (
     chart_worst_keys,
 )
 from expectations.report_data import (
+    CurrencyFigures,
     ReportData,
     describe_bound,
     format_count,
@@ -73,8 +76,8 @@ def _headline_row(h: dict[str, int], currency: str, label: str, key: str) -> str
 
 
 def _balance_badge(data: ReportData) -> str:
-    h = data.headline
-    if h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0:
+    headlines = [c.headline for c in data.by_currency] or [data.headline]
+    if all(h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0 for h in headlines):
         return '<span class="badge ok" id="balance">BALANCED</span>'
     badge = '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
     if data.severity is None:
@@ -327,6 +330,53 @@ def _settings_html(data: ReportData) -> str:
 # -- the page ------------------------------------------------------------------------------------
 
 
+def _in_currency(data: ReportData, figures: CurrencyFigures) -> ReportData:
+    """The report as one currency's part of it shows it."""
+    return dataclasses.replace(
+        data,
+        currency=figures.currency,
+        headline=figures.headline,
+        per_window=figures.per_window,
+        worst_keys=figures.worst_keys,
+        late_event_rate=figures.late_event_rate,
+        max_lateness_ms=figures.max_lateness_ms,
+    )
+
+
+def _per_currency(data: ReportData, part: Callable[[ReportData], str]) -> str:
+    """`part` of the report; for a date in several currencies, one a currency under its code,
+    its elements' ids suffixed with it (`headline-JPY`): amounts of two currencies are never
+    added, nor drawn on one axis."""
+    if len(data.by_currency) <= 1:
+        return part(data)
+    return "".join(
+        f'<h3 id="in-{c.currency}">In {_e(c.currency)}</h3>'
+        + re.sub(r'id="([^"]+)"', rf'id="\1-{c.currency}"', part(_in_currency(data, c)))
+        for c in data.by_currency
+    )
+
+
+def _currency_note(data: ReportData) -> str:
+    """Which currency the amounts are in, and its decimals (each currency's, for several)."""
+    codes = [c.currency for c in data.by_currency] or [data.currency]
+    if len(codes) == 1:
+        return (
+            f'amounts in <span id="currency">{_e(codes[0])}</span>, '
+            f"{minor_digits(codes[0])} decimals"
+        )
+    each = ", ".join(f"{_e(c)} ({minor_digits(c)} decimals)" for c in codes)
+    return f'amounts in <span id="currency">{each}</span>, each in its own part'
+
+
+def _windows_chart(data: ReportData) -> str:
+    return _img("streaming vs batch per window", chart_per_window(data), "chart-windows")
+
+
+def _worst_keys_part(data: ReportData) -> str:
+    chart = _img("worst keys by gap", chart_worst_keys(data), "chart-worst-keys")
+    return chart + _worst_keys_html(data)
+
+
 def render_html(data: ReportData, csv_name: str) -> str:
     day = data.business_date.isoformat()
     provenance = _key_value_table(
@@ -338,24 +388,22 @@ def render_html(data: ReportData, csv_name: str) -> str:
 <style>{_CSS}</style></head>
 <body>
 <h1>Reconciliation report: <span id="business-date">{day}</span></h1>
-<p class="muted">Business date in {_e(data.report_timezone)}; amounts in
-<span id="currency">{_e(data.currency)}</span>, {minor_digits(data.currency)} decimals (the rows
+<p class="muted">Business date in {_e(data.report_timezone)}; {_currency_note(data)} (the rows
 keep integer minor units). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
 <h2>Headline</h2>
 <p>{_balance_badge(data)}</p>
 {_signoff_html(data)}
-{_headline_html(data)}
+{_per_currency(data, _headline_html)}
 {_copies_html(data)}
 <h2>Streaming vs batch per window</h2>
-{_img("streaming vs batch per window", chart_per_window(data), "chart-windows")}
+{_per_currency(data, _windows_chart)}
 <h2>Late events by lateness</h2>
 {_img("late events by lateness", chart_lateness(data), "chart-lateness")}
 <h2>Latency / completeness</h2>
 {_img("latency/completeness curve", chart_curve(data), "chart-curve")}
 <p>{_curve_note(data)}</p>
 <h2>Worst keys by gap</h2>
-{_img("worst keys by gap", chart_worst_keys(data), "chart-worst-keys")}
-{_worst_keys_html(data)}
+{_per_currency(data, _worst_keys_part)}
 <h2>Late-event rate per source partition</h2>
 {_img("late-event rate per source partition", chart_partitions(data), "chart-partitions")}
 {_partitions_html(data)}

@@ -563,7 +563,9 @@ def test_the_headline_names_the_copies_the_stream_counted() -> None:
     h |= {"explained_count": 1 - 2, "explained_amount": 300 - 500, "copies_count": 2}
     h |= {"copies_amount": 500, "unexplained_count": 0, "unexplained_amount": 0}
     h |= {"windows": 4, "unexplained_windows": 0}
-    data = SimpleNamespace(headline=h, late_event_rate=0.1, max_lateness_ms=None, currency="USD")
+    data = SimpleNamespace(
+        headline=h, late_event_rate=0.1, max_lateness_ms=None, currency="USD", by_currency=()
+    )
     html = _headline_html(data)  # type: ignore[arg-type]
     assert 'id="copies-count">2<' in html and 'id="copies-amount">$5.00<' in html
     assert "late events less the copies" in html and 'id="explained-amount">-$2.00<' in html
@@ -588,7 +590,7 @@ def test_the_badge_names_the_dates_severity(
     from expectations.report_html import _balance_badge
 
     headline = {"unexplained_windows": unexplained, "unexplained_amount": 7 * unexplained}
-    badge = _balance_badge(SimpleNamespace(headline=headline, severity=severity))  # type: ignore[arg-type]
+    badge = _balance_badge(SimpleNamespace(headline=headline, severity=severity, by_currency=()))  # type: ignore[arg-type]
     assert text in badge
     assert ('id="severity"' in badge) == (unexplained > 0 and severity is not None)
 
