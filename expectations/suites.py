@@ -81,7 +81,6 @@ class Thresholds:
     watermark_lag_max_ms: int  # watermark lag of the last non-drained micro-batch
     # the materiality tolerance rules (none: the count of UNEXPLAINED windows is checked)
     tolerance: tuple[ToleranceRule, ...]
-    currency: str  # default_currency: the one currency a date's events may be in, for now
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Thresholds:
@@ -97,7 +96,6 @@ class Thresholds:
             duplicate_rate_max=settings.duplicate_rate_max,
             watermark_lag_max_ms=settings.watermark_lag_max,
             tolerance=settings.tolerance_rules,
-            currency=settings.default_currency,
         )
 
     @classmethod
@@ -274,9 +272,12 @@ def gap_frame(reconciliation: DataFrame, tolerance: tuple[ToleranceRule, ...] = 
     * `batch_window_count`: batch_count, null when it is null or 0 (reconcile writes 0 for a
       window with no batch row), except in an EXPLAINED_BY_COPIES window (its stream events
       may all be copies of earlier events, which the batch counts under their own windows);
-    * `date_severity` (with `tolerance` rules only): the date's severity under them, on every
-      row (`date_verdicts` of the graded rows: what the summary records).
+    * `date_severity` (with `tolerance` rules only): the severity under them of the row's
+      (date, currency), on every row (`date_verdicts` of the graded rows per currency: what
+      the summary records).
     """
+    if "currency" not in reconciliation.columns:  # rows of a tally from before currencies
+        reconciliation = reconciliation.withColumn("currency", F.lit(None).cast("string"))
     totals = reconciliation.agg(
         F.coalesce(F.sum("late_count"), F.lit(0)).cast("double").alias("_late"),
         F.coalesce(F.sum("batch_count"), F.lit(0)).cast("double").alias("_batch"),
@@ -291,12 +292,14 @@ def gap_frame(reconciliation: DataFrame, tolerance: tuple[ToleranceRule, ...] = 
     late_is_diff = (F.col("diff_count") == F.col("late_count") - copies_count) & (
         F.col("diff_amount") == F.col("late_amount") - copies_amount
     )
+    rows = reconciliation.crossJoin(F.broadcast(totals))
     if tolerance:
-        verdict = date_verdicts(reconciliation, tolerance).select(
-            F.col(SEVERITY_COLUMN).alias("date_severity")
+        verdicts = date_verdicts(reconciliation, tolerance, by=["currency"]).select(
+            F.col("currency").alias("_currency"), F.col(SEVERITY_COLUMN).alias("date_severity")
         )
-        totals = totals.crossJoin(verdict)
-    return reconciliation.crossJoin(F.broadcast(totals)).select(
+        same = F.col("currency").eqNullSafe(F.col("_currency"))
+        rows = rows.join(F.broadcast(verdicts), same, "left").drop("_currency")
+    return rows.select(
         "*",
         F.when(F.col("status") == UNEXPLAINED, 1).otherwise(0).alias("unexplained"),
         copies_count.alias("copies_counted"),
@@ -319,11 +322,9 @@ def events_suite(
     max_clock_skew_ms: int,
     clock_skew_tolerance: float,
     duplicate_rate_max: float,
-    currency: str,
 ) -> ExpectationSuite:
     """The event log of the date's `event_date` partition: identity columns present, amounts
-    integral and within bounds, one currency, event times not from the future, few
-    duplicates."""
+    integral and within bounds, event times not from the future, few duplicates."""
     import great_expectations.expectations as gxe
 
     not_null = [
@@ -360,17 +361,6 @@ def events_suite(
                     f"Every amount is within [{amount_min}, {amount_max}] minor units.",
                 ),
             ),
-            gxe.ExpectColumnValuesToBeInSet(
-                column="currency",
-                value_set=[currency],
-                **_meta(
-                    "one_currency",
-                    CRITICAL,
-                    f"Every event is in {currency} (default_currency; rows from before events "
-                    "carried a currency count as it): the aggregates are not yet kept per "
-                    "currency, so a date mixing currencies would add their amounts.",
-                ),
-            ),
             gxe.ExpectColumnValuesToBeBetween(
                 column="ahead_ms",
                 max_value=max_clock_skew_ms,
@@ -397,7 +387,7 @@ def events_suite(
     )
 
 
-# The columns of `events` the events suite checks (besides the derived ones and `currency`).
+# The columns of `events` the events suite checks (besides the derived ones).
 EVENTS_CHECKED = ("event_id", "key", "event_time", "amount")
 
 
@@ -405,12 +395,8 @@ def events_frame(events: DataFrame) -> DataFrame:
     """The checked columns of events with `ahead_ms` (event_time - ingest_time, ms) and
     `is_duplicate` (1.0/0.0). Only those: the suite caches the frame (a day of events), and
     the `extra` map and the source columns would fill the cache for nothing."""
-    # a log from before events carried a currency has no such column: its events count as the
-    # default (as its null rows do, which the suite's set check passes)
-    currency = F.col("currency") if "currency" in events.columns else F.lit(None).cast("string")
     return events.select(
         *EVENTS_CHECKED,
-        currency.alias("currency"),
         (F.unix_millis("event_time") - F.unix_millis("ingest_time")).alias("ahead_ms"),
         F.when(F.col("arrival_status") == "duplicate", 1.0).otherwise(0.0).alias("is_duplicate"),
     )
@@ -552,7 +538,6 @@ def build_suite(name: str, thresholds: Thresholds) -> ExpectationSuite:
             max_clock_skew_ms=t.max_clock_skew_ms,
             clock_skew_tolerance=t.clock_skew_tolerance,
             duplicate_rate_max=t.duplicate_rate_max,
-            currency=t.currency,
         )
     if name == STREAM_AGGREGATES:
         return stream_aggregates_suite()

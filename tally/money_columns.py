@@ -41,6 +41,6 @@ def money_text(amount: Column, currency: Column, currencies: Iterable[str]) -> C
 def with_currency(rows: DataFrame, default: str) -> DataFrame:
     """`rows` with a `currency` that is never null: rows written before amounts carried one
     (null there, or no such column at the version read) are in `default`, the reading run's
-    `default_currency` (docs/tables.md, "Upgrading a warehouse")."""
+    `default_currency` (docs/tables.md, "Currencies, and a warehouse from before them")."""
     known = F.coalesce(F.col("currency"), F.lit(default)) if "currency" in rows.columns else None
     return rows.withColumn("currency", F.lit(default) if known is None else known)

@@ -500,8 +500,8 @@ class Settings:
         DEFAULT_CURRENCY,
         "the currency of amounts nothing names one for (an ISO 4217 code, upper case): an "
         "event without a `currency` (recorded in its events row), rows written before events "
-        "carried one, and the reconciliation's amounts, which are not yet kept per currency "
-        "(materiality tolerance rules naming another currency match nothing)",
+        "carried one (read as it), and a date without windows (its one summary row); every "
+        "other amount is in its own row's currency, kept apart per currency",
     )
     tolerance: str = _setting(
         "[]",
