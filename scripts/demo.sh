@@ -14,9 +14,22 @@ case "$source_kind" in files | kafka) ;; *)
 esac
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rm -rf "$demo"
-echo "== 1. generate a day of events ($demo/events)"
+echo "== 1. generate a day of events ($demo/events), each merchant in its currency"
 tally generate --out "$demo/events" --events "${TALLY_DEMO_EVENTS:-100000}" --partitions 8 \
-  --seed 7 --start "${day}T00:00:00Z" --duration 1d --files 48
+  --seed 7 --start "${day}T00:00:00Z" --duration 1d --files 48 \
+  --currencies "${TALLY_DEMO_CURRENCIES:-USD:6,EUR:2,JPY:1,BHD:1}"
+# The demo's settings: one materiality tolerance rule, in percent of the batch amount (the
+# same in every currency); unset, any unexplained residual would fail.
+mkdir -p "$demo"
+cat >"$demo/tally.toml" <<'TOML'
+[[tolerance]]
+name = "demo: percent of the batch"
+key = "*"
+window = { warn_pct = 1.0, fail_pct = 5.0 }
+date = { warn_pct = 0.01, fail_pct = 0.1 }
+TOML
+TALLY_CONFIG=$(cd "$demo" && pwd)/tally.toml
+export TALLY_CONFIG
 source_args=(--input "$demo/events" --max-files-per-trigger 8)
 if [ "$source_kind" = kafka ]; then
   mkdir -p "$demo/kafka"
