@@ -70,6 +70,13 @@ def _speed(sp: dict[str, Any]) -> list[str]:
         f"{_verdict(sp['met_durable'])}); tally / aggregation only = "
         f"{sp['ratio_tally_agg']:.2f} (target ≥ {sp['target_agg']}: {_verdict(sp['met_agg'])})."
     )
+    if sp.get("ratio_currencies") is not None:
+        text += (
+            f" The same events in currencies {sp['currencies']}: "
+            f"{eps['tally_currencies']['median']:,.0f} events/s, "
+            f"{sp['ratio_currencies']:.2f} of tally's (target ≥ {sp['target_currencies']}: "
+            f"{_verdict(sp['met_currencies'])})."
+        )
     if not sp["all_lines_accounted"]:
         text += " tally's `stream_progress.input_lines` does NOT add up to the input's lines."
     out = [text]

@@ -36,7 +36,8 @@ def render_chart(r: dict[str, Any], path: Path) -> None:
 def _chart_speed(ax: Any, sp: dict[str, Any]) -> bool:
     from matplotlib.ticker import StrMethodFormatter
 
-    names = [n for n in ENGINE_ORDER if sp["events_per_s"][n]["median"]]
+    measured = sp["events_per_s"]
+    names = [n for n in ENGINE_ORDER if n in measured and measured[n]["median"]]
     meds = [sp["events_per_s"][n]["median"] for n in names]
     lo = [m - sp["events_per_s"][n]["min"] for m, n in zip(meds, names, strict=True)]
     hi = [sp["events_per_s"][n]["max"] - m for m, n in zip(meds, names, strict=True)]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-ENGINE_ORDER = ("tally", "durable", "agg", "batch", "tally_prev", "agg_prev")
+ENGINE_ORDER = (
+    "tally",
+    "durable",
+    "agg",
+    "batch",
+    "tally_prev",
+    "agg_prev",
+    "tally_currencies",  # absent from runs before currencies
+)
 
 
 def number(value: float | None, digits: int = 0) -> str:

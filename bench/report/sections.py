@@ -49,7 +49,7 @@ def speed(sp: dict[str, Any], when: str) -> list[str]:
         "engines are `bench/plain_job.py`.",
     )
     rows = []
-    for name in ENGINE_ORDER:
+    for name in [n for n in ENGINE_ORDER if n in sp["events_per_s"]]:
         st, sec = sp["events_per_s"][name], sp["seconds"][name]
         last = sp["runs"][name][-1]
         rows.append(
@@ -74,7 +74,9 @@ def speed(sp: dict[str, Any], when: str) -> list[str]:
         f"tally ÷ aggregation only: **{sp['ratio_tally_agg']:.2f}** (per repetition "
         + ", ".join(f"{x:.2f}" for x in reps.get("agg", []))
         + f"), target ≥ {sp['target_agg']}: {verdict(sp['met_agg'])}. Previous configuration: "
-        f"(a') ÷ (c') = {number(sp.get('ratio_previous'), 2)}. Every input line accounted for by "
+        f"(a') ÷ (c') = {number(sp.get('ratio_previous'), 2)}. "
+        + _currencies_ratio(sp)
+        + "Every input line accounted for by "
         f"tally (`input_lines` sums to {sp['lines']:,}): "
         + ("yes" if sp["all_lines_accounted"] else "**no**")
         + ".",
@@ -83,6 +85,17 @@ def speed(sp: dict[str, Any], when: str) -> list[str]:
     out += _what_engines_did(sp)
     out += _where_tally_time_goes(sp["tally_median_run"], "median (a) run")
     return out
+
+
+def _currencies_ratio(sp: dict[str, Any]) -> str:
+    """(a'') ÷ (a): the same events with a currency each (a run from before: nothing)."""
+    if sp.get("ratio_currencies") is None:
+        return ""
+    return (
+        f"The same events in currencies {sp['currencies']}: (a'') ÷ (a) = "
+        f"**{sp['ratio_currencies']:.2f}**, target ≥ {sp['target_currencies']}: "
+        f"{verdict(sp['met_currencies'])}. "
+    )
 
 
 def _what_engines_did(sp: dict[str, Any]) -> list[str]:
