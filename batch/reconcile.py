@@ -88,7 +88,13 @@ from tally.dates import (
     window_in_day,
 )
 from tally.ledger import TOTALS, date_rollup
-from tally.money import DEFAULT_CURRENCY, format_amounts, recorded_currency
+from tally.money import (
+    DEFAULT_CURRENCY,
+    CurrencyError,
+    check_currency,
+    format_amounts,
+    recorded_currency,
+)
 from tally.money_columns import with_currency
 from tally.pins import frontier_of, read_at_frontier, within
 from tally.settings import DEDUP_MODES, windowing_problem
@@ -1120,8 +1126,17 @@ def rerun_arguments(run: Mapping[str, Any]) -> dict[str, Any]:
         "frontiers": recorded_frontiers(run),
         # absent before tolerances: none (every residual failed), in the default currency
         "tolerance": rules_from_json(recorded.get("tolerance", "[]")),
-        "currency": recorded_currency(recorded),
+        "currency": _recorded_currency(recorded),
     }
+
+
+def _recorded_currency(recorded: Mapping[str, Any]) -> str:
+    """The run's `default_currency` (what its rows from before currencies are read as), or a
+    ReconcileError in one line when what it recorded is no currency code."""
+    try:
+        return check_currency(recorded_currency(recorded))
+    except CurrencyError as exc:
+        raise ReconcileError(f"reconciliation_runs.settings: default_currency: {exc}") from None
 
 
 def reproduce(

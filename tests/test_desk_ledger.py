@@ -8,6 +8,7 @@ import re
 import socket
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -384,3 +385,144 @@ def test_each_date_carries_its_runs_currency_to_the_pages_and_the_grid() -> None
     assert '<td class="n">$12.34</td>' in html
     lines = grid(rows)
     assert "¥1,234" in lines[3] and "-¥5" in lines[3] and "$12.34" in lines[2]
+
+
+# -- a date in several currencies -------------------------------------------------------------
+
+
+def per_currency(currency: str | None, **values: Any) -> dict:
+    """A `reconciliation_summary` row of D1 in one currency (severity ok unless given)."""
+    return summary(D1, **{"severity": "ok", "tolerance_rule": "none", **values}) | {
+        "currency": currency
+    }
+
+
+ROLLUP_CASES = [
+    # (why, the date's summary rows, what the rollup holds)
+    (
+        "one currency: its figures as they are, amounts included",
+        [per_currency("JPY", batch_count=2, batch_amount=1734)],
+        {"batch_count": 2, "batch_amount": 1734, "currency": "JPY", "currencies": ["JPY"]},
+    ),
+    (
+        "two currencies: counts add up, amounts never (each stays in by_currency)",
+        [
+            per_currency("USD", batch_count=2, batch_amount=534, windows=1),
+            per_currency("JPY", batch_count=2, batch_amount=1734, windows=1),
+        ],
+        {
+            "batch_count": 4,
+            "windows": 2,
+            "batch_amount": None,
+            "currency": None,
+            "currencies": ["JPY", "USD"],  # by code
+        },
+    ),
+    (
+        "the worst currency's severity decides, with its rule",
+        [
+            per_currency("USD", severity="warn", tolerance_rule="usd"),
+            per_currency("BHD", severity="fail", tolerance_rule="bhd"),
+            per_currency("JPY"),
+        ],
+        {"severity": "fail", "tolerance_rule": "bhd"},
+    ),
+    (
+        "a row from before tolerances (no severity): none, so any residual fails",
+        [per_currency("USD"), per_currency("JPY", severity=None)],
+        {"severity": None, "tolerance_rule": None},
+    ),
+    (
+        "the late rate over every currency's events, the largest lateness of any",
+        [
+            per_currency("USD", batch_count=3, late_events=0, max_lateness_ms=None),
+            per_currency("JPY", batch_count=1, late_events=1, max_lateness_ms=5000),
+        ],
+        {"late_event_rate": 0.25, "max_lateness_ms": 5000},
+    ),
+    (
+        "worst keys of several currencies name their currency",
+        [
+            per_currency("USD", worst_keys=["m1"]),
+            per_currency("JPY", worst_keys=["m1", "m2"]),
+        ],
+        {"worst_keys": ["m1 (JPY)", "m2 (JPY)", "m1 (USD)"]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("why", "rows", "expected"), ROLLUP_CASES)
+def test_date_rollup(why: str, rows: list[dict], expected: dict) -> None:
+    rollup = L.date_rollup(rows)
+    assert rollup is not None
+    assert {k: rollup[k] for k in expected} == expected, why
+    assert [r["currency"] for r in rollup["by_currency"]] == sorted(r["currency"] for r in rows)
+
+
+def test_a_date_of_no_summary_rows_has_no_rollup() -> None:
+    assert L.date_rollup([]) is None
+
+
+def test_a_residual_in_any_currency_makes_the_date_unexplained() -> None:
+    """Two currencies: the rollup's amounts are None, so the status reads each currency's."""
+    rows = [
+        per_currency("USD", gap_amount=0),
+        per_currency("JPY", unexplained_amount=7, gap_amount=7, severity="fail"),
+    ]
+    rollup = L.date_rollup(rows)
+    assert rollup is not None and rollup["unexplained_amount"] is None
+    assert L.status_of(rollup, validation_failed=False) == "unexplained"
+    only_gap = L.date_rollup([per_currency("USD"), per_currency("JPY", gap_amount=500)])
+    assert L.status_of(only_gap, validation_failed=False) == "explained_by_late"
+
+
+def test_a_date_in_several_currencies_shows_each_amount_in_its_own() -> None:
+    """The ledger's row, the desk's pages and `tally ledger` write a date's amount once per
+    currency ("$5.34 and ¥1,734"), never a sum of two currencies."""
+    from tally_app.ledger import grid
+    from tally_desk.pages import date_page, ledger_page
+
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    runs = [{"business_date": D1, "run_time": at, "settings": '{"default_currency": "USD"}'}]
+    rows = L.ledger_rows(
+        [
+            per_currency("USD", batch_count=2, batch_amount=534),
+            per_currency("JPY", batch_count=2, batch_amount=1734),
+        ],
+        runs,
+        [],
+        [],
+        [],
+    )
+    (row,) = rows
+    assert row["currency"] is None and row["batch_amount"] is None and row["batch_count"] == 4
+    zero = {k: 0 for k in L.SUMMARY_COLUMNS if k.endswith("_amount")}
+    assert row["by_currency"] == [
+        {"currency": "JPY", **zero, "batch_amount": 1734},
+        {"currency": "USD", **zero, "batch_amount": 534},
+    ]
+    html = ledger_page({"dates": rows, "total": 1}, L.LedgerQuery())
+    assert '<td class="n">¥1,734 and $5.34</td>' in html
+    assert "$22.68" not in html and "¥2,268" not in html  # 534 + 1734 in either currency
+    assert "¥1,734 and $5.34" in grid(rows)[1]
+    copy = {c: None for c in L.COPY_COLUMNS} | {
+        "event_id": "d1",
+        "key": "m2",
+        "amount": 999,
+        "currency": "EUR",  # a copy in another currency than its first arrival's
+        "first_amount": 700,
+        "first_currency": "USD",
+    }
+    detail = {
+        "business_date": D1.isoformat(),
+        "ledger": row,
+        "files": {},
+        "airflow_runs": [],
+        "signoffs": [],
+        "alerts": [],
+        "provenance": {},
+        "copies": {"rows": 1, "shown": [copy]},
+    }
+    page = date_page(detail)
+    assert "¥1,734 and $5.34" in page and "2,268" not in page
+    assert '<td class="n">€9.99</td>' in page and '<td class="n">$7.00</td>' in page

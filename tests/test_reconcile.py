@@ -730,3 +730,35 @@ def test_reconcile_uses_the_window_the_stream_recorded(
     assert "windows: tumbling 7m;" in capsys.readouterr().out
     assert recorded_run(spark, warehouse, DAY)["window_ms"] == W
     assert (tmp_path / "reports" / "report-2026-11-20.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "currency"),
+    [
+        ("{}", "USD"),  # a run from before currencies counted in USD
+        ('{"default_currency": "JPY"}', "JPY"),  # its rows from before currencies: yen
+    ],
+)
+def test_a_rerun_reads_old_rows_in_the_runs_currency(settings: str, currency: str) -> None:
+    run = {
+        "settings": settings,
+        "window_ms": W,
+        "report_timezone": "UTC",
+        "events_version": 1,
+        "stream_aggregates_version": 1,
+        "late_events_version": 1,
+    }
+    assert rerun_arguments(run)["currency"] == currency
+
+
+def test_a_recorded_currency_that_is_no_code_is_one_line() -> None:
+    run = {
+        "settings": '{"default_currency": "usd"}',
+        "window_ms": W,
+        "report_timezone": "UTC",
+        "events_version": 1,
+        "stream_aggregates_version": 1,
+        "late_events_version": 1,
+    }
+    with pytest.raises(ReconcileError, match=r"^reconciliation_runs.settings: default_currency: "):
+        rerun_arguments(run)
