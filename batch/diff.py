@@ -561,8 +561,9 @@ def summarize(
     )
     verdicts = date_verdicts(r, rules, by=["currency"])
     return (
-        totals.join(_worst_keys(r), "currency", "left")
-        .join(verdicts, "currency", "left")
+        # a row a currency each side: broadcast, never a shuffled join
+        totals.join(F.broadcast(_worst_keys(r)), "currency", "left")
+        .join(F.broadcast(verdicts), "currency", "left")
         .select(
             F.lit(business_date).alias("business_date"),
             *[c for c in totals.columns if c != "currency"],

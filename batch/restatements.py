@@ -246,7 +246,10 @@ def exact_change(
 
 def gained(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
     """One row: what the batch side of `recomputed` holds beyond `recorded` (`reconciliation`
-    rows of one date): events, amount, and the (window, key) rows whose batch totals differ."""
+    rows of one date): events, the amount, and the (window, key, currency) rows whose batch
+    totals differ. Two currencies' amounts are never added: `amount` is the largest change of
+    one currency's amount (in its minor units, signed), so the restatement tolerance holds for
+    every currency when it holds for it; a date in one currency: its change."""
 
     def side(rows: DataFrame, name: str) -> DataFrame:
         return rows.select(
@@ -259,10 +262,15 @@ def gained(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
     zero = F.lit(0).cast("long")
     count = F.coalesce("new_count", zero) - F.coalesce("old_count", zero)
     amount = F.coalesce("new_amount", zero) - F.coalesce("old_amount", zero)
-    return joined.agg(
+    per_currency = joined.groupBy("currency").agg(
         F.coalesce(F.sum(count), zero).alias("events"),
         F.coalesce(F.sum(amount), zero).alias("amount"),
         F.count_if((count != 0) | (amount != 0)).alias("windows"),
+    )
+    return per_currency.agg(
+        F.coalesce(F.sum("events"), zero).alias("events"),
+        F.coalesce(F.max_by("amount", F.abs("amount")), zero).alias("amount"),
+        F.coalesce(F.sum("windows"), zero).cast("long").alias("windows"),
     )
 
 

@@ -315,8 +315,9 @@ RESTATEMENTS = Table(
     'touched (docs/semantics.md, "Dates that change after their run"): the run it '
     "restates (run_time), the event log's batch frontier checked (events_frontier), the "
     "stream's count of non-duplicate events since (signal_*), what the date's first arrivals "
-    "gained against the run, exactly (new_events, new_amount, windows_affected: (window, "
-    "key) totals that differ), and the status: unchanged (no restatement), pending (policy "
+    "gained against the run, exactly (new_events, new_amount: of a date in several "
+    "currencies the largest change of one, windows_affected: (window, key, currency) totals "
+    "that differ), and the status: unchanged (no restatement), pending (policy "
     "flag), auto_accepted (re-run and signed off within the tolerance), rerun (re-run, "
     "awaiting sign-off), accepted or rejected (by a person); rerun_time: the run that "
     "settled it. A date and run's newest row is its state.",

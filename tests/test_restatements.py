@@ -260,3 +260,49 @@ def test_a_full_check_moves_a_quiet_dates_baseline_and_misses_nothing_after(
         3,
         sum(LATE_AMOUNTS),
     )
+
+
+GAINED_COLUMNS = "window_start BIGINT, key STRING, currency STRING, batch_count BIGINT, " + (
+    "batch_amount BIGINT"
+)
+
+
+@pytest.mark.parametrize(
+    ("recomputed", "recorded", "expected"),
+    [
+        # (why in the comments) rows: (window start, key, currency, batch count, batch amount)
+        (  # one currency: its change
+            [(0, "k", "USD", 3, 300)],
+            [(0, "k", "USD", 2, 200)],
+            (1, 100, 1),
+        ),
+        (  # two currencies gained: never their sum (1,100), the larger change of one
+            [(0, "k", "USD", 3, 300), (0, "k", "JPY", 2, 2000)],
+            [(0, "k", "USD", 2, 200), (0, "k", "JPY", 1, 1000)],
+            (2, 1000, 2),
+        ),
+        (  # a loss outweighs a smaller gain elsewhere (signed), a new window counts
+            [(0, "k", "USD", 1, 100), (60, "m", "BHD", 1, 5)],
+            [(0, "k", "USD", 2, 400)],
+            (0, -300, 2),
+        ),
+        ([(0, "k", "USD", 1, 100)], [(0, "k", "USD", 1, 100)], (0, 0, 0)),  # no change
+    ],
+)
+def test_what_a_date_gained_is_kept_apart_per_currency(
+    spark, recomputed: list[tuple], recorded: list[tuple], expected: tuple[int, int, int]
+) -> None:
+    from batch.restatements import gained
+
+    def rows(values: list[tuple]) -> Any:
+        frame = spark.createDataFrame(values, GAINED_COLUMNS)
+        return frame.withColumns(
+            {
+                "window_start": frame["window_start"].cast("timestamp"),
+                "window_end": (frame["window_start"] + 60).cast("timestamp"),
+            }
+        )
+
+    row = gained(rows(recomputed), rows(recorded)).first()
+    assert row is not None
+    assert (row["events"], row["amount"], row["windows"]) == expected
