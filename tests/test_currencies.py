@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
+from browser import ARTIFACTS, opened_file
 from pyspark.sql import SparkSession
 from stream_tables import T0_MS, collect, collect_table
 
@@ -488,62 +488,42 @@ def test_the_desk_json_keeps_currencies_apart(world: World) -> None:
 
 
 def test_the_report_in_headless_chromium(world: World) -> None:
-    chromium = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-currencies.png"
-    requests: list[str] = []
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(world.report.parent / "chromium-profile"),  # a fresh user-data dir
-            executable_path=chromium,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1200, "height": 900},
+    with opened_file(world.report) as (page, requests):
+        shown = {
+            (currency, name): (
+                page.inner_text(f"#{name}-count-{currency}"),
+                page.inner_text(f"#{name}-amount-{currency}"),
+            )
+            for currency, figures in HEADLINE.items()
+            for name in figures
+        }
+        assert shown == {
+            (currency, name): value
+            for currency, figures in HEADLINE.items()
+            for name, value in figures.items()
+        }
+        assert [page.inner_text(f"#in-{c}") for c in CURRENCIES] == [f"In {c}" for c in CURRENCIES]
+        assert page.locator("#batch-amount").count() == 0
+        assert page.inner_text("#balance") == "BALANCED"
+        # JPY's worst keys: m1, its gap in yen
+        cells = page.eval_on_selector_all(
+            "#worst-keys-JPY td", "tds => tds.map(td => td.innerText)"
         )
-        try:
-            page = context.new_page()
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(world.report.as_uri(), wait_until="load")
-            shown = {
-                (currency, name): (
-                    page.inner_text(f"#{name}-count-{currency}"),
-                    page.inner_text(f"#{name}-amount-{currency}"),
-                )
-                for currency, figures in HEADLINE.items()
-                for name in figures
-            }
-            assert shown == {
-                (currency, name): value
-                for currency, figures in HEADLINE.items()
-                for name, value in figures.items()
-            }
-            assert [page.inner_text(f"#in-{c}") for c in CURRENCIES] == [
-                f"In {c}" for c in CURRENCIES
-            ]
-            assert page.locator("#batch-amount").count() == 0
-            assert page.inner_text("#balance") == "BALANCED"
-            # JPY's worst keys: m1, its gap in yen
-            cells = page.eval_on_selector_all(
-                "#worst-keys-JPY td", "tds => tds.map(td => td.innerText)"
-            )
-            assert cells[:4] == ["m1", "¥500", "¥500", "¥0"]
-            body = page.inner_text("body")
-            assert "EUR" not in body
-            assert not [t for t in forbidden_texts() if t in body]
-            images = page.eval_on_selector_all(
-                "img", "imgs => imgs.map(i => [i.id, i.complete, i.naturalWidth])"
-            )
-            # a per-window and a worst-keys chart per currency, the three shared ones
-            assert sorted(i for i, _, _ in images) == sorted(
-                [f"chart-windows-{c}" for c in CURRENCIES]
-                + [f"chart-worst-keys-{c}" for c in CURRENCIES]
-                + ["chart-lateness", "chart-curve", "chart-partitions"]
-            )
-            assert all(complete and width > 0 for _, complete, width in images), images
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            context.close()
+        assert cells[:4] == ["m1", "¥500", "¥500", "¥0"]
+        body = page.inner_text("body")
+        assert "EUR" not in body
+        assert not [t for t in forbidden_texts() if t in body]
+        images = page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => [i.id, i.complete, i.naturalWidth])"
+        )
+        # a per-window and a worst-keys chart per currency, the three shared ones
+        assert sorted(i for i, _, _ in images) == sorted(
+            [f"chart-windows-{c}" for c in CURRENCIES]
+            + [f"chart-worst-keys-{c}" for c in CURRENCIES]
+            + ["chart-lateness", "chart-curve", "chart-partitions"]
+        )
+        assert all(complete and width > 0 for _, complete, width in images), images
+        page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     assert [u for u in requests if not u.startswith(("file://", "data:"))] == []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import ARTIFACTS, CHROMIUM_ARGS, chromium_path
+from browser import ARTIFACTS, opened_file
 from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
 
 from expectations.report import build_report
@@ -394,55 +394,37 @@ def test_report_files_and_csv(report) -> None:
 
 
 def test_report_in_headless_chromium(report) -> None:
-    chromium = chromium_path()
-    from playwright.sync_api import sync_playwright
-
     path, gx_root = report
-    ARTIFACTS.mkdir(exist_ok=True)
-    requests: list[str] = []
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(path.parent / "chromium-profile"),  # a fresh user-data dir
-            executable_path=chromium,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1200, "height": 900},
+    with opened_file(path) as (page, requests):
+        text = {
+            ident: page.inner_text(f"#{ident}")
+            for name in HEADLINE
+            for ident in (f"{name}-count", f"{name}-amount")
+        }
+        assert text == {
+            f"{name}-{kind}": value
+            for name, (count, amount) in HEADLINE.items()
+            for kind, value in (("count", count), ("amount", amount))
+        }
+        assert page.inner_text("#balance") == "UNEXPLAINED DIFFERENCES"
+        assert page.inner_text("#late-rate") == "15.385 %"
+        assert page.inner_text("#validation-verdict") == "FAILED"
+        assert page.inner_text("#current-bound") == "30s"
+        # the estimated curve: 2 of 13 events late, by 4 s and 45 s; target 99.9 %
+        # (30 s + 60 s: the smallest estimated bound admitting both late events)
+        assert page.inner_text("#recommended-bound") == "90s"
+        images = page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => [i.id, i.complete, i.naturalWidth])"
         )
-        try:
-            page = context.new_page()
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(path.as_uri(), wait_until="load")
-            text = {
-                ident: page.inner_text(f"#{ident}")
-                for name in HEADLINE
-                for ident in (f"{name}-count", f"{name}-amount")
-            }
-            assert text == {
-                f"{name}-{kind}": value
-                for name, (count, amount) in HEADLINE.items()
-                for kind, value in (("count", count), ("amount", amount))
-            }
-            assert page.inner_text("#balance") == "UNEXPLAINED DIFFERENCES"
-            assert page.inner_text("#late-rate") == "15.385 %"
-            assert page.inner_text("#validation-verdict") == "FAILED"
-            assert page.inner_text("#current-bound") == "30s"
-            # the estimated curve: 2 of 13 events late, by 4 s and 45 s; target 99.9 %
-            # (30 s + 60 s: the smallest estimated bound admitting both late events)
-            assert page.inner_text("#recommended-bound") == "90s"
-            images = page.eval_on_selector_all(
-                "img", "imgs => imgs.map(i => [i.id, i.complete, i.naturalWidth])"
-            )
-            assert len(images) == 5
-            assert all(complete and width > 0 for _, complete, width in images), images
-            links = page.eval_on_selector_all("#validation a", "as => as.map(a => a.href)")
-            assert links and all(link.startswith("file://") for link in links)
-            assert (
-                page.get_attribute("#data-docs", "href")
-                == (gx_root / "gx/uncommitted/data_docs/local_site/index.html").resolve().as_uri()
-            )
-            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
-        finally:
-            context.close()
+        assert len(images) == 5
+        assert all(complete and width > 0 for _, complete, width in images), images
+        links = page.eval_on_selector_all("#validation a", "as => as.map(a => a.href)")
+        assert links and all(link.startswith("file://") for link in links)
+        assert (
+            page.get_attribute("#data-docs", "href")
+            == (gx_root / "gx/uncommitted/data_docs/local_site/index.html").resolve().as_uri()
+        )
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
     # Nothing but the file itself and its embedded images was requested.
     assert [u for u in requests if not u.startswith(("file://", "data:"))] == []
