@@ -26,7 +26,7 @@ from expectations.report_data import (
 )
 from tally.money import format_money, minor_digits
 from tally.settings import format_duration
-from tally.tolerances import NO_RULE
+from tally.tolerances import NO_RULE, OK, WARN
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
@@ -38,6 +38,7 @@ th{background:#f5f5f5;text-align:left}td.num{text-align:right;font-variant-numer
 .warn{color:#b8860b;font-weight:600}.muted{color:#666}img{max-width:100%;height:auto}
 .badge{display:inline-block;padding:.2rem .6rem;border-radius:.3rem;color:#fff}
 .badge.ok{background:#2a7d2a}.badge.bad{background:#b22222}.badge.warn{background:#b8860b}
+.badge.plain{background:#666}
 """
 
 
@@ -75,10 +76,50 @@ def _headline_row(h: dict[str, int], currency: str, label: str, key: str) -> str
     )
 
 
-def _balance_badge(data: ReportData) -> str:
+def _balanced(data: ReportData) -> bool:
     headlines = [c.headline for c in data.by_currency] or [data.headline]
-    if all(h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0 for h in headlines):
-        return '<span class="badge ok" id="balance">BALANCED</span>'
+    return all(h["unexplained_windows"] == 0 and h["unexplained_amount"] == 0 for h in headlines)
+
+
+def _failed_critical(data: ReportData) -> list[dict[str, Any]]:
+    return [r for r in data.validation if not r["success"] and r["severity"] == "critical"]
+
+
+def _verdict(data: ReportData) -> str:
+    """The date's verdict as `tally reconcile`'s exit code decides it: the books (balanced,
+    or an unexplained residual and its grade) and the critical expectations together, so a
+    balanced date whose validation failed never reads as a green BALANCED."""
+    grade = None if data.severity is None else data.severity[0]
+    failed = _failed_critical(data)
+    if not _balanced(data) and grade not in (OK, WARN):
+        cls, text = "bad", "Not clean: unexplained differences"
+    elif failed:
+        first = failed[0]
+        more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+        cls, text = (
+            "bad",
+            f"Not clean: validation failed: {first['suite']}/{first['check_name']} "
+            f"(observed {first['observed_value']}){more}",
+        )
+    elif not _balanced(data):
+        cls = "warn" if grade == WARN else "ok"
+        text = (
+            "Unexplained, above a warn limit: a reviewer signs it off"
+            if grade == WARN
+            else "Clean: unexplained within the materiality tolerance"
+        )
+    elif not data.validation:
+        cls, text = "warn", "Balanced, not validated"
+    else:
+        cls, text = "ok", "Clean: balanced and validated"
+    return f'<p><span class="badge {cls}" id="verdict">{_e(text)}</span></p>'
+
+
+def _balance_badge(data: ReportData) -> str:
+    if _balanced(data):
+        # the books balance; green only when the date is clean (`_verdict`)
+        cls = "plain" if _failed_critical(data) else "ok"
+        return f'<span class="badge {cls}" id="balance">BALANCED</span>'
     badge = '<span class="badge bad" id="balance">UNEXPLAINED DIFFERENCES</span>'
     if data.severity is None:
         return badge
@@ -391,6 +432,7 @@ def render_html(data: ReportData, csv_name: str) -> str:
 <p class="muted">Business date in {_e(data.report_timezone)}; {_currency_note(data)} (the rows
 keep integer minor units). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p>
 <h2>Headline</h2>
+{_verdict(data)}
 <p>{_balance_badge(data)}</p>
 {_signoff_html(data)}
 {_per_currency(data, _headline_html)}

@@ -106,11 +106,21 @@ class Thresholds:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _meta(check: str, severity: str, description: str) -> dict[str, Any]:
+# An expectation whose observed value is a share (0.25: a quarter), written as a percentage.
+RATE = "rate"
+
+
+def percent(share: float) -> str:
+    """A share as people read it: 0.05 is "5 %", 7.00007e-05 "0.007 %" (3 decimals at most)."""
+    return f"{float(f'{share * 100:.3f}'):g} %"
+
+
+def _meta(check: str, severity: str, description: str, unit: str | None = None) -> dict[str, Any]:
     """Keyword arguments every expectation gets (GX records `description` and `severity`;
-    `catch_exceptions` turns a broken metric into a failed result instead of an abort)."""
+    `catch_exceptions` turns a broken metric into a failed result instead of an abort);
+    `unit`: how its observed value reads (`RATE`: a percentage; None: as it is)."""
     return {
-        "meta": {"check": check},
+        "meta": {"check": check, **({"unit": unit} if unit else {})},
         "description": description,
         "severity": severity,
         "catch_exceptions": True,
@@ -233,8 +243,9 @@ def gap_suite(
                 **_meta(
                     "late_rate_warn",
                     WARNING,
-                    f"Late-event rate (late events / batch events) at most {late_rate_warn:g} "
-                    "(warning).",
+                    "Late-event rate (late events / batch events) at most "
+                    f"{percent(late_rate_warn)} (warning).",
+                    RATE,
                 ),
             ),
             gxe.ExpectColumnMaxToBeBetween(
@@ -243,7 +254,9 @@ def gap_suite(
                 **_meta(
                     "late_rate_fail",
                     CRITICAL,
-                    f"Late-event rate (late events / batch events) at most {late_rate_fail:g}.",
+                    "Late-event rate (late events / batch events) at most "
+                    f"{percent(late_rate_fail)}.",
+                    RATE,
                 ),
             ),
             gxe.ExpectColumnValuesToNotBeNull(
@@ -380,7 +393,8 @@ def events_suite(
                 **_meta(
                     "duplicate_rate",
                     CRITICAL,
-                    f"Share of duplicate arrivals at most {duplicate_rate_max:g}.",
+                    f"Share of duplicate arrivals at most {percent(duplicate_rate_max)}.",
+                    RATE,
                 ),
             ),
         ],

@@ -46,7 +46,15 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from expectations.suites import SOURCE_TABLE, SUITES, Thresholds, build_suite, select_for_date
+from expectations.suites import (
+    RATE,
+    SOURCE_TABLE,
+    SUITES,
+    Thresholds,
+    build_suite,
+    percent,
+    select_for_date,
+)
 from tally import tables as T
 from tally.spark import session_conf, without_adaptive_execution
 from tally.sql_text import rows_sql, sql_string
@@ -326,11 +334,15 @@ def _text(value: Any) -> str:
     return json.dumps(value, default=str, sort_keys=True)
 
 
-def observed_text(result: dict[str, Any]) -> str | None:
+def observed_text(result: dict[str, Any], unit: str | None = None) -> str | None:
     """A one-line text of what the expectation saw: the observed value of an aggregate
-    expectation; for a per-row one, how many rows were unexpected and a few examples."""
+    expectation (a share as a percentage when its `unit` is `RATE`); for a per-row one, how
+    many rows were unexpected and a few examples."""
     if "observed_value" in result:
-        return _text(result["observed_value"])
+        value = result["observed_value"]
+        if unit == RATE and isinstance(value, int | float) and not isinstance(value, bool):
+            return percent(value)
+        return _text(value)
     if "unexpected_count" in result:
         count = result.get("unexpected_count") or 0
         total = result.get("element_count")
@@ -377,7 +389,9 @@ def result_rows(
                 "success": bool(each.success),
                 "severity": str(getattr(severity, "value", severity)),
                 "observed_value": (
-                    f"error: {exception}" if exception is not None else observed_text(result)
+                    f"error: {exception}"
+                    if exception is not None
+                    else observed_text(result, meta.get("unit"))
                 ),
                 "unexpected_count": _int_or_none(result.get("unexpected_count")),
                 "element_count": _int_or_none(result.get("element_count")),

@@ -506,6 +506,7 @@ def test_the_report_in_headless_chromium(world: World) -> None:
         assert [page.inner_text(f"#in-{c}") for c in CURRENCIES] == [f"In {c}" for c in CURRENCIES]
         assert page.locator("#batch-amount").count() == 0
         assert page.inner_text("#balance") == "BALANCED"
+        assert page.inner_text("#verdict") == "Clean: balanced and validated"
         # JPY's worst keys: m1, its gap in yen
         cells = page.eval_on_selector_all(
             "#worst-keys-JPY td", "tds => tds.map(td => td.innerText)"

@@ -347,7 +347,7 @@ def test_clean_day_passes_every_suite(spark, clean, gx_root) -> None:
     rows = {(r["suite"], r["check_name"]): r for r in read_results(spark, warehouse, DAY)}
     assert set(rows) == checks
     rate = rows[(S.GAP, "late_rate_warn")]
-    assert float(rate["observed_value"]) == pytest.approx(1 / 3001)
+    assert rate["observed_value"] == "0.033 %"  # 1 / 3001, as a person reads a rate
     assert rate["severity"] == "warning" and rows[(S.GAP, "late_rate_fail")]["severity"] == (
         "critical"
     )
@@ -441,7 +441,7 @@ def test_a_late_rate_between_the_thresholds_is_a_warning(spark, gx_root) -> None
     assert outcome.failures == []
     (line,) = outcome.warnings
     observed = row_of(outcome.results_rows, "late_rate_warn")["observed_value"]
-    assert float(observed) == pytest.approx(10 / 3010)
+    assert observed == "0.332 %"  # 10 / 3010
     assert observed in line
 
 
@@ -455,7 +455,7 @@ def test_a_late_rate_over_the_failure_threshold_fails(spark, gx_root) -> None:
     assert failed(outcome) == {(S.GAP, "late_rate_warn"), (S.GAP, "late_rate_fail")}
     assert not outcome.success
     fail = row_of(outcome.results_rows, "late_rate_fail")
-    assert float(fail["observed_value"]) == pytest.approx(41 / 3041)
+    assert fail["observed_value"] == "1.348 %"  # 41 / 3041
     assert fail["severity"] == "critical"
     (line,) = outcome.failures
     assert "late_rate_fail" in line and fail["observed_value"] in line
@@ -641,3 +641,17 @@ def test_a_missing_data_docs_page_is_none_but_a_missing_site_is_an_error(tmp_pat
     config.write_text(config.read_text().replace("  local_site:", "  another_site:"))
     with pytest.raises(DataContextError, match="Could not find site named local_site"):
         data_docs_page(gx_context(tmp_path / "no-site"), never_run)
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [
+        (0.05, "5 %"),  # a setting as people write it
+        (7.000070000700007e-05, "0.007 %"),  # not 7.000070000700007e-05
+        (1 / 3, "33.333 %"),  # three decimals at most
+        (0.0, "0 %"),
+        (1.0, "100 %"),
+    ],
+)
+def test_a_rate_reads_as_a_percentage(share: float, text: str) -> None:
+    assert S.percent(share) == text

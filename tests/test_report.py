@@ -7,6 +7,7 @@ artifacts/report.png.
 from __future__ import annotations
 
 import csv
+import html
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -407,6 +408,7 @@ def test_report_in_headless_chromium(report) -> None:
             for kind, value in (("count", count), ("amount", amount))
         }
         assert page.inner_text("#balance") == "UNEXPLAINED DIFFERENCES"
+        assert page.inner_text("#verdict") == "Not clean: unexplained differences"
         assert page.inner_text("#late-rate") == "15.385 %"
         assert page.inner_text("#validation-verdict") == "FAILED"
         assert page.inner_text("#current-bound") == "30s"
@@ -572,9 +574,117 @@ def test_the_badge_names_the_dates_severity(
     from expectations.report_html import _balance_badge
 
     headline = {"unexplained_windows": unexplained, "unexplained_amount": 7 * unexplained}
-    badge = _balance_badge(SimpleNamespace(headline=headline, severity=severity, by_currency=()))  # type: ignore[arg-type]
+    data = SimpleNamespace(headline=headline, severity=severity, by_currency=(), validation=[])
+    badge = _balance_badge(data)  # type: ignore[arg-type]
     assert text in badge
     assert ('id="severity"' in badge) == (unexplained > 0 and severity is not None)
+
+
+def _check(success: bool, severity: str = "critical", name: str = "amount_within_bounds") -> dict:
+    return {
+        "suite": "events",
+        "check_name": name,
+        "success": success,
+        "severity": severity,
+        "observed_value": "0 of 9 rows unexpected" if success else "2 of 9 rows unexpected",
+    }
+
+
+VERDICT_CASES = [
+    # (why, unexplained windows, severity, validation rows, verdict class, verdict text)
+    (
+        "balanced and every check passed",
+        0,
+        None,
+        [_check(True)],
+        "ok",
+        "Clean: balanced and validated",
+    ),
+    (
+        "balanced, but a critical check failed: not a green BALANCED (the demo's date)",
+        0,
+        None,
+        [_check(False), _check(False, name="duplicate_rate")],
+        "bad",
+        "Not clean: validation failed: events/amount_within_bounds (observed 2 of 9 rows "
+        "unexpected) and 1 more",
+    ),
+    (
+        "a failed warning does not fail the date",
+        0,
+        None,
+        [_check(False, "warning")],
+        "ok",
+        "Clean: balanced and validated",
+    ),
+    ("never validated", 0, None, [], "warn", "Balanced, not validated"),
+    (
+        "a residual of a run from before tolerances",
+        1,
+        None,
+        [_check(True)],
+        "bad",
+        "Not clean: unexplained differences",
+    ),
+    (
+        "a residual graded fail",
+        1,
+        ("fail", "r"),
+        [_check(True)],
+        "bad",
+        "Not clean: unexplained differences",
+    ),
+    (
+        "graded warn: exit 0, but a person signs it off",
+        1,
+        ("warn", "r"),
+        [_check(True)],
+        "warn",
+        "Unexplained, above a warn limit: a reviewer signs it off",
+    ),
+    (
+        "graded ok: clean",
+        1,
+        ("ok", "r"),
+        [_check(True)],
+        "ok",
+        "Clean: unexplained within the materiality tolerance",
+    ),
+    (
+        "graded ok, but a critical check failed",
+        1,
+        ("ok", "r"),
+        [_check(False)],
+        "bad",
+        "Not clean: validation failed: events/amount_within_bounds (observed 2 of 9 rows "
+        "unexpected)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "unexplained", "severity", "validation", "cls", "text"), VERDICT_CASES
+)
+def test_the_headline_states_the_verdict_the_exit_code_decides(
+    why: str,
+    unexplained: int,
+    severity: tuple[str, str] | None,
+    validation: list[dict],
+    cls: str,
+    text: str,
+) -> None:
+    from types import SimpleNamespace
+
+    from expectations.report_html import _balance_badge, _verdict
+
+    headline = {"unexplained_windows": unexplained, "unexplained_amount": 7 * unexplained}
+    data = SimpleNamespace(
+        headline=headline, severity=severity, by_currency=(), validation=validation
+    )
+    verdict = _verdict(data)  # type: ignore[arg-type]
+    assert f'<span class="badge {cls}" id="verdict">{html.escape(text)}</span>' in verdict, why
+    green = '<span class="badge ok" id="balance">' in _balance_badge(data)  # type: ignore[arg-type]
+    assert green == (unexplained == 0 and cls != "bad"), why
 
 
 @pytest.mark.parametrize(
