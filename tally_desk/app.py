@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -139,6 +139,11 @@ async def off_loop(config: DeskConfig, fn: Callable[..., T], *args: Any) -> T:
         raise HTTPException(503, f"warehouse unreachable: {exc}") from None
 
 
+# What the date page reads of `validation_results`: the verdict, and what failed.
+FAILED_CHECK_COLUMNS = ("suite", "check_name", "severity", "observed_value", "description")
+VALIDATION_COLUMNS = ("business_date", "success", "data_docs_page", *FAILED_CHECK_COLUMNS)
+
+
 def read_ledger(config: DeskConfig) -> list[dict[str, Any]]:
     return W.read_ledger(config.location)
 
@@ -147,9 +152,7 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
     loc = config.location
     summaries = W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS, day)
     runs = W.read_rows(loc, W.RUNS, None, day)
-    validation = W.read_rows(
-        loc, W.VALIDATION, ("business_date", "severity", "success", "data_docs_page"), day
-    )
+    validation = W.read_rows(loc, W.VALIDATION, VALIDATION_COLUMNS, day)
     signoffs = W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS, day)
     alerts = [a for a in W.read_rows(loc, W.ALERTS) if a.get("business_date") == day]
     copies = sorted(
@@ -175,7 +178,29 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
         # the evidence of EXPLAINED_BY_COPIES: each copy the stream counted, by window
         "copies": {"rows": len(copies), "shown": L.plain_rows(copies[: L.COPIES_SHOWN])},
         "files": date_files(config, day, validation),
+        # what failed, critical first, each with its Data Docs page where the desk serves it
+        "failed_checks": [
+            {**{k: r.get(k) for k in FAILED_CHECK_COLUMNS}, "docs_page": docs_page(config, r)}
+            for r in sorted(
+                (r for r in validation if r.get("success") is False),
+                key=lambda r: (r.get("severity") != "critical", r["suite"], r["check_name"]),
+            )
+        ],
     }
+
+
+def docs_page(config: DeskConfig, row: Mapping[str, Any]) -> str | None:
+    """A validation row's Data Docs page as a path the desk serves (`docs/...`: under its
+    Data Docs directory, and there), or None."""
+    text = str(row.get("data_docs_page") or "")
+    if not text:
+        return None
+    local = Path(text.removeprefix("file://"))
+    try:
+        relative = local.resolve().relative_to(config.docs_dir)
+    except ValueError:
+        return None
+    return f"docs/{relative.as_posix()}" if (config.docs_dir / relative).is_file() else None
 
 
 def date_files(config: DeskConfig, day: date, validation: list[dict[str, Any]]) -> dict[str, str]:
@@ -187,15 +212,11 @@ def date_files(config: DeskConfig, day: date, validation: list[dict[str, Any]]) 
     ):
         if (config.report_dir / name).is_file():
             out[key] = f"files/{name}"
-    pages_ = [str(r.get("data_docs_page") or "") for r in validation]
-    for candidate in [*pages_, str(config.docs_dir / "local_site" / "index.html")]:
-        local = Path(candidate.removeprefix("file://"))
-        try:
-            relative = local.resolve().relative_to(config.docs_dir)
-        except ValueError:
-            continue
-        if (config.docs_dir / relative).is_file():
-            out["data_docs"] = f"docs/{relative.as_posix()}"
+    index = {"data_docs_page": str(config.docs_dir / "local_site" / "index.html")}
+    for candidate in [*validation, index]:
+        served = docs_page(config, candidate)
+        if served is not None:
+            out["data_docs"] = served
             break
     return out
 

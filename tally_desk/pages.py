@@ -176,9 +176,72 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
     return page("tally reconciliation", body)
 
 
+# What the date page calls the figures it shows (a person reads words, not column names).
+FIGURE_LABELS = {
+    "currency": "currency",
+    "stream_count": "stream events",
+    "stream_amount": "stream amount",
+    "batch_count": "batch events",
+    "batch_amount": "batch amount",
+    "gap_count": "gap events",
+    "gap_amount": "gap amount",
+    "unexplained_windows": "unexplained windows",
+    "unexplained_amount": "unexplained amount",
+    "late_event_rate": "late-event rate",
+    "last_run": "last run",
+    "run_time": "run time",
+    "events_version": "events version (pinned)",
+    "stream_aggregates_version": "stream_aggregates version (pinned)",
+    "late_events_version": "late_events version (pinned)",
+    "window_ms": "window",
+    "report_timezone": "report time zone",
+}
+
+
 def _kv_table(values: Mapping[str, Any], ident: str, currency: str | None = None) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th>{_cell(k, v, currency)}</tr>" for k, v in values.items())
+    rows = "".join(
+        f"<tr><th>{_e(FIGURE_LABELS.get(k, k))}</th>{_cell(k, v, currency)}</tr>"
+        for k, v in values.items()
+    )
     return f'<table id="{ident}">{rows}</table>'
+
+
+def _failed_checks(checks: Sequence[Mapping[str, Any]]) -> str:
+    """The date's failed expectations, critical first, each with what it observed and its
+    Data Docs page (`docs_page`: a path the desk serves; none when it does not)."""
+    if not checks:
+        return '<p id="failed-checks">None failed.</p>'
+    items = "".join(
+        f'<li class="{"s-unexplained" if c["severity"] == "critical" else "s-unexplained_warn"}">'
+        f"<b>{_e(c['suite'])}/{_e(c['check_name'])}</b> ({_e(c['severity'])}): "
+        f"{_e(c.get('description'))} Observed: {_e(c.get('observed_value'))}"
+        + (f' — <a href="../{_e(c["docs_page"])}">Data Docs</a>' if c.get("docs_page") else "")
+        + "</li>"
+        for c in checks
+    )
+    return f'<ul id="failed-checks">{items}</ul>'
+
+
+def _provenance_html(provenance: Mapping[str, Any]) -> str:
+    """The run's pins and windowing as a table, its settings as one, the raw JSON behind a
+    toggle."""
+    if not provenance:
+        return '<p id="provenance">No reconciliation run.</p>'
+    pins = {k: v for k, v in provenance.items() if k != "settings"}
+    if isinstance(pins.get("window_ms"), int):
+        pins["window_ms"] = f"{pins['window_ms']:,} ms"
+    settings = provenance.get("settings")
+    settings_html = (
+        _kv_table({k: json.dumps(v) for k, v in sorted(settings.items())}, "settings")
+        if isinstance(settings, Mapping)
+        else f"<p>{_e(settings)}</p>"
+    )
+    raw = json.dumps(provenance, indent=2, sort_keys=True)
+    return (
+        f'<div id="provenance">{_kv_table(pins, "pins")}<h3>Settings in force</h3>'
+        f"{settings_html}<details><summary>raw JSON</summary>"
+        f'<pre id="provenance-json">{_e(raw)}</pre></details></div>'
+    )
 
 
 def _currency_of(column: str, row: Mapping[str, Any], default: str | None) -> str | None:
@@ -260,14 +323,16 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
         f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
         f"{_reopened_text(row.get('reopened'))}"
+        "<h2>What failed</h2>"
+        f"{_failed_checks(detail.get('failed_checks') or [])}"
+        "<h2>Figures</h2>"
         f"{_kv_table(totals, 'totals', row.get('currency'))}"
         '<h2>Airflow runs</h2><ul id="airflow-runs">'
         f"{runs or '<li>none found</li>'}</ul>"
         f"<h2>Sign-offs</h2>{signoffs}<h2>Alerts</h2>{alerts}"
         "<h2>Copies of earlier events the stream counted</h2>"
         f"{copies_html}"
-        '<h2>Provenance</h2><pre id="provenance">'
-        f"{_e(json.dumps(detail['provenance'], indent=2, sort_keys=True))}</pre>"
+        f"<h2>Provenance</h2>{_provenance_html(detail['provenance'])}"
     )
     return page(f"tally {detail['business_date']}", body)
 

@@ -178,6 +178,14 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     provenance = body["provenance"]
     assert provenance["events_version"] is not None
     assert provenance["settings"]["warehouse"] == desk_env["TALLY_WAREHOUSE"]
+    # what failed: the date's unexplained windows, critical first, each with its Data Docs page
+    failed = body["failed_checks"]
+    assert ("gap", "no_unexplained_windows") in {(c["suite"], c["check_name"]) for c in failed}
+    assert failed[0]["severity"] == "critical" and failed[0]["observed_value"]
+    served = [c["docs_page"] for c in failed if c["docs_page"]]
+    assert served and all(page.startswith("docs/") for page in served)
+    status, _, _ = get(airflow, served[0], tokens["reviewer"])
+    assert status == 200
 
     reports = Path(desk_env["TALLY_REPORT_DIR"])
     status, report, headers = get(airflow, files["report"], tokens["reviewer"])
@@ -195,7 +203,8 @@ def test_date_page_has_report_csv_docs_alerts_and_provenance(airflow, tokens, de
     assert status == 200
     assert "data quality: &lt;unexplained&gt; gap" in text and "<unexplained>" not in text
     assert "accepted by ana" in text and "accepted: ticket 123" in text
-    for ident in ("report-link", "csv-link", "data-docs-link", "provenance", "alerts", "copies"):
+    idents = ("report-link", "csv-link", "data-docs-link", "provenance", "alerts", "copies")
+    for ident in (*idents, "failed-checks", "provenance-json"):
         assert f'id="{ident}"' in text, ident
 
 

@@ -526,3 +526,71 @@ def test_a_date_in_several_currencies_shows_each_amount_in_its_own() -> None:
     page = date_page(detail)
     assert "¥1,734 and $5.34" in page and "2,268" not in page
     assert '<td class="n">€9.99</td>' in page and '<td class="n">$7.00</td>' in page
+
+
+def test_the_date_page_names_what_failed_in_words() -> None:
+    """What failed (critical first, with what it observed and its Data Docs page), the figures
+    labelled in words, the provenance as tables with the raw JSON behind a toggle."""
+    from tally_desk.pages import date_page
+
+    ledger = {c: 0 for c in L.TOTALS} | {
+        "status": "validation_failed",
+        "signoff": None,
+        "unexplained_windows": 0,
+        "unexplained_amount": 0,
+        "late_event_rate": 7.000070000700007e-05,
+        "last_run": None,
+        "currency": "USD",
+        "stream_amount": 1234,
+    }
+    failed = [
+        {
+            "suite": "events",
+            "check_name": "event_time_not_ahead_of_ingest",
+            "severity": "critical",
+            "observed_value": "5 of 100499 rows unexpected",
+            "description": "No event_time is more than 300000 ms ahead of its ingest_time.",
+            "docs_page": "docs/validations/events/x.html",
+        },
+        {
+            "suite": "gap",
+            "check_name": "late_rate_warn",
+            "severity": "warning",
+            "observed_value": "0.007 %",
+            "description": "Late-event rate at most 0.1 % (warning).",
+            "docs_page": None,
+        },
+    ]
+    detail = {
+        "business_date": "2026-11-20",
+        "ledger": ledger,
+        "files": {},
+        "airflow_runs": [],
+        "signoffs": [],
+        "alerts": [],
+        "provenance": {
+            "run_time": "2026-11-21T00:30:00+00:00",
+            "events_version": 7,
+            "window_ms": 60000,
+            "settings": {"window": "60s", "default_currency": "USD"},
+        },
+        "failed_checks": failed,
+    }
+    page = date_page(detail)
+    listed = re.findall(r"<li[^>]*><b>([^<]+)</b>", page)
+    assert listed == ["events/event_time_not_ahead_of_ingest", "gap/late_rate_warn"]
+    assert "Observed: 5 of 100499 rows unexpected" in page
+    assert '<a href="../docs/validations/events/x.html">Data Docs</a>' in page
+    assert page.count(">Data Docs</a>") == 1  # the warning's page is not served
+    # figures in words, amounts as money, the rate as a percentage
+    assert "<th>stream events</th>" in page and "<th>stream_count</th>" not in page
+    assert '<th>stream amount</th><td class="n">$12.34</td>' in page
+    assert '<th>late-event rate</th><td class="n">0.0070%</td>' in page
+    # provenance: tables, then the raw JSON behind a toggle
+    assert '<th>events version (pinned)</th><td class="n">7</td>' in page
+    assert "<th>window</th><td>60,000 ms</td>" in page
+    assert '<table id="settings">' in page and "<th>default_currency</th>" in page
+    assert (
+        "<details><summary>raw JSON</summary>" in page and "&quot;events_version&quot;: 7" in page
+    )
+    assert '<p id="failed-checks">None failed.</p>' in date_page({**detail, "failed_checks": []})
