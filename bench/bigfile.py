@@ -38,6 +38,7 @@ from bench import engines as E
 from bench.common import Backlog, StreamShape, arrival_files, load_average, log, stopwatch
 from bench.speed import generate_backlog
 from tally import tables as T
+from tally.windows import WINDOW_KEY
 
 RSS_TOLERANCE = 1.25  # the big file's peak RSS over the split input's, at most
 BYTES_PER_LINE = 114  # what tally_tools.generate writes on average (measured on its output)
@@ -62,15 +63,15 @@ def concatenate(files: list[Path], out: Path) -> int:
 
 
 def latest_aggregates(spark: SparkSession, warehouse: str) -> DataFrame:
-    """The latest revision of every window and key of `stream_aggregates`."""
-    latest = Window.partitionBy("window_start", "window_end", "key").orderBy(
+    """The latest revision of every window, key and currency of `stream_aggregates`."""
+    latest = Window.partitionBy(*WINDOW_KEY).orderBy(
         F.col("revision").desc()
     )
     return (
         T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
         .withColumn("_r", F.row_number().over(latest))
         .where("_r = 1")
-        .select("window_start", "window_end", "key", "event_count", "amount_sum")
+        .select(*WINDOW_KEY, "event_count", "amount_sum")
     )
 
 

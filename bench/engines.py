@@ -28,6 +28,7 @@ from bench.common import StreamShape, run_process
 from bench.plain_job import AGG_TABLE, BATCH_TABLE, BRONZE_TABLE
 from tally import tables as T
 from tally.settings import format_duration
+from tally.windows import WINDOW_KEY
 
 Sampler = Callable[[float, int], None]
 
@@ -137,7 +138,7 @@ def tally_accounting(spark: SparkSession, warehouse: str, checkpoint: str) -> di
         .first()
     )
     assert p is not None
-    latest = Window.partitionBy("window_start", "window_end", "key").orderBy(
+    latest = Window.partitionBy(*WINDOW_KEY).orderBy(
         F.col("revision").desc()
     )
     emitted = (

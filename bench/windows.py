@@ -93,7 +93,7 @@ from bench.common import Backlog, StreamShape, load_average, log, median_run, su
 from bench.speed import generate_backlog, input_and_setup, input_facts
 from tally import tables as T
 from tally.settings import format_duration
-from tally.windows import WINDOW_KEY
+from tally.windows import SESSION_OWNER, WINDOW_KEY
 
 HOPS = 5  # the hopping run's windows per event: slide = window / HOPS
 SESSION_GAP_MS = 10_000  # the session run's gap (why 10 s: the module's docstring)
@@ -170,7 +170,7 @@ def current_windows(spark: SparkSession, warehouse: str, disjoint: bool) -> dict
     )
     overlap = F.lit(None).cast("boolean")
     if disjoint:
-        by_key = Window.partitionBy("key").orderBy("window_start", "window_end")
+        by_key = Window.partitionBy(*SESSION_OWNER).orderBy("window_start", "window_end")
         overlap = F.col("window_start") < F.lag("window_end").over(by_key)
     row = (
         current.withColumn("_overlap", overlap)

@@ -565,7 +565,7 @@ def test_current_windows_drop_retracted_sessions_and_find_overlaps(spark, tmp_pa
         at = t0 + timedelta(seconds=40)
         return (
             t0 + timedelta(seconds=start), t0 + timedelta(seconds=end), key, count, 100 * count,
-            revision, at, at, 0, "app", True, retracted,
+            revision, at, at, 0, "app", True, retracted, "USD",
         )  # fmt: skip
 
     rows = [
