@@ -64,9 +64,7 @@ def concatenate(files: list[Path], out: Path) -> int:
 
 def latest_aggregates(spark: SparkSession, warehouse: str) -> DataFrame:
     """The latest revision of every window, key and currency of `stream_aggregates`."""
-    latest = Window.partitionBy(*WINDOW_KEY).orderBy(
-        F.col("revision").desc()
-    )
+    latest = Window.partitionBy(*WINDOW_KEY).orderBy(F.col("revision").desc())
     return (
         T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
         .withColumn("_r", F.row_number().over(latest))

@@ -138,9 +138,7 @@ def tally_accounting(spark: SparkSession, warehouse: str, checkpoint: str) -> di
         .first()
     )
     assert p is not None
-    latest = Window.partitionBy(*WINDOW_KEY).orderBy(
-        F.col("revision").desc()
-    )
+    latest = Window.partitionBy(*WINDOW_KEY).orderBy(F.col("revision").desc())
     emitted = (
         T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
         .withColumn("_r", F.row_number().over(latest))
