@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from tally.dates import parse_business_date
-from tally.money import CurrencyError, check_currency, recorded_currency
+from tally.money import CurrencyError, check_currency, format_money, recorded_currency
 from tally.tolerances import OK, SEVERITIES, WARN
 
 STATUSES = (
@@ -335,6 +335,19 @@ def _by_currency(rollup: Mapping[str, Any] | None, run: str | None) -> list[dict
         }
         for r in rollup["by_currency"]
     ]
+
+
+def change_text(change: Mapping[str, Any], currency: str | None, separator: str = ", ") -> str:
+    """What a reopened date gained (`reopened` of a ledger row) as a person reads it: its
+    events and its amount in the date's `currency` ("+3 events, +$12.34"). A date in several
+    currencies (None) shows events only: the stream's count adds its currencies' amounts, and
+    a checked change keeps only the largest of them."""
+    events = f"{change['events']:+,} events"
+    amount = change.get("amount")
+    if currency is None or amount is None:
+        return events
+    sign = "+" if amount >= 0 else ""
+    return f"{events}{separator}{sign}{format_money(int(amount), currency)}"
 
 
 def _signoff_of(signoff: Mapping[str, Any] | None, last_run: Any) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
     ("late rate", lambda r: "" if r["late_event_rate"] is None else f"{r['late_event_rate']:.3%}"),
     ("last run", lambda r: r["last_run"] or ""),
     ("sign-off", lambda r: _signoff(r["signoff"])),
-    ("since the run", lambda r: _reopened(r["reopened"])),
+    ("since the run", lambda r: _reopened(r["reopened"], r.get("currency"))),
 )
 
 
@@ -46,12 +46,12 @@ def _money(row: Mapping[str, Any], column: str) -> str:
     return format_money(value, currency) if value is not None and currency else _number(value)
 
 
-def _reopened(change: Mapping[str, Any] | None) -> str:
+def _reopened(change: Mapping[str, Any] | None, currency: str | None) -> str:
     """What a reopened date gained since its run (`unchecked`: the stream's count, before the
     exact check of `tally restatements`)."""
     if not change:
         return ""
-    text = f"{change['events']:+,} events / {change['amount']:+,}"
+    text = L.change_text(change, currency, " / ")
     return text if change.get("verified") else f"{text} (unchecked)"
 
 

@@ -10,7 +10,14 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from tally.ledger import COPY_COLUMNS, STATUS_LABELS, STATUSES, TOTALS, LedgerQuery
+from tally.ledger import (
+    COPY_COLUMNS,
+    STATUS_LABELS,
+    STATUSES,
+    TOTALS,
+    LedgerQuery,
+    change_text,
+)
 from tally.money import format_amounts, format_money
 
 _CSS = """
@@ -322,7 +329,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f'<p>status: <b id="status" class="s-{_e(row["status"])}">'
         f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
         f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
-        f"{_reopened_text(row.get('reopened'))}"
+        f"{_reopened_text(row.get('reopened'), row.get('currency'))}"
         "<h2>What failed</h2>"
         f"{_failed_checks(detail.get('failed_checks') or [])}"
         "<h2>Figures</h2>"
@@ -337,11 +344,11 @@ def date_page(detail: Mapping[str, Any]) -> str:
     return page(f"tally {detail['business_date']}", body)
 
 
-def _reopened_text(change: dict[str, Any] | None) -> str:
+def _reopened_text(change: dict[str, Any] | None, currency: str | None) -> str:
     """What a reopened date gained after its run (the stream's count until checked)."""
     if not change:
         return ""
-    what = f"{change['events']:+,} events, {change['amount']:+,} amount"
+    what = change_text(change, currency)
     if change.get("verified"):
         where = f" in {change['windows']:,} windows" if change.get("windows") is not None else ""
         text = f"Changed after its run: {what}{where} (checked; re-run the date to settle it)."

@@ -594,3 +594,34 @@ def test_the_date_page_names_what_failed_in_words() -> None:
         "<details><summary>raw JSON</summary>" in page and "&quot;events_version&quot;: 7" in page
     )
     assert '<p id="failed-checks">None failed.</p>' in date_page({**detail, "failed_checks": []})
+
+
+@pytest.mark.parametrize(
+    ("change", "currency", "text"),
+    [
+        ({"events": 3, "amount": 716}, "USD", "+3 events, +$7.16"),  # in the date's currency
+        ({"events": -2, "amount": -5}, "USD", "-2 events, -$0.05"),  # a loss keeps its sign
+        ({"events": 3, "amount": 716}, "JPY", "+3 events, +¥716"),
+        # several currencies: the stream's count adds them, so no amount is shown
+        ({"events": 3, "amount": 716}, None, "+3 events"),
+        ({"events": 1, "amount": None}, "USD", "+1 events"),  # nothing counted yet
+    ],
+)
+def test_what_a_reopened_date_gained_reads_in_its_currency(
+    change: dict, currency: str | None, text: str
+) -> None:
+    from tally_app.ledger import grid
+    from tally_desk.pages import _reopened_text
+
+    assert L.change_text(change, currency) == text
+    assert text in _reopened_text(change, currency)
+    row = {
+        "business_date": "2026-11-20",
+        "status": "reopened",
+        "reopened": change,
+        "currency": currency,
+        "signoff": None,
+        "last_run": None,
+        **dict.fromkeys(L.SUMMARY_COLUMNS[1:]),
+    } | {"currency": currency}
+    assert f"{L.change_text(change, currency, ' / ')} (unchecked)" in grid([row])[1]
