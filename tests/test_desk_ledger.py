@@ -33,6 +33,21 @@ def columns(table: str) -> set[str]:
     return set(re.findall(r"(?:^|, )([a-z_]+) [A-Z]", CATALOG[table].ddl))
 
 
+def date_detail(ledger: dict, **parts: Any) -> dict:
+    """What the desk's date page renders (`tally_desk.app.read_date`'s shape): the date's
+    ledger row, nothing else recorded unless `parts` say so."""
+    detail = {
+        "business_date": "2026-11-20",
+        "ledger": ledger,
+        "files": {},
+        "airflow_runs": [],
+        "signoffs": [],
+        "alerts": [],
+        "provenance": {},
+    }
+    return detail | parts
+
+
 def test_desk_tables_are_in_the_catalog() -> None:
     assert set(W.DESK_TABLES) <= set(CATALOG)
     assert set(L.SIGNOFF_COLUMNS) <= columns("signoffs")
@@ -320,16 +335,7 @@ def test_the_date_page_lists_the_copies_the_stream_counted() -> None:
         "first_event_date": "2026-11-19",
         "first_key": "a",
     }
-    detail = {
-        "business_date": "2026-11-20",
-        "ledger": ledger,
-        "files": {},
-        "airflow_runs": [],
-        "signoffs": [],
-        "alerts": [],
-        "provenance": {},
-        "copies": {"rows": L.COPIES_SHOWN + 1, "shown": [copy]},
-    }
+    detail = date_detail(ledger, copies={"rows": L.COPIES_SHOWN + 1, "shown": [copy]})
     html = date_page(detail)
     assert "explained by copies the stream counted" in html
     assert '<table id="copies">' in html and "<td>e&lt;0&gt;</td>" in html
@@ -513,16 +519,7 @@ def test_a_date_in_several_currencies_shows_each_amount_in_its_own() -> None:
         "first_amount": 700,
         "first_currency": "USD",
     }
-    detail = {
-        "business_date": D1.isoformat(),
-        "ledger": row,
-        "files": {},
-        "airflow_runs": [],
-        "signoffs": [],
-        "alerts": [],
-        "provenance": {},
-        "copies": {"rows": 1, "shown": [copy]},
-    }
+    detail = date_detail(row, business_date=D1.isoformat(), copies={"rows": 1, "shown": [copy]})
     page = date_page(detail)
     assert "¥1,734 and $5.34" in page and "2,268" not in page
     assert '<td class="n">€9.99</td>' in page and '<td class="n">$7.00</td>' in page
@@ -561,21 +558,13 @@ def test_the_date_page_names_what_failed_in_words() -> None:
             "docs_page": None,
         },
     ]
-    detail = {
-        "business_date": "2026-11-20",
-        "ledger": ledger,
-        "files": {},
-        "airflow_runs": [],
-        "signoffs": [],
-        "alerts": [],
-        "provenance": {
-            "run_time": "2026-11-21T00:30:00+00:00",
-            "events_version": 7,
-            "window_ms": 60000,
-            "settings": {"window": "60s", "default_currency": "USD"},
-        },
-        "failed_checks": failed,
+    provenance = {
+        "run_time": "2026-11-21T00:30:00+00:00",
+        "events_version": 7,
+        "window_ms": 60000,
+        "settings": {"window": "60s", "default_currency": "USD"},
     }
+    detail = date_detail(ledger, provenance=provenance, failed_checks=failed)
     page = date_page(detail)
     listed = re.findall(r"<li[^>]*><b>([^<]+)</b>", page)
     assert listed == ["events/event_time_not_ahead_of_ingest", "gap/late_rate_warn"]
