@@ -193,8 +193,10 @@ def date_rollup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             out[column] = sum(v or 0 for v in values)
         else:
             out[column] = value
-    late, batch = out.get("late_events") or 0, out.get("batch_count") or 0
-    out["late_event_rate"] = late / batch if batch else None
+    if not one:  # over every currency's events (a row read without `late_events`: its rate's)
+        late = sum(_late_events(r) for r in rows)
+        batch = sum(r.get("batch_count") or 0 for r in rows)
+        out["late_event_rate"] = late / batch if batch else None
     lateness = [r["max_lateness_ms"] for r in rows if r.get("max_lateness_ms") is not None]
     out["max_lateness_ms"] = max(lateness, default=None)
     if not one:
@@ -211,6 +213,14 @@ def date_rollup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     out["currencies"] = [r.get("currency") for r in rows]
     out["by_currency"] = [dict(r) for r in rows]
     return out
+
+
+def _late_events(row: Mapping[str, Any]) -> float:
+    """A summary row's late events: the figure, or (a row read without it, as the desk reads
+    them) its late-event rate times its batch events."""
+    if row.get("late_events") is not None:
+        return float(row["late_events"])
+    return float(row.get("late_event_rate") or 0.0) * (row.get("batch_count") or 0)
 
 
 def _any(summary: Mapping[str, Any], column: str) -> bool:

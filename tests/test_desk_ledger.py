@@ -447,6 +447,19 @@ ROLLUP_CASES = [
         {"late_event_rate": 0.25, "max_lateness_ms": 5000},
     ),
     (
+        "one currency: its rate as recorded (the desk reads no late_events)",
+        [per_currency("USD", batch_count=4, late_event_rate=0.25) | {"late_events": None}],
+        {"late_event_rate": 0.25},
+    ),
+    (
+        "several, read without late_events: each rate times its batch events",
+        [
+            per_currency("USD", batch_count=2, late_event_rate=0.5) | {"late_events": None},
+            per_currency("JPY", batch_count=2, late_event_rate=0.0) | {"late_events": None},
+        ],
+        {"late_event_rate": 0.25},
+    ),
+    (
         "worst keys of several currencies name their currency",
         [
             per_currency("USD", worst_keys=["m1"]),
