@@ -21,6 +21,7 @@ Built in three phases: `expectations.report_data` reads the tables and reduces t
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from pathlib import Path
@@ -106,12 +107,17 @@ def _csv_cell(column: str, data_type: DataType) -> Column:
 CSV_BLOCK_MS = 600_000
 
 
-def with_formatted_amounts(rows: DataFrame, currency: str) -> DataFrame:
+def with_formatted_amounts(
+    rows: DataFrame, currency: str, currencies: Iterable[str] | None = None
+) -> DataFrame:
     """The rows with their `currency` (the run's, where the rows name none) and each of
-    `FORMATTED_AMOUNTS` written in it (`tally.money_columns.money_text`, in the JVM)."""
+    `FORMATTED_AMOUNTS` written in it (`tally.money_columns.money_text`, in the JVM);
+    `currencies`: the codes the rows hold, when the caller knows them (None: one small job
+    finds them), so the formatting's lookups stay short."""
     rows = with_currency(rows, currency)
-    # the few codes the rows hold (one small job): the formatting's lookups stay short
-    codes = {currency} | {r[0] for r in rows.select("currency").distinct().collect()}
+    if currencies is None:
+        currencies = [r[0] for r in rows.select("currency").distinct().collect()]
+    codes = {currency, *currencies}
     return rows.withColumns(
         {
             f"{c}{FORMATTED}": money_text(F.col(c), F.col("currency"), codes)
@@ -121,7 +127,9 @@ def with_formatted_amounts(rows: DataFrame, currency: str) -> DataFrame:
     )
 
 
-def write_csv(rows: DataFrame, path: Path, currency: str) -> int:
+def write_csv(
+    rows: DataFrame, path: Path, currency: str, currencies: Iterable[str] | None = None
+) -> int:
     """The reconciliation rows as CSV (streamed from Spark in window, key order); returns
     the number of rows. Amounts stay integer minor units (unquoted), with their `currency`
     and each written for a person beside them (`with_formatted_amounts`); text cells are quoted
@@ -129,7 +137,7 @@ def write_csv(rows: DataFrame, path: Path, currency: str) -> int:
     is formatted in the JVM (`_csv_cell`) and the lines of a block (`CSV_BLOCK_MS` of window
     starts) are sorted and joined there: the driver only writes them (formatting ~100k rows
     a day in Python took seconds)."""
-    rows = with_formatted_amounts(rows, currency)
+    rows = with_formatted_amounts(rows, currency, currencies)
     columns = [c for c in RECONCILIATION_COLUMNS if c in rows.columns]
     types = {f.name: f.dataType for f in rows.schema.fields}
     line = F.concat_ws(",", *[_csv_cell(c, types[c]) for c in columns])
@@ -187,7 +195,9 @@ def build_report(
         csv_path = out / f"reconciliation-{business_date.isoformat()}.csv"
         page = worker.submit(render_html, data, csv_path.name)
         try:
-            write_csv(rows, csv_path, data.currency)
+            # the report found the rows' currencies already: no second job for them
+            known = [c.currency for c in data.by_currency] or None
+            write_csv(rows, csv_path, data.currency, known)
         finally:
             if inputs is None:  # the caller's own rows stay persisted
                 rows.unpersist()
