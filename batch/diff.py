@@ -196,11 +196,13 @@ def day_events(
     order: Sequence[str] = ARRIVAL_ORDER,
     slide_ms: int | None = None,
     copies: Copies | None = None,
+    columns: Sequence[str] = (),
 ) -> DataFrame:
     """Deduplicated events (first arrival wins) whose window belongs to the business date,
     with `window_start`/`window_end`: one row per (event, window of the date), S/H windows
     per event when they hop (`slide_ms`; None: tumbling). `copies`: the log's copies ranked
-    in `order`, if the caller has them (None: those of `repeated_ids(events)`).
+    in `order`, if the caller has them (None: those of `repeated_ids(events)`); `columns`:
+    more of the log's columns to keep (among `COPY_COLUMNS` when `copies` are given).
 
     Equivalent to deduplicating the whole log and then filtering, without moving the wide
     rows: an id with one copy is its own first arrival, so only the copies of the repeated
@@ -210,7 +212,9 @@ def day_events(
     """
     bounds = business_day_bounds(business_date, report_timezone)
     first, last = utc_dates_touching(bounds, window_ms)
-    needed = list(dict.fromkeys(["event_id", "key", "currency", "amount", "event_time", *order]))
+    needed = list(
+        dict.fromkeys(["event_id", "key", "currency", "amount", "event_time", *order, *columns])
+    )
     if copies is None:
         repeated = repeated_ids(events)
         lines = log_copies(events, repeated, order, list(dict.fromkeys((*needed, *LINE_IDENTITY))))
@@ -276,6 +280,13 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
     rows, `final = false`, are speculative: superseded by the final ones; rows from before
     early firings have no `final` and are final), unless that row is `retracted` (session
     windows: what is left is the stream's current set of final sessions)."""
+    return latest_final_rows(stream_aggregates, bounds).select(
+        *WINDOW_KEY, "event_count", "amount_sum"
+    )
+
+
+def latest_final_rows(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
+    """`latest_stream`'s rows with all their columns (which micro-batch emitted each answer)."""
     rank = F.row_number().over(
         Window.partitionBy(*WINDOW_KEY).orderBy(
             F.col("revision").desc(), F.col("emit_time").desc(), F.col("batch_id").desc()
@@ -285,8 +296,8 @@ def latest_stream(stream_aggregates: DataFrame, bounds: DayBounds) -> DataFrame:
         final_rows(stream_aggregates.where(window_in_day(bounds)))
         .withColumn("_rank", rank)
         .where("_rank = 1")
+        .drop("_rank")
         .transform(not_retracted)
-        .select(*WINDOW_KEY, "event_count", "amount_sum")
     )
 
 

@@ -57,15 +57,25 @@ from batch.diff import (
     copy_evidence,
     copy_totals,
     counted_copies,
+    day_events,
     diff_windows,
     explaining_rows,
     late_arrivals,
     late_totals,
+    latest_final_rows,
     latest_stream,
     log_copies,
     ranked_hashes,
     repeated_ids,
     summarize,
+)
+from batch.evidence import (
+    EVENT_COLUMNS,
+    event_evidence,
+    evidence_rows,
+    late_evidence,
+    revision_evidence,
+    unexplained_windows,
 )
 from batch.firsts import day_copies, index_for_run, ranked_copies
 from batch.partitions import write_partition_figures
@@ -97,7 +107,7 @@ from tally.money import (
 )
 from tally.money_columns import with_currency
 from tally.pins import frontier_of, read_at_frontier, within
-from tally.settings import DEDUP_MODES, windowing_problem
+from tally.settings import DEDUP_MODES, EVIDENCE_ROWS, windowing_problem
 from tally.spark import without_adaptive_execution
 from tally.tolerance_columns import with_window_verdicts
 from tally.tolerances import NO_RULE, ToleranceRule, rules_from_json
@@ -614,6 +624,8 @@ class _Run:
     # the materiality tolerance rules grading the rows, and the rows' currency
     tolerance: tuple[ToleranceRule, ...] = ()
     currency: str = DEFAULT_CURRENCY
+    # at most this many `reconciliation_evidence` rows of each kind per UNEXPLAINED window
+    evidence_rows: int = EVIDENCE_ROWS
 
     def keep(self, df: DataFrame) -> DataFrame:
         """`df` persisted until the run ends: written once, then reused instead of being
@@ -728,7 +740,49 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     run.replace(truth, T.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
         late = late_arrivals(rows, copies, bounds, run.in_log())
-        return _write_diff(run, truth, stream, late, copies, (window_ms, slide_ms))
+        diff = _write_diff(run, truth, stream, late, copies, (window_ms, slide_ms))
+    _write_window_evidence(run, diff.reconciliation, late, stream_rows, copies, window_ms, slide_ms)
+    return diff
+
+
+def _write_window_evidence(
+    run: _Run,
+    recon: DataFrame,
+    late: DataFrame,
+    stream_rows: DataFrame,
+    copies: Copies,
+    window_ms: int,
+    slide_ms: int | None,
+) -> None:
+    """The date's `reconciliation_evidence` rows (`batch.evidence`) for its UNEXPLAINED
+    windows, replaced like its other rows: a re-run that finds none clears an earlier run's,
+    without reading the log again; a warehouse whose runs never found one has no such table."""
+    if not run.writes:
+        return
+    table = T.RECONCILIATION_EVIDENCE
+    windows = run.keep(unexplained_windows(recon))
+    if windows.limit(1).count() == 0:
+        if T.exists(run.spark, run.warehouse, table.name):
+            run.replace(T.empty_frame(run.spark, table), table)
+        return
+    cap = run.evidence_rows
+    firsts = day_events(
+        run.events,
+        run.business_date,
+        window_ms,
+        run.report_timezone,
+        slide_ms=slide_ms,
+        copies=copies,
+        columns=EVENT_COLUMNS,
+    )
+    answers = latest_final_rows(stream_rows, run.bounds)
+    rows = evidence_rows(
+        run.business_date,
+        event_evidence(firsts, late, answers, windows, cap),
+        late_evidence(late, windows, cap),
+        revision_evidence(stream_rows, windows, cap),
+    )
+    run.replace(rows.select("*", _run_time(run.now).alias("run_time")), table)
 
 
 def _kept_copies(run: _Run, window_ms: int) -> Copies:
@@ -802,6 +856,7 @@ def reconcile(
     dedup: str = "index",
     tolerance: Sequence[ToleranceRule] = (),
     currency: str = DEFAULT_CURRENCY,
+    evidence_rows: int = EVIDENCE_ROWS,
 ) -> ReconcileResult:
     """Re-aggregate `business_date`, diff it against the stream, write the four tables.
 
@@ -821,6 +876,7 @@ def reconcile(
     for session windows) or "full" (every repeated id of the log ranked); both give the
     same rows. `tolerance`: the materiality rules that grade each row and the date
     (`severity`, `tolerance_rule`; none: every residual fails); `currency`: the rows'.
+    `evidence_rows`: the cap per kind of each UNEXPLAINED window's `reconciliation_evidence`.
     """
     if dedup not in DEDUP_MODES:
         raise ReconcileError(f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {dedup!r}")
@@ -857,6 +913,7 @@ def reconcile(
         events_frontier=pinned.frontiers[T.EVENTS.name],
         tolerance=tuple(tolerance),
         currency=currency,
+        evidence_rows=evidence_rows,
     )
     try:
         return _run(run, pinned, windowing, settings)

@@ -34,6 +34,8 @@ SPARK_RUNNERS = ("local", "submit")
 MAINTENANCE_MODES = ("thread", "inline")
 # How the nightly finds first arrivals over the whole log (batch/firsts.py).
 DEDUP_MODES = ("index", "full")
+# The default cap per kind of each UNEXPLAINED window's records (`reconciliation_evidence`).
+EVIDENCE_ROWS = 1000
 RESTATEMENT_POLICIES = ("rerun", "flag")
 
 
@@ -470,6 +472,12 @@ class Settings:
         "index of event ids, caught up with what arrived since the last run: the cost "
         "of the day) or full (every repeated id of the log ranked each run; the oracle)",
     )
+    evidence_rows: int = _setting(
+        EVIDENCE_ROWS,
+        "the nightly keeps at most this many records of each kind (events, late rows, stream "
+        "revisions) of each UNEXPLAINED window in reconciliation_evidence, never-counted "
+        "events first (the desk's window pages read them)",
+    )
     restatement_policy: str = _setting(
         "rerun",
         "what a reconciled date that gained first arrivals after its run gets: rerun (the date "
@@ -665,6 +673,10 @@ class Settings:
         for name in ("restatement_tolerance_events", "restatement_tolerance_amount"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must be 0 or more, got {getattr(self, name)}")
+        if not 1 <= self.evidence_rows <= 100_000:
+            raise SettingsError(
+                f"evidence_rows: must be between 1 and 100000, got {self.evidence_rows}"
+            )
         if self.compact_min_files < 2:
             raise SettingsError(
                 f"compact_min_files: must be at least 2, got {self.compact_min_files}"

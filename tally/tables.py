@@ -260,6 +260,29 @@ RECONCILIATION_COPIES = Table(
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key", "event_id"),
 )
+RECONCILIATION_EVIDENCE = Table(
+    "reconciliation_evidence",
+    "business_date DATE, window_start TIMESTAMP, window_end TIMESTAMP, key STRING, "
+    "currency STRING, kind STRING, rank BIGINT, kind_rows BIGINT, never_counted_rows BIGINT, "
+    "event_id STRING, event_time TIMESTAMP, amount BIGINT, arrival_status STRING, "
+    "partition INT, app_id STRING, batch_id BIGINT, source_file STRING, source_line BIGINT, "
+    "ingest_time TIMESTAMP, in_late BOOLEAN, counted_by_stream BOOLEAN, "
+    "first_arrival BOOLEAN, lateness_ms BIGINT, revision INT, event_count BIGINT, "
+    "amount_sum BIGINT, emit_time TIMESTAMP, watermark_at_emit TIMESTAMP, final BOOLEAN, "
+    "retracted BOOLEAN, run_time TIMESTAMP",
+    "The records behind each UNEXPLAINED window of a business date (docs/semantics.md, "
+    '"Evidence of an unexplained window"), replaced with the date\'s run: per window, key '
+    "and currency, kind event (its first arrivals in the pinned log: arrival status, batch, "
+    "source file and line or Kafka topic/partition and offset; in_late: it has a late row "
+    "there; counted_by_stream: the window's answer was emitted by its stream at or after its "
+    "micro-batch; neither: the stream never counted it), kind late (its late side-output "
+    "rows; first_arrival: the row can explain) and kind revision (every stream_aggregates "
+    "row of it); at most evidence_rows rows of each kind (rank: 1 first, never-counted events "
+    "before the others), kind_rows: how many it has in all, never_counted_rows: its first "
+    "arrivals the stream never counted. run_time: the reconciliation_runs row of the run.",
+    partition_by=("business_date",),
+    order_by=("business_date", "window_start", "key", "currency", "kind", "rank"),
+)
 RECONCILIATION_PARTITIONS = Table(
     "reconciliation_partitions",
     "business_date DATE, run_time TIMESTAMP, partition INT, events BIGINT, late_events BIGINT, "
@@ -430,6 +453,7 @@ RECONCILE_TABLES = (
     RECONCILIATION_RUNS,
     RECONCILIATION_PARTITIONS,
     RECONCILIATION_COPIES,
+    RECONCILIATION_EVIDENCE,
 )
 ALL_TABLES = (
     *STREAMING_TABLES,

@@ -157,6 +157,7 @@ def reaggregate(
             dedup=settings.dedup,
             tolerance=settings.tolerance_rules,
             currency=settings.default_currency,
+            evidence_rows=settings.evidence_rows,
         )
 
 

@@ -218,6 +218,8 @@ def test_reconcile_of_a_generated_day_has_no_unexplained_window(
     page = (tmp_path / "reports" / f"report-{DAY}.html").read_text()
     assert "<th>lateness bounds in force</th><td>partitions 0-3: 30s</td>" in page
     assert_every_table_reads_with_delta_rs(spark, warehouse)
+    # a date without an UNEXPLAINED window writes no evidence (no table, no empty commit)
+    assert not Path(warehouse, "reconciliation_evidence").exists()
 
 
 def assert_every_table_reads_with_delta_rs(spark: SparkSession, warehouse: str) -> None:
@@ -283,6 +285,122 @@ def test_a_deleted_stream_row_is_exactly_one_unexplained_window(
     failed = day_rows(spark, warehouse, "validation_results").where(~F.col("success"))
     assert failed.where(F.col("suite") == "gap").count() >= 1
     assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()
+
+
+def _first_arrivals(spark: SparkSession, warehouse: str) -> DataFrame:
+    """Each event_id's first line in the log, ranked here in the log's order (micro-batch,
+    then file and line), independently of the nightly's code."""
+    from pyspark.sql import Window
+
+    order = Window.partitionBy("event_id").orderBy(
+        "ingest_time", "batch_id", "source_mtime", "source_file", "source_line"
+    )
+    log = read(spark, warehouse, "events")
+    return log.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+
+
+def _window_of(events: DataFrame, window: Any) -> DataFrame:
+    return events.where(
+        (F.col("key") == window["key"])
+        & (F.col("event_time") >= F.lit(window["window_start"]))
+        & (F.col("event_time") < F.lit(window["window_end"]))
+    )
+
+
+def test_an_unexplained_window_names_the_records_behind_it(
+    spark: SparkSession, drained: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Two defects from outside the stream, each an UNEXPLAINED window: its stream rows
+    deleted (none of its events counted), and a line appended to the log after the window's
+    answer (one event the stream never counted). The evidence lists the window's first
+    arrivals as recomputed here from the log, the never-counted ones first, at most
+    `evidence_rows` of each kind, and says how many there are in all."""
+    import shutil
+    from datetime import date
+
+    from delta.tables import DeltaTable
+
+    from batch.reconcile import reconcile
+
+    warehouse = str(tmp_path / "warehouse")
+    shutil.copytree(drained[0], warehouse)
+    stream = read(spark, warehouse, "stream_aggregates")
+    late_keys = read(spark, warehouse, "late_events").select("window_start", "key").distinct()
+    big = stream.where(F.col("event_count") >= 3)
+    # the deleted window has late rows too, so its evidence has all three kinds but revisions
+    deleted = big.join(late_keys, ["window_start", "key"]).orderBy("window_start", "key").first()
+    grown = big.orderBy(F.col("window_start").desc(), "key").first()
+    assert deleted is not None and grown is not None
+    assert (deleted["window_start"], deleted["key"]) != (grown["window_start"], grown["key"])
+    path = f"{warehouse}/stream_aggregates"
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+    DeltaTable.forPath(spark, path).delete(
+        (F.col("window_start") == F.lit(deleted["window_start"])) & (F.col("key") == deleted["key"])
+    )
+    log = read(spark, warehouse, "events")
+    # after every micro-batch of the stream, its drain included (which emitted the answers)
+    last_batch = log.select("batch_id").unionByName(stream.select("batch_id"))
+    last_batch = last_batch.agg(F.max("batch_id")).first()
+    line = _window_of(log, grown).where(F.col("arrival_status") == "on_time").limit(1)
+    assert last_batch is not None and line.count() == 1
+    line.withColumn("event_id", F.lit("appended-after-the-answer")).withColumn(
+        "batch_id", F.lit(last_batch[0] + 1).cast("long")
+    ).write.format("delta").mode("append").save(f"{warehouse}/events")
+
+    reconcile(
+        spark,
+        warehouse,
+        date.fromisoformat(DAY),
+        WINDOW_MS,
+        now=datetime(2026, 11, 21, 1, tzinfo=UTC),
+        evidence_rows=2,
+    )
+
+    recon = day_rows(spark, warehouse, "reconciliation").where(F.col("status") == "UNEXPLAINED")
+    by_window = {(r["window_start"], r["key"]): r for r in recon.collect()}
+    assert set(by_window) == {
+        (deleted["window_start"], deleted["key"]),
+        (grown["window_start"], grown["key"]),
+    }
+    evidence = day_rows(spark, warehouse, "reconciliation_evidence")
+    firsts = _first_arrivals(spark, warehouse)
+    late = read(spark, warehouse, "late_events")
+    for window, never in ((deleted, None), (grown, 1)):
+        rows = evidence.where(
+            (F.col("window_start") == F.lit(window["window_start"]))
+            & (F.col("key") == window["key"])
+        )
+        expected = {r["event_id"]: r for r in _window_of(firsts, window).collect()}
+        events = rows.where(F.col("kind") == "event").orderBy("rank").collect()
+        # capped at 2 of the window's first arrivals, each one of them, from its first line
+        assert [r["rank"] for r in events] == [1, 2]
+        assert {r["kind_rows"] for r in events} == {len(expected)}
+        for r in events:
+            first = expected[r["event_id"]]
+            assert (r["source_file"], r["source_line"], r["batch_id"]) == (
+                first["source_file"],
+                first["source_line"],
+                first["batch_id"],
+            )
+        # what the stream never counted is exactly the window's unexplained residual
+        residual = by_window[(window["window_start"], window["key"])]["residual_count"]
+        assert events[0]["never_counted_rows"] == residual == (never or residual) > 0
+        assert not events[0]["in_late"] and not events[0]["counted_by_stream"]
+        revisions = rows.where(F.col("kind") == "revision")
+        late_rows = rows.where(F.col("kind") == "late")
+        window_late = _window_of(late, window).count()
+        assert late_rows.count() == min(2, window_late)
+        if window is deleted:
+            assert revisions.count() == 0 and window_late > 0
+            assert events[0]["never_counted_rows"] == len(expected) - window_late
+        else:
+            assert events[0]["event_id"] == "appended-after-the-answer"
+            assert events[1]["counted_by_stream"]
+            same = (F.col("window_start") == F.lit(window["window_start"])) & (
+                F.col("key") == window["key"]
+            )
+            assert revisions.count() == stream.where(same).count() > 0
+    assert evidence.select("run_time").distinct().count() == 1
 
 
 def test_a_stream_without_input_still_creates_its_tables(
