@@ -15,7 +15,9 @@ report show), `description` and a `severity`. A suite passes when no *critical* 
 fails; a failed *warning* expectation is flagged but does not fail the date. The late-event
 rate is checked twice on purpose: `late_rate_warn` (warning, rate <= late_rate_warn) and
 `late_rate_fail` (critical, rate <= late_rate_fail). A rate between the two thresholds is a
-success with a flagged warning; above the failure threshold both fail.
+success with a flagged warning; above the failure threshold both fail. Likewise the UNEXPLAINED
+windows: `no_unexplained_windows` / `no_material_gap` (critical) give the verdict, and
+`unexplained_windows_named` (warning) names the windows in Data Docs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
@@ -103,6 +105,23 @@ class Thresholds:
         return cls.from_settings(Settings())
 
 
+# The UNEXPLAINED windows `unexplained_windows_named` names in Data Docs and the stored result:
+# at most this many of a date, the first Spark finds (a date may have thousands; the count is
+# the verdict check's observed value; validation_results' observed value shows five).
+NAMED_WINDOWS = 20
+# What names such a window: its label (`window_name`), the value Data Docs show (they show a
+# SUMMARY result's values, its index columns only in a COMPLETE one), and these columns of it
+# in the stored result (`partial_unexpected_index_list`).
+WINDOW_NAME = ("window_start", "key", "currency")
+# The result format that check's unexpected rows are looked up with (`validate._add_examples`):
+# SUMMARY, so Spark stops at NAMED_WINDOWS rows (COMPLETE reads every one), with WINDOW_NAME.
+NAMED_WINDOWS_FORMAT = {
+    "result_format": "SUMMARY",
+    "partial_unexpected_count": NAMED_WINDOWS,
+    "unexpected_index_column_names": list(WINDOW_NAME),
+}
+
+
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -115,12 +134,24 @@ def percent(share: float) -> str:
     return f"{float(f'{share * 100:.3f}'):g} %"
 
 
-def _meta(check: str, severity: str, description: str, unit: str | None = None) -> dict[str, Any]:
+def _meta(
+    check: str,
+    severity: str,
+    description: str,
+    unit: str | None = None,
+    result_format: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Keyword arguments every expectation gets (GX records `description` and `severity`;
     `catch_exceptions` turns a broken metric into a failed result instead of an abort);
-    `unit`: how its observed value reads (`RATE`: a percentage; None: as it is)."""
+    `unit`: how its observed value reads (`RATE`: a percentage; None: as it is);
+    `result_format`: what its unexpected rows are looked up with (None: `RESULT_FORMAT`)."""
+    meta: dict[str, Any] = {"check": check}
+    if unit:
+        meta["unit"] = unit
+    if result_format:
+        meta["result_format"] = result_format
     return {
-        "meta": {"check": check, **({"unit": unit} if unit else {})},
+        "meta": meta,
         "description": description,
         "severity": severity,
         "catch_exceptions": True,
@@ -187,6 +218,26 @@ def _unexplained_checks(unexplained_tolerance: int, graded: bool) -> list[Any]:
     ]
 
 
+def _named_windows_check() -> Any:
+    """The UNEXPLAINED windows by name: a warning, so the date's verdict stays the critical
+    checks' (`_unexplained_checks`), which give only a count or a severity. It flags every
+    UNEXPLAINED window, also those the verdict tolerates (`unexplained_tolerance`, a date
+    graded ok): the date passes, with a warning naming them."""
+    import great_expectations.expectations as gxe
+
+    return gxe.ExpectColumnValuesToBeNull(
+        column="unexplained_window",
+        **_meta(
+            "unexplained_windows_named",
+            WARNING,
+            "Every window is explained; the UNEXPLAINED ones are named "
+            f"(window_start|key|currency, at most {NAMED_WINDOWS} of them) (warning: "
+            "no_unexplained_windows or no_material_gap gives the verdict).",
+            result_format=NAMED_WINDOWS_FORMAT,
+        ),
+    )
+
+
 def gap_suite(
     *,
     unexplained_tolerance: int,
@@ -213,6 +264,7 @@ def gap_suite(
                 **_meta("known_status", CRITICAL, "Every status is one the batch layer defines."),
             ),
             *_unexplained_checks(unexplained_tolerance, graded),
+            _named_windows_check(),
             gxe.ExpectColumnValuesToBeInSet(
                 column="gap_is_explained",
                 value_set=[True],
@@ -273,10 +325,20 @@ def gap_suite(
     )
 
 
+def window_name() -> Column:
+    """A window's label "window_start|key|currency" (`WINDOW_NAME`): the start as
+    "2026-11-20T10:00:00.000Z" (the session's time zone is UTC), a null key or currency (rows
+    from before currencies) as ""."""
+    stamp = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
+    parts = [F.date_format(c, stamp) if c == "window_start" else F.col(c) for c in WINDOW_NAME]
+    return F.concat_ws("|", *[F.coalesce(part, F.lit("")) for part in parts])
+
+
 def gap_frame(reconciliation: DataFrame, tolerance: tuple[ToleranceRule, ...] = ()) -> DataFrame:
     """The date's reconciliation rows with the derived columns the gap suite checks:
 
     * `unexplained`: 1 for an UNEXPLAINED window, else 0 (their sum is the count);
+    * `unexplained_window`: an UNEXPLAINED window's label (`window_name`), null on the others;
     * `copies_counted`: the window's copies the stream counted (0 in rows of earlier runs);
     * `gap_is_explained`: on explained rows, diff == late − copies (count and amount; copies:
       those the stream counted, none in rows of earlier runs); null otherwise;
@@ -315,6 +377,7 @@ def gap_frame(reconciliation: DataFrame, tolerance: tuple[ToleranceRule, ...] = 
     return rows.select(
         "*",
         F.when(F.col("status") == UNEXPLAINED, 1).otherwise(0).alias("unexplained"),
+        F.when(F.col("status") == UNEXPLAINED, window_name()).alias("unexplained_window"),
         copies_count.alias("copies_counted"),
         F.when(explained, F.coalesce(late_is_diff, F.lit(False))).alias("gap_is_explained"),
         # a window whose only stream events are copies of earlier events has no batch side

@@ -14,7 +14,9 @@ DataFrame through the file-backed GX project in `<gx_root>/gx` (the setting's
 dataframe asset per table -> `whole_dataframe` batch definition -> ValidationDefinition ->
 Checkpoint -> `checkpoint.run(batch_parameters={"dataframe": df})` (GX stores the result; it
 counts unexpected rows without looking up examples, and the expectations that found some are
-run again for up to five, `_add_examples`, so the stored result is a `SUMMARY` one). One
+run again for up to five, `_add_examples`, so the stored result is a `SUMMARY` one; the gap
+suite's `unexplained_windows_named` for up to `NAMED_WINDOWS` UNEXPLAINED windows, each with its
+window_start, key and currency: the result format in its `meta`). One
 checkpoint per suite: a checkpoint run passes the same `batch_parameters` to every validation
 definition it holds, so dataframe-backed suites over different tables cannot share one.
 The Data Docs (each result's page, its suite's page, the site index) are built after the
@@ -239,8 +241,9 @@ def run_checkpoint(
 def _add_examples(suite: Any, batch_definition: Any, suite_result: Any, frame: DataFrame) -> bool:
     """Make a `COUNTS_ONLY` result of `suite` what a `RESULT_FORMAT` run gives: the per-row
     expectations that found unexpected rows are validated again on the same frame with
-    `RESULT_FORMAT` and take those results (the same counts, with the examples:
-    partial_unexpected_list and its counts); the others get the examples' empty counts.
+    `RESULT_FORMAT` (or their own, `examples_format`) and take those results (the same counts,
+    with the examples: partial_unexpected_list and its counts, and the index columns' values
+    of those rows when the format names some); the others get the examples' empty counts.
     True when a result changed (the caller stores the suite result again: the checkpoint
     stored it as it ran)."""
     import great_expectations as gx
@@ -259,15 +262,18 @@ def _add_examples(suite: Any, batch_definition: Any, suite_result: Any, frame: D
     if not again:
         return changed
     ids = {each.expectation_config.id for each in again}
-    subset = gx.ExpectationSuite(
-        name=suite.name,
-        expectations=[copy.copy(e) for e in suite.expectations if e.id in ids],
-    )
+    # one validation per result format (one is given to all the expectations it runs)
+    by_format: dict[str, list[Any]] = {}
+    for expectation in suite.expectations:
+        if expectation.id in ids:
+            fmt = json.dumps(examples_format(expectation), sort_keys=True)
+            by_format.setdefault(fmt, []).append(copy.copy(expectation))
     batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-    rerun = {
-        _key(r.expectation_config): r
-        for r in batch.validate(subset, result_format=RESULT_FORMAT).results
-    }
+    rerun = {}
+    for fmt, expectations in by_format.items():
+        subset = gx.ExpectationSuite(name=suite.name, expectations=expectations)
+        results = batch.validate(subset, result_format=json.loads(fmt)).results
+        rerun.update({_key(r.expectation_config): r for r in results})
     for each in again:
         new = rerun.get(_key(each.expectation_config))
         if new is None or new.success != each.success:
@@ -276,6 +282,12 @@ def _add_examples(suite: Any, batch_definition: Any, suite_result: Any, frame: D
             each.result = new.result
             changed = True
     return changed
+
+
+def examples_format(expectation: Any) -> dict[str, Any]:
+    """The result format an expectation's unexpected rows are looked up with: its own
+    (`meta.result_format`: the gap suite's UNEXPLAINED windows, by name) or `RESULT_FORMAT`."""
+    return dict((expectation.meta or {}).get("result_format") or RESULT_FORMAT)
 
 
 def _key(config: Any) -> str:

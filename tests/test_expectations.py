@@ -291,6 +291,35 @@ def row_of(rows: list[dict[str, Any]], check: str) -> dict[str, Any]:
     return row
 
 
+def docs_page(row: dict[str, Any]) -> str:
+    """The HTML of a validation_results row's Data Docs page."""
+    from pathlib import Path
+
+    return Path(row["data_docs_page"].removeprefix("file://")).read_text()
+
+
+def stored_result(gx_root: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The `result` GX stored for a validation_results row's expectation (the run of its page;
+    every run of this module is named DAY at NOW, so the last one)."""
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    from expectations.validate import gx_context
+
+    batch = row["data_docs_page"].rsplit("/", 1)[1].removesuffix(".html")
+    identifier = ValidationResultIdentifier(
+        ExpectationSuiteIdentifier(row["suite"]), RunIdentifier(DAY.isoformat(), NOW), batch
+    )
+    suite_result = gx_context(gx_root).validation_results_store.get(identifier)
+    (each,) = [
+        r for r in suite_result.results if r.expectation_config.meta["check"] == row["check_name"]
+    ]
+    return dict(each.result)
+
+
 # -- fixtures ------------------------------------------------------------------------------------
 
 
@@ -314,6 +343,7 @@ EXPECTED_CHECKS = {
         "reconciled",
         "known_status",
         "no_unexplained_windows",
+        "unexplained_windows_named",
         "explained_gap_is_late_output",
         "no_copies_counted",
         "late_rate_warn",
@@ -353,6 +383,11 @@ def test_clean_day_passes_every_suite(spark, clean, gx_root) -> None:
     )
     assert rows[(S.EVENTS, "amount_is_integer")]["observed_value"] == "LongType"
     assert rows[(S.GAP, "no_unexplained_windows")]["observed_value"] == "0"
+    # no UNEXPLAINED window: nothing named, the warning passes
+    named = rows[(S.GAP, "unexplained_windows_named")]
+    assert named["success"] and named["severity"] == "warning"
+    assert (named["unexpected_count"], named["element_count"]) == (0, 3)
+    assert named["observed_value"] == "0 of 3 rows unexpected"
     assert rows[(S.STREAM_PROGRESS, "watermark_lag")]["observed_value"] == "40000"
     assert rows[(S.EVENTS, "key_not_null")]["observed_value"] == "0 of 5 rows unexpected"
     # Provenance: the Delta version each suite validated, and the run time.
@@ -368,6 +403,7 @@ def test_clean_day_passes_every_suite(spark, clean, gx_root) -> None:
     for page in pages:
         assert page.startswith("file://") and page.endswith(".html")
         assert (index.parent / page.split("/local_site/", 1)[1]).is_file()
+    assert "|k1|" not in docs_page(named)  # the clean windows are not named
 
 
 def test_suites_and_config_stay_in_the_scratch_project(clean, gx_root) -> None:
@@ -422,11 +458,71 @@ def test_an_unexplained_gap_fails_only_no_unexplained_windows(spark, gx_root) ->
     tables = clean_tables()
     tables["reconciliation"].append(recon("10:02", "k1", stream=(10, 1000), batch=(12, 1300)))
     outcome = _validate(spark, gx_root, S.GAP, tables["reconciliation"])
-    assert failed(outcome) == {(S.GAP, "no_unexplained_windows")}
+    # the critical count fails the date; the warning beside it names the window
+    assert failed(outcome) == {
+        (S.GAP, "no_unexplained_windows"),
+        (S.GAP, "unexplained_windows_named"),
+    }
     assert not outcome.success
     assert row_of(outcome.results_rows, "no_unexplained_windows")["observed_value"] == "1"
     (line,) = outcome.failures
     assert line.startswith("gap/no_unexplained_windows:") and line.endswith("Observed: 1")
+    (warning,) = outcome.warnings
+    assert warning.startswith("gap/unexplained_windows_named:")
+    assert warning.endswith(
+        'Observed: 1 of 4 rows unexpected, e.g. ["2026-11-20T10:02:00.000Z|k1|"]'
+    )
+
+
+def test_the_unexplained_windows_are_named_in_the_result_and_data_docs(spark, gx_root) -> None:
+    tables = clean_tables()
+    tables["reconciliation"] += [
+        recon("10:02", "kx-one", stream=(10, 1000), batch=(12, 1300)),
+        recon("10:03", "kx-two", stream=(10, 1000), batch=(11, 1100)),
+        recon("10:04", "kx-matched", stream=(10, 1000), batch=(10, 1000)),
+    ]
+    outcome = _validate(spark, gx_root, S.GAP, tables["reconciliation"])
+    assert outcome.failed_checks("critical") == {(S.GAP, "no_unexplained_windows")}
+    assert outcome.failed_checks("warning") == {(S.GAP, "unexplained_windows_named")}
+    row = row_of(outcome.results_rows, "unexplained_windows_named")
+    assert (row["unexpected_count"], row["element_count"]) == (2, 6)
+    one, two = "2026-11-20T10:02:00.000Z|kx-one|", "2026-11-20T10:03:00.000Z|kx-two|"
+    assert row["observed_value"].startswith("2 of 6 rows unexpected, e.g. [")
+    assert one in row["observed_value"] and two in row["observed_value"]
+
+    # the stored result: each named window's start, key and currency (rows of no currency)
+    result = stored_result(gx_root, row)
+    assert sorted(result["partial_unexpected_list"]) == [one, two]
+    named = sorted(result["partial_unexpected_index_list"], key=lambda w: w["key"])
+    assert [(str(w["window_start"])[:19], w["key"], w["currency"]) for w in named] == [
+        ("2026-11-20T10:02:00", "kx-one", None),
+        ("2026-11-20T10:03:00", "kx-two", None),
+    ]
+    # Data Docs: exactly those two, each once, all of them (not a sample)
+    html = docs_page(row)
+    assert html.count(one) == html.count(two) == 1
+    assert "kx-matched" not in html and "|k1|" not in html
+    assert "Sampled Unexpected Values" not in html
+
+
+def test_the_named_windows_are_capped(spark, gx_root) -> None:
+    """A date may have thousands of UNEXPLAINED windows: NAMED_WINDOWS of them are named."""
+    tables = clean_tables()
+    many = S.NAMED_WINDOWS + 5
+    tables["reconciliation"] += [
+        recon(f"11:{i:02d}", f"kx-{i:02d}", stream=(1, 100), batch=(2, 200)) for i in range(many)
+    ]
+    outcome = _validate(spark, gx_root, S.GAP, tables["reconciliation"])
+    assert row_of(outcome.results_rows, "no_unexplained_windows")["observed_value"] == str(many)
+    row = row_of(outcome.results_rows, "unexplained_windows_named")
+    assert row["unexpected_count"] == many and not row["success"]
+    result = stored_result(gx_root, row)
+    labels = {f"2026-11-20T11:{i:02d}:00.000Z|kx-{i:02d}|" for i in range(many)}
+    assert len(set(result["partial_unexpected_list"]) & labels) == S.NAMED_WINDOWS
+    assert len(result["partial_unexpected_index_list"]) == S.NAMED_WINDOWS
+    html = docs_page(row)
+    assert sum(label in html for label in labels) == S.NAMED_WINDOWS
+    assert "Sampled Unexpected Values" in html  # GX says the list is a sample
 
 
 def test_a_late_rate_between_the_thresholds_is_a_warning(spark, gx_root) -> None:
@@ -533,6 +629,7 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     )
     by_check: dict[str, Any] = {(e.meta or {})["check"]: e for e in suite.expectations}
     assert by_check["no_unexplained_windows"].max_value == 3
+    assert by_check["unexplained_windows_named"].severity == "warning"
     assert by_check["late_rate_warn"].severity == "warning"
     assert by_check["late_rate_fail"].max_value == 0.05
     assert "no_material_gap" not in by_check and t.tolerance == ()
@@ -544,6 +641,7 @@ def test_thresholds_come_from_settings_and_are_checked() -> None:
     assert "no_unexplained_windows" not in by_check and len(t.tolerance) == 1
     assert by_check["no_material_gap"].severity == "critical"
     assert by_check["no_material_gap"].value_set == ["ok", "warn"]
+    assert by_check["unexplained_windows_named"].severity == "warning"  # in both modes
     assert (by_check["no_gap_above_warn"].severity, by_check["no_gap_above_warn"].value_set) == (
         "warning",
         ["ok"],
@@ -579,6 +677,23 @@ def test_gap_frame_derives_exact_columns(spark) -> None:
     assert [r["batch_window_count"] for r in got] == [6, 6, None]
     assert {r["late_event_rate"] for r in got} == {2 / 12}
     assert "date_severity" not in got[0].asDict()  # no tolerance rules: the count is checked
+
+
+def test_an_unexplained_window_is_named_by_start_key_and_currency(spark) -> None:
+    rows = [
+        recon("10:00", "k1", stream=(5, 500), batch=(6, 570)),  # UNEXPLAINED
+        recon("10:00", "k2", stream=(5, 500), batch=(5, 500)),
+        recon("10:01", "k3", stream=(5, 500), batch=(6, 570)),  # UNEXPLAINED, no currency
+    ]
+    reconciliation = frame(spark, RECONCILIATION_DDL, rows).withColumn(
+        "currency", F.when(F.col("key") == "k1", "EUR")
+    )
+    got = S.gap_frame(reconciliation).orderBy("window_start", "key").collect()
+    assert [r["unexplained_window"] for r in got] == [
+        "2026-11-20T10:00:00.000Z|k1|EUR",
+        None,
+        "2026-11-20T10:01:00.000Z|k3|",
+    ]
 
 
 @pytest.mark.parametrize(
