@@ -25,9 +25,13 @@ RESTATEMENTS = "restatements"
 SWEEP = "restatement_sweep"
 PROGRESS = "stream_progress"
 COPIES = "reconciliation_copies"
+RECONCILIATION = "reconciliation"
+EVIDENCE = "reconciliation_evidence"
 DESK_TABLES = (
     SUMMARY,
     COPIES,
+    RECONCILIATION,
+    EVIDENCE,
     RUNS,
     VALIDATION,
     ALERTS,
@@ -114,9 +118,11 @@ def read_rows(
     name: str,
     columns: Sequence[str] | None = None,
     business_date: date | None = None,
+    where: Sequence[tuple[str, str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """The table's rows as dicts (only `columns`; only the date's rows when given); of
-    `reconciliation_runs`, each date's latest run only (`latest_runs`)."""
+    """The table's rows as dicts (only `columns`; only the date's rows when given, and those
+    matching `where`: (column, op, value) conditions, which also skip files by their
+    statistics); of `reconciliation_runs`, each date's latest run only (`latest_runs`)."""
     table = _table(location, name)
     if table is None:
         return []
@@ -124,9 +130,9 @@ def read_rows(
     wanted = [c for c in columns if c in present] if columns else None
     if name == RUNS and wanted is not None:  # what picks a date's latest run
         wanted += [c for c in RUN_ORDER if c in present and c not in wanted]
-    filters = None
+    filters = [c for c in where if c[0] in present] or None
     if business_date is not None and "business_date" in present:
-        filters = [("business_date", "=", business_date)]
+        filters = [("business_date", "=", business_date), *(filters or [])]
     try:
         rows = list(table.to_pyarrow_table(columns=wanted, filters=filters).to_pylist())
     except Exception as exc:
@@ -334,3 +340,29 @@ def _exploded(progress: Any) -> Any:
             "amount": pc.fill_null(joined.column("amount"), 0),
         }
     )
+
+
+def read_window(location: Location, ref: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A window's `reconciliation` rows (any currency: a row from before currencies has
+    none) and its `reconciliation_evidence` rows (`ref`: a `tally.window_evidence.WindowRef`),
+    each read from the date's partition, skipping files by window start and key."""
+    where = [("window_start", "=", ref.start), ("key", "=", ref.key)]
+    recon = read_rows(location, RECONCILIATION, None, ref.business_date, where)
+    evidence = read_rows(
+        location, EVIDENCE, None, ref.business_date, [*where, ("currency", "=", ref.currency)]
+    )
+    return recon, evidence
+
+
+def read_unexplained(location: Location, business_date: date) -> list[dict[str, Any]]:
+    """The date's UNEXPLAINED `reconciliation` rows, largest |residual amount| first (the
+    desk's date page and the sign-off request list them so)."""
+    from tally import ledger as L
+    from tally.window_evidence import FIGURES, WITH_EVIDENCE
+
+    columns = (*FIGURES, "window_start", "window_end", "key", "currency", "status")
+    rows = read_rows(
+        location, RECONCILIATION, columns, business_date, [("status", "=", WITH_EVIDENCE)]
+    )
+    rows.sort(key=lambda r: (-abs(r.get("residual_amount") or 0), L.when(r["window_start"])))
+    return rows

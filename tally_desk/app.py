@@ -23,12 +23,20 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tally import ledger as L
 from tally import ledger_reads as W
+from tally import window_evidence as E
 from tally.dates import business_date_of, business_day_end, business_day_start, parse_business_date
 from tally.settings import Settings, load_settings
 from tally_desk import pages
@@ -167,9 +175,12 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
         [day],
         W.read_reopened(loc, runs, day),
     )
+    default_currency = L.run_currency(runs[0]) if runs else None
     return {
         "business_date": day.isoformat(),
         "ledger": row,
+        # the records behind the gap: each UNEXPLAINED window's page
+        "unexplained_windows": unexplained_windows(config, day, default_currency),
         "provenance": L.provenance(runs[0] if runs else None),
         "signoffs": L.plain_rows(
             sorted(signoffs, key=lambda r: L.when(r["decided_at"]), reverse=True)
@@ -187,6 +198,38 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
             )
         ],
     }
+
+
+# The date page lists at most this many UNEXPLAINED windows (largest residual first).
+UNEXPLAINED_SHOWN = 50
+
+
+def unexplained_windows(
+    config: DeskConfig, day: date, default_currency: str | None
+) -> dict[str, Any]:
+    """The date's UNEXPLAINED windows, largest residual amount first, each with its page."""
+    rows = W.read_unexplained(config.location, day)
+    shown = []
+    for row in rows[:UNEXPLAINED_SHOWN]:
+        currency = row.get("currency") or default_currency or ""
+        shown.append(
+            {
+                **L.plain_rows([row])[0],
+                "currency": currency,
+                "page": E.window_path(day, row["window_start"], row["key"], currency),
+            }
+        )
+    return {"rows": len(rows), "shown": shown}
+
+
+def read_window(
+    config: DeskConfig, ref: E.WindowRef
+) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
+    """A window's `reconciliation` row (None: the date has no such window) and evidence."""
+    recon, evidence = W.read_window(config.location, ref)
+    runs = W.read_rows(config.location, W.RUNS, None, ref.business_date)
+    default = L.run_currency(runs[0]) if runs else None
+    return E.matching_row(recon, ref, default), evidence
 
 
 def docs_page(config: DeskConfig, row: Mapping[str, Any]) -> str | None:
@@ -395,6 +438,73 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
     @app.get("/dates/{day}", response_class=HTMLResponse)
     async def date_html(day: str) -> HTMLResponse:
         return HTMLResponse(pages.date_page(await detail(day)))
+
+    async def window(
+        day: str, start: str, key: str | None, currency: str | None, query: E.EvidenceQuery
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        try:
+            ref = E.WindowRef.parse(day, start, key, currency)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        recon, evidence = await off_loop(cfg, read_window, cfg, ref)
+        if recon is None:
+            raise HTTPException(
+                404,
+                f"no window {ref.start_text()} of key {ref.key!r} in {ref.currency} on "
+                f"{ref.business_date.isoformat()} (not reconciled, or no such window)",
+            )
+        found = E.window_detail(ref, recon, evidence, query)
+        found["links"] = {
+            "date": f"dates/{ref.business_date.isoformat()}",
+            "csv": ref.path("/evidence.csv"),
+            **{k: v for k, v in date_files(cfg, ref.business_date, []).items() if k != "data_docs"},
+        }
+        return found, evidence
+
+    def evidence_query(kind: str | None, page: str, size: str) -> E.EvidenceQuery:
+        try:
+            return E.EvidenceQuery.parse(kind, page, size)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    @app.get("/api/dates/{day}/windows/{start}")
+    async def window_json(
+        day: str,
+        start: str,
+        key: str | None = None,
+        currency: str | None = None,
+        kind: str | None = None,
+        page: str = "1",
+        page_size: str = "100",
+    ) -> dict[str, Any]:
+        query = evidence_query(kind, page, page_size)
+        return (await window(day, start, key, currency, query))[0]
+
+    @app.get("/dates/{day}/windows/{start}", response_class=HTMLResponse)
+    async def window_html(
+        day: str,
+        start: str,
+        key: str | None = None,
+        currency: str | None = None,
+        kind: str | None = None,
+        page: str = "1",
+        page_size: str = "100",
+    ) -> HTMLResponse:
+        query = evidence_query(kind, page, page_size)
+        found, _ = await window(day, start, key, currency, query)
+        return HTMLResponse(pages.window_page(found))
+
+    @app.get("/dates/{day}/windows/{start}/evidence.csv")
+    async def window_csv(
+        day: str, start: str, key: str | None = None, currency: str | None = None
+    ) -> Response:
+        found, evidence = await window(day, start, key, currency, E.EvidenceQuery())
+        name = f"evidence-{found['business_date']}.csv"
+        return PlainTextResponse(
+            E.evidence_csv(evidence),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     @app.get("/files/{name}")
     async def files(name: str) -> FileResponse:

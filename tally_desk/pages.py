@@ -19,6 +19,7 @@ from tally.ledger import (
     change_text,
 )
 from tally.money import format_amounts, format_money
+from tally.window_evidence import KIND_COLUMNS, KINDS
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:16px;color:#1a1a1a}
@@ -55,7 +56,9 @@ def _when(value: Any) -> str:
 
 
 # Columns of the date page's tables that hold times (shown by `_when`).
-_TIME_COLUMNS = frozenset({"last_run", "decided_at", "alert_time"})
+_TIME_COLUMNS = frozenset(
+    {"last_run", "decided_at", "alert_time", "event_time", "ingest_time", "emit_time"}
+)
 
 
 def _is_amount(column: str) -> bool:
@@ -317,6 +320,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
     alerts = _rows_table(
         detail["alerts"], ("alert_time", "severity", "task_id", "what", "observed"), "alerts"
     )
+    unexplained = _unexplained_html(detail.get("unexplained_windows"))
     copies = detail.get("copies") or {"rows": 0, "shown": []}
     copies_html = _rows_table(copies["shown"], COPY_COLUMNS, "copies", row.get("currency"))
     if copies["rows"] > len(copies["shown"]):
@@ -336,12 +340,120 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f"{_kv_table(totals, 'totals', row.get('currency'))}"
         '<h2>Airflow runs</h2><ul id="airflow-runs">'
         f"{runs or '<li>none found</li>'}</ul>"
+        f"<h2>Unexplained windows</h2>{unexplained}"
         f"<h2>Sign-offs</h2>{signoffs}<h2>Alerts</h2>{alerts}"
         "<h2>Copies of earlier events the stream counted</h2>"
         f"{copies_html}"
         f"<h2>Provenance</h2>{_provenance_html(detail['provenance'])}"
     )
     return page(f"tally {detail['business_date']}", body)
+
+
+_UNEXPLAINED_COLUMNS = ("batch_count", "stream_count", "late_count", "residual_count")
+
+
+def _unexplained_html(found: Mapping[str, Any] | None) -> str:
+    """The date's UNEXPLAINED windows, largest residual first, each linking its records."""
+    if not found or not found["shown"]:
+        return '<p id="unexplained-windows">None.</p>'
+    head = "".join(
+        f"<th>{_e(c)}</th>"
+        for c in ("window", "key", "currency", *_UNEXPLAINED_COLUMNS, "residual_amount")
+    )
+    body = "".join(
+        f'<tr><td><a class="window-link" href="../{_e(w["page"])}">'
+        f"{_e(_when(w['window_start']))}</a></td><td>{_e(w['key'])}</td>"
+        f"<td>{_e(w['currency'])}</td>"
+        + "".join(_cell(c, w.get(c)) for c in _UNEXPLAINED_COLUMNS)
+        + _cell("residual_amount", w.get("residual_amount"), w["currency"] or None)
+        + "</tr>"
+        for w in found["shown"]
+    )
+    more = ""
+    if found["rows"] > len(found["shown"]):
+        more = (
+            f'<p id="unexplained-more">{len(found["shown"]):,} of {found["rows"]:,} shown '
+            "(largest residual first; all of them in the report and the CSV).</p>"
+        )
+    return f'<table id="unexplained-windows"><tr>{head}</tr>{body}</table>{more}'
+
+
+# What the window page says when it has no records to show, by `evidence` state.
+_EVIDENCE_STATES = {
+    "no_evidence_needed": "This window has no unexplained gap ({status}): the nightly keeps "
+    "records only for UNEXPLAINED windows. Its figures are in the report.",
+    "not_recorded": "No records were kept for this window (a run from before evidence): "
+    "re-run the date to keep them.",
+}
+# The window page's words for each kind of record.
+_KIND_TITLES = {
+    "event": "Events (first arrivals in the pinned log)",
+    "late": "Late side-output rows",
+    "revision": "Stream revisions (stream_aggregates)",
+}
+
+
+def _kind_nav(found: Mapping[str, Any], base: str) -> str:
+    parts = []
+    for kind in KINDS:
+        totals = found["kinds"][kind]
+        label = f"{_KIND_TITLES[kind]}: {totals['total']:,}"
+        if kind == found["kind"]:
+            parts.append(f"<b>{_e(label)}</b>")
+        else:
+            parts.append(f'<a class="kind-link" href="{_e(base)}&amp;kind={kind}">{_e(label)}</a>')
+    return f'<p id="kinds">{" · ".join(parts)}</p>'
+
+
+def _evidence_pager(found: Mapping[str, Any], base: str) -> str:
+    stored = found["kinds"][found["kind"]]["stored"]
+    first = (found["page"] - 1) * found["page_size"] + 1
+    last = min(stored, first + found["page_size"] - 1)
+    links = []
+    query = f"&amp;kind={found['kind']}&amp;page_size={found['page_size']}"
+    if found["page"] > 1:
+        links.append(f'<a id="prev" href="{_e(base)}{query}&amp;page={found["page"] - 1}">prev</a>')
+    if last < stored:
+        links.append(f'<a id="next" href="{_e(base)}{query}&amp;page={found["page"] + 1}">next</a>')
+    shown = f"rows {first:,}–{last:,} of {stored:,} kept" if stored else "none kept"
+    total = found["kinds"][found["kind"]]["total"]
+    cap = ""
+    if total > stored:
+        cap = f" (the window has {total:,}; the nightly keeps at most evidence_rows)"
+    return f'<p id="pager">{shown}{cap} {" ".join(links)}</p>'
+
+
+def window_page(found: Mapping[str, Any]) -> str:
+    """A window's page: its figures, then its records of one kind, a page at a time."""
+    up = "../../../"  # the page is at dates/DAY/windows/START
+    links = found["links"]
+    nav = [f'<a href="{up}{_e(links["date"])}">← {_e(found["business_date"])}</a>']
+    if links.get("report"):
+        nav.append(f'<a id="report-link" href="{up}{_e(links["report"])}">report</a>')
+    nav.append(f'<a id="evidence-csv" href="{up}{_e(links["csv"])}" download>CSV</a>')
+    title = f"{found['window_start']} {found['key']} {found['currency']}"
+    figures = _kv_table(found["figures"], "figures", found["currency"])
+    head = (
+        f"<nav>{' '.join(nav)}</nav><h1>Window {_e(title)}</h1>"
+        f'<p>status: <b id="window-status">{_e(found["status"])}</b>'
+        f" · severity: {_e(found.get('severity'))} · ends {_e(_when(found['window_end']))}</p>"
+        f"{figures}"
+    )
+    state = found["evidence"]
+    if state != "recorded":
+        text = _EVIDENCE_STATES[state].format(status=found["status"])
+        return page(f"tally {title}", f'{head}<p id="evidence-state">{_e(text)}</p>')
+    never = found["kinds"]["event"]["never_counted"]
+    base = links["csv"].replace("/evidence.csv", "", 1)
+    rows = _rows_table(found["rows"], KIND_COLUMNS[found["kind"]], "evidence", found["currency"])
+    body = (
+        f'{head}<p id="never-counted" class="s-unexplained">{never:,} first arrival(s) the '
+        "stream never counted (neither in its answer nor in the late side output): listed "
+        "first among the events.</p>"
+        f"{_kind_nav(found, up + base)}<h2>{_e(_KIND_TITLES[found['kind']])}</h2>"
+        f"{_evidence_pager(found, up + base)}{rows}"
+    )
+    return page(f"tally {title}", body)
 
 
 def _reopened_text(change: dict[str, Any] | None, currency: str | None) -> str:

@@ -64,6 +64,9 @@ ENDPOINTS = (
     f"files/report-{D2}.html",
     f"files/reconciliation-{D2}.csv",
     f"runs/{H.NIGHTLY}/no-such-run",
+    # a window's records: routed, authorized, then looked up (no such window: 404)
+    f"api/dates/{D2}/windows/{D2}T12:00:00Z?key=no-such-key&currency=USD",
+    f"dates/{D2}/windows/{D2}T12:00:00Z/evidence.csv?key=no-such-key&currency=USD",
 )
 
 
@@ -77,7 +80,7 @@ def test_every_endpoint_needs_an_allowed_airflow_user(airflow, tokens, path: str
     status, body, _ = get(airflow, path, tokens["outsider"])
     assert status == 403, body
     status, body, headers = get(airflow, path, tokens["reviewer"])
-    assert status == (404 if "no-such-run" in path else 200), body
+    assert status == (404 if "no-such-" in path else 200), body
     assert "script-src" not in headers["content-security-policy"]
     assert "default-src 'none'" in headers["content-security-policy"]
 
@@ -271,3 +274,126 @@ def test_a_nightly_run_opens_its_date_page(airflow, tokens) -> None:
         ("nav", "/tally/ledger"),
         ("dag_run", "/tally/runs/{DAG_ID}/{RUN_ID}"),
     }
+
+
+def _window_of_d2(airflow: H.RunningAirflow, tokens: dict[str, str]) -> dict[str, Any]:
+    """D2's one UNEXPLAINED window (its stream row deleted), as the date page lists it."""
+    status, body, _ = get(airflow, f"api/dates/{D2}", tokens["reviewer"])
+    assert status == 200, body
+    assert body["unexplained_windows"]["rows"] == 1
+    (window,) = body["unexplained_windows"]["shown"]
+    return window
+
+
+def test_an_unexplained_window_lists_the_records_behind_it(
+    spark, airflow, tokens, desk_env
+) -> None:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from tally.tables import read_table
+
+    window = _window_of_d2(airflow, tokens)
+    status, found, _ = get(airflow, f"api/{window['page']}&page_size=500", tokens["reviewer"])
+    assert status == 200, found
+    assert (found["status"], found["evidence"]) == ("UNEXPLAINED", "recorded")
+    # the window's first arrivals, recomputed here from the log: each id's first line
+    warehouse = desk_env["TALLY_WAREHOUSE"]
+    first = Window.partitionBy("event_id").orderBy(
+        "ingest_time", "batch_id", "source_mtime", "source_file", "source_line"
+    )
+    log = read_table(spark, warehouse, "events")
+    start = datetime.fromisoformat(found["window_start"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(found["window_end"])
+    in_window = (
+        (F.col("key") == window["key"])
+        & (F.col("event_time") >= F.lit(start))
+        & (F.col("event_time") < F.lit(end))
+    )
+    expected = {
+        r["event_id"]: r
+        for r in log.withColumn("_n", F.row_number().over(first))
+        .where((F.col("_n") == 1) & in_window)
+        .collect()
+    }
+    rows = found["rows"]
+    assert len(rows) == found["kinds"]["event"]["total"] == len(expected) > 0
+    assert {r["event_id"] for r in rows} == set(expected)
+    for row in rows:
+        line = expected[row["event_id"]]
+        assert (row["source_file"], row["source_line"], row["amount"]) == (
+            line["source_file"],
+            line["source_line"],
+            line["amount"],
+        )
+    # its stream row is gone: every event not late was never counted, which is the residual
+    late = [r for r in rows if r["counted"] == "late"]
+    assert {r["counted"] for r in rows} <= {"late", "never counted"}
+    never = found["kinds"]["event"]["never_counted"]
+    assert never == len(rows) - len(late) == found["figures"]["residual_count"] > 0
+    assert [r["counted"] for r in rows[:never]] == ["never counted"] * never
+    assert found["kinds"]["revision"]["total"] == 0
+
+    # paged, one row a page: page n is rank n, and the page after the last is empty
+    pages = [
+        get(airflow, f"api/{window['page']}&page_size=1&page={n}", tokens["reviewer"])[1]["rows"]
+        for n in range(1, len(rows) + 2)
+    ]
+    assert [[r["rank"] for r in p] for p in pages] == [[n] for n in range(1, len(rows) + 1)] + [[]]
+    assert [p[0]["event_id"] for p in pages[:-1]] == [r["event_id"] for r in rows]
+
+    # the same rows as CSV, every text cell quoted
+    status, data, headers = get(
+        airflow, window["page"].replace("?", "/evidence.csv?", 1), tokens["reviewer"]
+    )
+    assert status == 200 and headers["content-type"].startswith("text/csv")
+    assert "attachment" in headers["content-disposition"]
+    table = list(csv.DictReader(io.StringIO(data.decode())))
+    assert [r["event_id"] for r in table if r["kind"] == "event"] == [r["event_id"] for r in rows]
+
+    # the HTML page: the never-counted line, the records, the way back to the date
+    status, html, _ = get(airflow, window["page"], tokens["reviewer"])
+    text = html.decode()
+    assert status == 200 and 'id="never-counted"' in text and 'id="evidence"' in text
+    assert f'href="../../../dates/{D2}"' in text
+    status, html, _ = get(airflow, f"dates/{D2}", tokens["reviewer"])
+    assert f'href="../{window["page"].replace("&", "&amp;")}"' in html.decode()
+
+
+def test_a_window_without_a_gap_says_so_and_a_bad_window_is_a_clear_error(
+    spark, airflow, tokens, desk_env
+) -> None:
+    from pyspark.sql import functions as F
+
+    from tally.tables import read_table
+    from tally.window_evidence import window_path
+
+    matched = (
+        read_table(spark, desk_env["TALLY_WAREHOUSE"], "reconciliation")
+        .where((F.col("business_date") == F.lit(D1)) & (F.col("status") == "MATCH"))
+        .orderBy("window_start", "key")
+        .first()
+    )
+    assert matched is not None
+    page = window_path(D1, matched["window_start"], matched["key"], matched["currency"])
+    status, found, _ = get(airflow, f"api/{page}", tokens["reviewer"])
+    assert status == 200, found
+    assert (found["status"], found["evidence"], found["rows"]) == (
+        "MATCH",
+        "no_evidence_needed",
+        [],
+    )
+    assert found["figures"]["batch_count"] == matched["batch_count"] > 0
+    base = f"api/dates/{D2}/windows"
+    for path, status_wanted, words in (
+        (f"{base}/noon?key=k&currency=USD", 400, "window start"),
+        (f"{base}/{D2}T12:00:00?key=k&currency=USD", 400, "time zone"),
+        (f"{base}/{D2}T12:00:00Z?currency=USD", 400, "key"),
+        (f"{base}/{D2}T12:00:00Z?key=k&currency=usd", 400, "currency"),
+        (f"{base}/{D2}T12:00:00Z?key=k&currency=USD&kind=nope", 400, "kind"),
+        (f"{base}/{D2}T12:00:00Z?key=..%2F..%2Fetc&currency=USD", 404, "no window"),
+        (f"{base}/..%2F..%2Fetc%2Fpasswd?key=k&currency=USD", 404, "Not Found"),
+    ):
+        status, body, _ = get(airflow, path, tokens["reviewer"])
+        assert status == status_wanted, (path, body)
+        assert words in body["detail"], (path, body)
