@@ -67,6 +67,14 @@ def reason_param() -> dict[str, Param]:
     }
 
 
+def _windows_text(settings: Settings, day: Any) -> str:
+    """The body's list of the largest UNEXPLAINED windows, each linking its records."""
+    from tally_app.signoffs import window_links
+
+    links = window_links(settings, day)
+    return f"The records behind the gap, largest first:\n\n{links}\n\n" if links else ""
+
+
 def _stage_result(context: Any, task_id: str) -> dict[str, Any]:
     value = context["ti"].xcom_pull(task_ids=task_id) or {}
     return dict(value.get("result") or {})
@@ -114,8 +122,10 @@ class SignOffOperator(HITLOperator):
             f"{recon.get('unexplained_windows', 0)} unexplained window(s), gap "
             f"{money_of(recon, 'gap_amount')} "
             f"({money_of(recon, 'explained_amount')} explained by late events).\n\n"
-            f"Review it under **Reconciliation** (`/tally/dates/{day.isoformat()}`: the report, "
-            "the CSV, the alerts), then **Accept** with a reason, or **Reject** to leave the "
+            + _windows_text(settings, day)
+            + f"Review it under **Reconciliation** (`/tally/dates/{day.isoformat()}`: the "
+            "report, the CSV, the alerts, each window's records), then **Accept** with a "
+            "reason, or **Reject** to leave the "
             f"date open (an alert fires; re-run after a fix). Unanswered after "
             f"{format_duration(settings.signoff_timeout)}: an alert, the date stays open."
         )

@@ -144,6 +144,24 @@ class ReportData:
     # the same three for each currency of the date, by currency (amounts of two currencies are
     # never added: a date in several has a section for each)
     by_currency: tuple[CurrencyFigures, ...] = ()
+    # the first `UNEXPLAINED_SHOWN` UNEXPLAINED windows, largest |residual amount| first, over
+    # every currency (each links its records in the desk), and how many there are
+    unexplained: list[dict[str, Any]] = field(default_factory=list)
+    unexplained_total: int = 0
+
+
+# The report lists at most this many UNEXPLAINED windows (the CSV has every window).
+UNEXPLAINED_SHOWN = 50
+UNEXPLAINED_COLUMNS = (
+    "window_start",
+    "key",
+    "currency",
+    "batch_count",
+    "stream_count",
+    "late_count",
+    "residual_count",
+    "residual_amount",
+)
 
 
 @dataclass(frozen=True)
@@ -605,6 +623,19 @@ def _worst_keys(recon: DataFrame) -> list[dict[str, Any]]:
         .orderBy(F.col("abs_unexplained").desc(), F.col("abs_gap").desc(), "key")
         .limit(WORST_KEYS)
         .collect()
+    ]
+
+
+def _unexplained(recon: DataFrame, count: int) -> list[dict[str, Any]]:
+    """The first `UNEXPLAINED_SHOWN` of the date's `count` UNEXPLAINED windows (window rows,
+    not events), largest |residual amount| first."""
+    if not count:
+        return []
+    rows = recon.where(F.col("status") == UNEXPLAINED).orderBy(
+        F.abs("residual_amount").desc(), "window_start", "key", "currency"
+    )
+    return [
+        r.asDict() for r in rows.select(*UNEXPLAINED_COLUMNS).limit(UNEXPLAINED_SHOWN).collect()
     ]
 
 
@@ -1140,6 +1171,8 @@ def _assemble(
         severity=_severity(summary),
         currency=first.currency,
         by_currency=sections,
+        unexplained=_unexplained(recon, totals["unexplained_windows"]),
+        unexplained_total=totals["unexplained_windows"],
     )
     return data
 

@@ -27,6 +27,7 @@ from expectations.report_data import (
 from tally.money import format_money, minor_digits
 from tally.settings import format_duration
 from tally.tolerances import NO_RULE, OK, WARN
+from tally.window_evidence import window_path
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
@@ -275,6 +276,51 @@ def _worst_keys_html(data: ReportData) -> str:
     )
 
 
+def _unexplained_html(data: ReportData) -> str:
+    """The UNEXPLAINED windows, each linking its records in the desk (the report served by
+    the desk at files/report-DATE.html: its window page is ../dates/DATE/windows/START)."""
+    if not data.unexplained:
+        return '<p class="muted" id="unexplained-windows">No UNEXPLAINED window.</p>'
+    rows = []
+    for w in data.unexplained:
+        page = window_path(data.business_date, w["window_start"], w["key"], w["currency"])
+        rows.append(
+            f'<tr><td><a class="window-link" href="../{_e(page)}">'
+            f"{_e(_fmt_when(w['window_start']))}</a></td><td>{_e(w['key'])}</td>"
+            f"<td>{_e(w['currency'])}</td>"
+            + "".join(
+                f'<td class="num">{format_count(int(w[c] or 0))}</td>'
+                for c in ("batch_count", "stream_count", "late_count", "residual_count")
+            )
+            + f'<td class="num">{_e(format_money(int(w["residual_amount"] or 0), w["currency"]))}'
+            "</td></tr>"
+        )
+    table = _table(
+        "unexplained-windows",
+        (
+            "window",
+            "key",
+            "currency",
+            "batch",
+            "stream",
+            "late",
+            "unexplained",
+            "unexplained amount",
+        ),
+        rows,
+    )
+    more = ""
+    if data.unexplained_total > len(data.unexplained):
+        more = (
+            f'<p class="muted">{len(data.unexplained):,} of {data.unexplained_total:,} shown, '
+            "largest first; every window is in the CSV.</p>"
+        )
+    return (
+        '<p class="muted">Each window opens its records (events, late rows, stream revisions) '
+        "in the Reconciliation view of Airflow.</p>" + table + more
+    )
+
+
 def _partitions_html(data: ReportData) -> str:
     if not data.partitions:
         return ""
@@ -437,6 +483,8 @@ keep integer minor units). Rows: <a href="{_e(csv_name)}">{_e(csv_name)}</a>.</p
 {_signoff_html(data)}
 {_per_currency(data, _headline_html)}
 {_copies_html(data)}
+<h2>Unexplained windows</h2>
+{_unexplained_html(data)}
 <h2>Streaming vs batch per window</h2>
 {_per_currency(data, _windows_chart)}
 <h2>Late events by lateness</h2>

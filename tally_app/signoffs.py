@@ -95,3 +95,33 @@ def record_signoff(spark: Any, warehouse: str, signoff: SignOff) -> None:
         },
     )
     T.write_table(row, warehouse, T.SIGNOFFS)
+
+
+# The sign-off request links at most this many UNEXPLAINED windows (the date page lists more).
+WINDOWS_LINKED = 5
+
+
+def window_links(settings: Any, business_date: date) -> str:
+    """Markdown lines linking the date's largest UNEXPLAINED windows to their records in the
+    desk (empty when it has none or the warehouse cannot be read: the date page lists them)."""
+    from tally import ledger_reads as W
+    from tally.money import format_money
+    from tally.window_evidence import window_path
+
+    location = W.Location(
+        settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
+    )
+    try:
+        rows = W.read_unexplained(location, business_date)
+    except W.WarehouseUnavailable:
+        return ""
+    lines = []
+    for row in rows[:WINDOWS_LINKED]:
+        currency = row.get("currency") or settings.default_currency
+        path = window_path(business_date, row["window_start"], row["key"], currency)
+        amount = format_money(int(row.get("residual_amount") or 0), currency)
+        start = row["window_start"].strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"- [{start} UTC, key `{row['key']}`: {amount} unexplained](/tally/{path})")
+    if len(rows) > WINDOWS_LINKED:
+        lines.append(f"- … {len(rows) - WINDOWS_LINKED:,} more on the date's page")
+    return "\n".join(lines)
