@@ -150,7 +150,7 @@ def restatements_section(
     log(f"restatements: streaming 3 late first arrivals and a copy for {restated}")
     _stream("restate_late", input_dir, warehouse, shape, r.files_per_day, master, logs)
     with stopwatch() as ledger_t:
-        ledger = read_ledger(Location(wh))
+        ledger = read_ledger(Location(wh), datetime.now(UTC))
     reopened = {row["business_date"]: row["reopened"] for row in ledger if row["reopened"]}
     with stopwatch() as check_t:
         checked = check(spark, wh, now=datetime.now(UTC), policy="flag", tolerance=(0, 0))

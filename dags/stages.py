@@ -342,6 +342,21 @@ def check_restatements(
     }
 
 
+def check_open_items(
+    settings: Settings, *, now: datetime, context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The aging alerts of the open items due at `now` (`tally_app.open_items.aging_alerts`),
+    sent and recorded."""
+    from tally_app.open_items import aging_alerts
+
+    spark = session_for(settings, "tally-dag")
+    fields = context_fields(context, settings) if context else {}
+    fields.pop("business_date", None)
+    alerts = [a.with_context(**fields) for a in aging_alerts(settings, now, spark)]
+    emit(alerts, settings, spark)
+    return {"aging": [a.business_date.isoformat() for a in alerts if a.business_date]}
+
+
 def rerun_restatements(
     settings: Settings, dates: list[date] | None, *, now: datetime
 ) -> dict[str, Any]:

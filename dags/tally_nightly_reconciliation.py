@@ -18,9 +18,12 @@ date starts just after it ended.
    is signed off automatically; an unexplained one (with tolerance rules: graded warn or fail),
    or one with a failed critical expectation, waits in **Required Actions** for a person:
    *Accept* with a reason, or *Reject* (alert; the run fails, the date stays open). Unanswered after
-   `TALLY_SIGNOFF_TIMEOUT`: alert, the run fails. Decisions go to the `signoffs` table, the
-   report and the **Reconciliation** view.
-6. **publish**: publishes the report; updates the Asset `tally_reconciliation`.
+   `TALLY_SIGNOFF_TIMEOUT`: alert, the run fails. A material gap (graded fail, or any without
+   tolerance rules) takes two people: a reviewer prepares the decision here...
+6. **approve_sign_off**: ...and a second, different one approves it or sends it back
+   (Required Actions; nothing to do for other dates). Every step goes to the `signoffs`
+   table, the report and the **Reconciliation** view.
+7. **publish**: publishes the report; updates the Asset `tally_reconciliation`.
 
 Every write replaces exactly the date, so re-runs and back-fills
 (`airflow backfill create --dag-id tally_nightly_reconciliation --from-date ... --to-date ...`)
@@ -43,7 +46,7 @@ from dags.common import (
     start_date_for,
     watermark_sensor,
 )
-from dags.signoff import sign_off_task
+from dags.signoff import approve_task, sign_off_task
 from tally.settings import load_settings
 
 _settings = load_settings()
@@ -78,6 +81,7 @@ def tally_nightly_reconciliation() -> None:
         ),
         stage_task(_settings, "report", "build_report", doc_md="Build the business date's report."),
         sign_off_task(_settings),
+        approve_task(_settings),
         stage_task(
             _settings,
             "publish",

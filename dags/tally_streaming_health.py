@@ -18,14 +18,17 @@ variable is the tally setting `health_*` (also settable in the TOML config).
 Beside it, **check_restatements** looks for reconciled dates the stream changed after their
 run (`restatement_policy`): a warning alert per date first found; when the policy re-runs a
 date it emits the asset `tally_restatements`, which triggers the `tally_restatements` DAG
-(otherwise the task shows skipped).
+(otherwise the task shows skipped). **check_open_items** alerts on each open item (a date
+someone must act on: unexplained, awaiting approval, rejected, timed out) that has been open
+another `TALLY_AGING_MAX` (7 days): a warning the first time, an error each time after.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from airflow.sdk import dag
+from airflow.sdk import dag, task
 
 from dags.common import default_args, stage_task
 from dags.restatements import check_restatements_task
@@ -54,6 +57,24 @@ def tally_streaming_health() -> None:
         doc_md="Evaluate the recent stream progress; record and send alerts.",
     )
     check_restatements_task(_settings)
+    check_open_items_task()
+
+
+def check_open_items_task() -> Any:
+    @task(
+        task_id="check_open_items",
+        doc_md="An alert for each open item (a date someone must act on) open another "
+        "`aging_max` (7 days): a warning the first time, an error each time after.",
+    )
+    def check_open_items() -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+
+        from dags.stages import check_open_items as check
+
+        context = get_current_context()
+        return check(load_settings(), now=context["dag_run"].run_after, context=context)
+
+    return check_open_items()
 
 
 tally_streaming_health()

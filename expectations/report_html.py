@@ -24,6 +24,7 @@ from expectations.report_data import (
     format_count,
     format_rate,
 )
+from tally.ledger import decision_words
 from tally.money import format_money, minor_digits
 from tally.settings import format_duration
 from tally.tolerances import NO_RULE, OK, WARN
@@ -134,10 +135,8 @@ def _signoff_html(data: ReportData) -> str:
     if not s:
         return '<p id="signoff">Sign-off: <b>pending</b>.</p>'
     reason = f": {_e(s['reason'])}" if s.get("reason") else ""
-    decided = (
-        f"<b>{_e(s['decision'])}</b> by {_e(s['decided_by'])} "
-        f"at {_e(_fmt_when(s['decided_at']))}{reason}"
-    )
+    decision, rest = decision_words(s)
+    decided = f"<b>{_e(decision)}</b> {_e(rest)} at {_e(_fmt_when(s['decided_at']))}{reason}"
     if _older_run(s.get("run_time"), data.run_time):  # this run restates the one signed off
         return (
             '<p id="signoff">Sign-off: <b>pending</b> for this run, which restates run '

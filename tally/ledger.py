@@ -21,6 +21,7 @@ from typing import Any
 
 from tally.dates import parse_business_date
 from tally.money import CurrencyError, check_currency, format_money, recorded_currency
+from tally.open_items import OPEN, age_days, bucket_counts, bucket_of
 from tally.tolerances import OK, SEVERITIES, WARN
 
 STATUSES = (
@@ -125,7 +126,15 @@ SIGNOFF_COLUMNS = (
     "run_time",
     "dag_id",
     "run_id",
+    "tier",
+    "step",
+    "proposed",
+    "prepared_by",
+    "approved_by",
 )
+# The status whose dates need two people under `signoff_two_person = fail`: an unexplained
+# gap graded fail (any, without materiality tolerance rules).
+MATERIAL_STATUS = "unexplained"
 MAX_PAGE_SIZE = 200
 # At most how many worst keys a date over several currencies names (as the summary's rows).
 WORST_KEYS_SHOWN = 5
@@ -146,6 +155,8 @@ class LedgerQuery:
     date_to: date | None = None
     page: int = 1
     page_size: int = 50
+    # only dates with an open item open this many days or more (0: every open item)
+    older_than: int | None = None
 
     @classmethod
     def parse(
@@ -155,8 +166,19 @@ class LedgerQuery:
         date_to: str | None = None,
         page: int | str = 1,
         page_size: int | str = 50,
+        older_than: int | str | None = None,
     ) -> LedgerQuery:
         """Raises ValueError (one line) on a bad filter."""
+        days = None
+        if older_than not in (None, ""):
+            try:
+                days = int(older_than)  # type: ignore[arg-type]
+            except ValueError:
+                raise ValueError(
+                    f"older_than: expected a number of days, got {older_than!r}"
+                ) from None
+            if days < 0:
+                raise ValueError(f"older_than: expected 0 days or more, got {days}")
         status = status or None
         if status is not None and status not in STATUSES:
             raise ValueError(f"status: expected one of {', '.join(STATUSES)}, got {status!r}")
@@ -170,7 +192,7 @@ class LedgerQuery:
             raise ValueError("page, page_size: expected integers") from None
         if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page: expected >= 1; page_size: expected 1..{MAX_PAGE_SIZE}")
-        return cls(status, first, last, page, page_size)
+        return cls(status, first, last, page, page_size, days)
 
 
 def date_rollup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -259,6 +281,32 @@ def needs_person(status: str) -> bool:
     return status in NEEDS_PERSON
 
 
+def signoff_tier(status: str, two_person: str) -> int:
+    """How many people sign a date of this status off: 0 (it signs itself off), 1, or 2 (a
+    material gap under `signoff_two_person = fail`: one prepares, another approves)."""
+    if not needs_person(status):
+        return 0
+    return 2 if two_person == "fail" and status == MATERIAL_STATUS else 1
+
+
+def decision_words(signoff: Mapping[str, Any]) -> tuple[str, str]:
+    """A `signoffs` row as a person reads it: (the decision, who and what follows), e.g.
+    ("accepted", "by ana, approved by ben") or ("prepared", "by ana (proposes accepted):
+    awaiting approval")."""
+    decision = str(signoff.get("decision"))
+    who = signoff.get("decided_by") or "nobody"
+    if decision == "prepared":
+        return decision, f"by {who} (proposes {signoff.get('proposed')}): awaiting approval"
+    if decision == "sent_back":
+        return decision, f"by {who} (prepared by {signoff.get('prepared_by')}): to prepare again"
+    if decision == "self_approval_refused":
+        return decision, f"{who} may not approve what {who} prepared: awaiting approval"
+    approved = signoff.get("approved_by")
+    if approved and signoff.get("prepared_by"):
+        return decision, f"by {signoff['prepared_by']}, approved by {approved}"
+    return decision, f"by {who}"
+
+
 def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, date | datetime) else value
 
@@ -291,9 +339,12 @@ def ledger_rows(
     signoffs: Sequence[Mapping[str, Any]],
     event_dates: Sequence[date],
     restated: Mapping[date, Mapping[str, Any]] | None = None,
+    items: Mapping[date, Mapping[str, Any]] | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Every known business date, newest first, with its status, totals and sign-off.
-    `restated`: the reopened dates (`tally.restatements.reopened`) and what they gained."""
+    `restated`: the reopened dates (`tally.restatements.reopened`) and what they gained;
+    `items`: each date's open item (`tally.open_items.latest_items`), aged at `now`."""
     per_date: dict[date, list[Mapping[str, Any]]] = {}
     for r in summaries:
         per_date.setdefault(r["business_date"], []).append(r)
@@ -319,6 +370,7 @@ def ledger_rows(
             "by_currency": _by_currency(s, currency.get(day)),
             "signoff": _signoff_of(signoff, last_run.get(day)),
             "reopened": None if not change else {k: _iso(v) for k, v in change.items()},
+            "open_item": item_view((items or {}).get(day), now),
         }
         for column in SUMMARY_COLUMNS[1:]:
             if column != "currency":  # the date's (above)
@@ -370,13 +422,35 @@ def _signoff_of(signoff: Mapping[str, Any] | None, last_run: Any) -> dict[str, A
     return {**{k: _iso(v) for k, v in signoff.items()}, "superseded": older}
 
 
+def item_view(item: Mapping[str, Any] | None, now: datetime | None) -> dict[str, Any] | None:
+    """A date's open item as the ledger shows it: its row with its age in days and aging
+    bucket at `now` (None: the date has none)."""
+    if item is None or now is None:
+        return None
+    age = age_days(item["opened_at"], now)
+    return {
+        **{k: _iso(v) for k, v in item.items() if k != "business_date"},
+        "age_days": age,
+        "bucket": bucket_of(age),
+    }
+
+
+def _aged(r: Mapping[str, Any], older_than: int | None) -> bool:
+    """Whether the row passes the `older_than` filter (an open item that old, or no filter)."""
+    if older_than is None:
+        return True
+    item = r.get("open_item")
+    return item is not None and item["status"] == OPEN and item["age_days"] >= older_than
+
+
 def matching(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> list[dict[str, Any]]:
-    """The ledger's rows the query's filters keep (status, dates), in their order."""
+    """The ledger's rows the query's filters keep (status, dates, age), in their order."""
 
     def keep(r: Mapping[str, Any]) -> bool:
         day = date.fromisoformat(r["business_date"])
         return (
-            (query.status is None or r["status"] == query.status)
+            _aged(r, query.older_than)
+            and (query.status is None or r["status"] == query.status)
             and (query.date_from is None or day >= query.date_from)
             and (query.date_to is None or day <= query.date_to)
         )
@@ -389,6 +463,8 @@ def select_page(rows: Sequence[dict[str, Any]], query: LedgerQuery) -> dict[str,
     matched = matching(rows, query)
     start = (query.page - 1) * query.page_size
     return {
+        # every open item of the ledger by age, whatever the filters
+        "aging": bucket_counts([r["open_item"] for r in rows if r.get("open_item")]),
         "total": len(matched),
         "page": query.page,
         "page_size": query.page_size,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 # The tables the ledger reads (declared in tally.tables.CATALOG; a test checks the names).
@@ -25,6 +25,7 @@ RESTATEMENTS = "restatements"
 SWEEP = "restatement_sweep"
 PROGRESS = "stream_progress"
 COPIES = "reconciliation_copies"
+OPEN_ITEMS = "open_items"
 RECONCILIATION = "reconciliation"
 EVIDENCE = "reconciliation_evidence"
 DESK_TABLES = (
@@ -32,6 +33,7 @@ DESK_TABLES = (
     COPIES,
     RECONCILIATION,
     EVIDENCE,
+    OPEN_ITEMS,
     RUNS,
     VALIDATION,
     ALERTS,
@@ -187,8 +189,9 @@ def holds_ledger(location: Location) -> bool:
     return any(_table(location, name) is not None for name in (SUMMARY, RUNS, EVENTS))
 
 
-def read_ledger(location: Location) -> list[dict[str, Any]]:
-    """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`)."""
+def read_ledger(location: Location, now: datetime) -> list[dict[str, Any]]:
+    """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`), its
+    open item aged at `now`."""
     from tally import ledger as L
 
     runs = read_rows(location, RUNS, L.RUN_COLUMNS)
@@ -199,7 +202,16 @@ def read_ledger(location: Location) -> list[dict[str, Any]]:
         read_rows(location, SIGNOFFS, L.SIGNOFF_COLUMNS),
         event_dates(location),
         read_reopened(location, runs),
+        read_items(location),
+        now,
     )
+
+
+def read_items(location: Location, business_date: date | None = None) -> dict[date, dict[str, Any]]:
+    """Each date's open item (its newest `open_items` row; only the date's when given)."""
+    from tally.open_items import latest_items
+
+    return latest_items(read_rows(location, OPEN_ITEMS, None, business_date))
 
 
 def read_reopened(

@@ -34,6 +34,12 @@ SPARK_RUNNERS = ("local", "submit")
 MAINTENANCE_MODES = ("thread", "inline")
 # How the nightly finds first arrivals over the whole log (batch/firsts.py).
 DEDUP_MODES = ("index", "full")
+# Which dates need a second person's approval (`signoff_two_person`): fail = a gap graded fail
+# (any unexplained gap without materiality tolerance rules); never = one person signs off all.
+TWO_PERSON_RULES = ("fail", "never")
+# An Airflow user id in `signoff_preparers` / `signoff_approvers` (SimpleAuthManager: the user
+# name; another auth manager: its `get_id()`).
+_USER_ID = re.compile(r"[A-Za-z0-9_.@+-]+")
 # The default cap per kind of each UNEXPLAINED window's records (`reconciliation_evidence`).
 EVIDENCE_ROWS = 1000
 RESTATEMENT_POLICIES = ("rerun", "flag")
@@ -167,6 +173,34 @@ def format_duration(ms: int) -> str:
         if ms and ms % _UNIT_MS[unit] == 0:
             return f"{ms // _UNIT_MS[unit]}{unit}"
     return f"{ms}ms"
+
+
+def user_ids(text: str) -> tuple[str, ...]:
+    """Comma-separated Airflow user ids, in order, each once (blank items dropped)."""
+    return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+
+
+def _signoff_people_problem(
+    two_person: str, preparers: tuple[str, ...], approvers: tuple[str, ...]
+) -> str | None:
+    """Why the sign-off settings cannot work (one line), or None: a known two-person rule,
+    user ids Airflow can have, and an approver left for whatever any preparer prepares."""
+    if two_person not in TWO_PERSON_RULES:
+        return (
+            f"signoff_two_person: expected one of {', '.join(TWO_PERSON_RULES)}, got {two_person!r}"
+        )
+    for name, ids in (("signoff_preparers", preparers), ("signoff_approvers", approvers)):
+        bad = [i for i in ids if not _USER_ID.fullmatch(i)]
+        if bad:
+            return f"{name}: {bad[0]!r} is not an Airflow user id (letters, digits, _.@+-)"
+    if two_person == "never" or not approvers:
+        return None
+    if len(approvers) == 1 and (not preparers or approvers[0] in preparers):
+        return (
+            f"signoff_approvers: {approvers[0]} alone cannot approve what {approvers[0]} "
+            "prepared (name a second approver, or preparers without them)"
+        )
+    return None
 
 
 def windowing_problem(window_ms: int, slide_ms: int | None, session_gap_ms: int) -> str | None:
@@ -616,6 +650,28 @@ class Settings:
         "Airflow: how long the nightly waits for a person to accept or reject an unbalanced "
         "date (Required Actions) before it alerts and leaves the date open",
     )
+    signoff_two_person: str = _setting(
+        "fail",
+        "Airflow: which unbalanced dates need two people (four eyes): fail (a gap the "
+        "materiality tolerances grade fail, or any unexplained gap without tolerance rules: a "
+        "reviewer prepares, a different person approves) or never (one person decides every "
+        "date)",
+    )
+    signoff_preparers: str = _setting(
+        "",
+        "Airflow: the user ids who may decide a date (one person) or prepare it (two), "
+        "comma-separated (SimpleAuthManager: user names); empty = any user Airflow lets answer",
+    )
+    signoff_approvers: str = _setting(
+        "",
+        "Airflow: the user ids who may approve a prepared decision, comma-separated; empty = any "
+        "user Airflow lets answer; never the one who prepared it",
+    )
+    aging_max: int = _duration_field(
+        "7d",
+        "open items (dates someone must act on): an alert when one has been open this long, "
+        "and again each time it has been open another aging_max",
+    )
     desk_timeout: int = _duration_field(
         "15s",
         "Airflow UI: how long the Reconciliation view waits for the warehouse before it "
@@ -673,6 +729,11 @@ class Settings:
         for name in ("restatement_tolerance_events", "restatement_tolerance_amount"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must be 0 or more, got {getattr(self, name)}")
+        signoff_people_problem = _signoff_people_problem(
+            self.signoff_two_person, self.preparers, self.approvers
+        )
+        if signoff_people_problem:
+            raise SettingsError(signoff_people_problem)
         if not 1 <= self.evidence_rows <= 100_000:
             raise SettingsError(
                 f"evidence_rows: must be between 1 and 100000, got {self.evidence_rows}"
@@ -686,6 +747,10 @@ class Settings:
                 raise SettingsError(
                     f"{name}: must be at least 1h, got {format_duration(getattr(self, name))}"
                 )
+        if self.aging_max < 3_600_000:
+            raise SettingsError(
+                f"aging_max: must be at least 1h, got {format_duration(self.aging_max)}"
+            )
         if self.audit_window < 86_400_000:
             raise SettingsError(
                 f"audit_window: must be at least 1d, got {format_duration(self.audit_window)}"
@@ -811,6 +876,24 @@ class Settings:
                 raise SettingsError(
                     f"{name}: expected a cron expression of 5 fields, got {getattr(self, name)!r}"
                 )
+
+    @property
+    def preparers(self) -> tuple[str, ...]:
+        """`signoff_preparers` as user ids (empty: anyone Airflow lets answer)."""
+        return user_ids(self.signoff_preparers)
+
+    @property
+    def approvers(self) -> tuple[str, ...]:
+        """`signoff_approvers` as user ids (empty: anyone Airflow lets answer)."""
+        return user_ids(self.signoff_approvers)
+
+    @property
+    def signoff_people(self) -> tuple[str, str]:
+        """Who may prepare (or decide) and who may approve, in words for an open item."""
+        return (
+            ", ".join(self.preparers) or "any reviewer",
+            ", ".join(self.approvers) or "any other reviewer",
+        )
 
     @property
     def checkpoint_location(self) -> str:

@@ -320,13 +320,34 @@ ALERTS = Table(
 SIGNOFFS = Table(
     "signoffs",
     "business_date DATE, decision STRING, decided_by STRING, decided_at TIMESTAMP, "
-    "reason STRING, status STRING, run_time TIMESTAMP, dag_id STRING, run_id STRING",
-    "Append-only: every sign-off of a business date, who decided what, when and why: "
-    "decision auto (a balanced date), accepted (a person accepted an unbalanced date, with a "
-    "reason), rejected (the date stays open) or timed_out (nobody answered in time); status "
-    "is the date's status when asked; run_time, dag_id and run_id name the reconciliation run "
-    "it refers to (reconciliation_runs.run_time and the Airflow run).",
+    "reason STRING, status STRING, run_time TIMESTAMP, dag_id STRING, run_id STRING, "
+    "tier INT, step STRING, proposed STRING, prepared_by STRING, approved_by STRING",
+    "Append-only: every step of the sign-off of a business date, who decided what, when and "
+    "why: decision auto (a balanced date), accepted (a person accepted an unbalanced date, "
+    "with a reason), rejected (the date stays open), timed_out (nobody answered in time), "
+    "and with two people (tier 2: a material gap) prepared (the first person's proposal, in "
+    "proposed: accepted or rejected), sent_back (the second person returned it) or "
+    "self_approval_refused (the preparer tried to approve); status is the date's status when "
+    "asked; run_time, dag_id and run_id name the reconciliation run it refers to "
+    "(reconciliation_runs.run_time and the Airflow run); tier 0 automatic, 1 one person, 2 "
+    "two people; step decide (tier 0 and 1), prepare or approve; prepared_by and approved_by "
+    "the two people of a tier-2 decision (tier, step, proposed, prepared_by and approved_by "
+    "null in rows from before four eyes).",
     order_by=("business_date", "decided_at"),
+)
+OPEN_ITEMS = Table(
+    "open_items",
+    "business_date DATE, status STRING, kind STRING, owner STRING, opened_at TIMESTAMP, "
+    "changed_at TIMESTAMP, resolution STRING, resolved_by STRING, alerted_periods INT, "
+    "run_time TIMESTAMP",
+    "Append-only: every change of a business date someone must act on (tally/open_items.py): "
+    "a date's newest row (by changed_at) is its item. status open (kind: unexplained, "
+    "unexplained_warn, validation_failed, awaiting_approval, sent_back, rejected or timed_out; "
+    "owner: who must act), accepted (a person accepted it: resolution is the reason, "
+    "resolved_by who) or resolved (a later run signed it off by itself); opened_at: when it "
+    "opened (its age counts from there); alerted_periods: how many aging_max periods an "
+    "aging alert has been sent for; run_time: the reconciliation run it is about.",
+    order_by=("business_date", "changed_at"),
 )
 RESTATEMENTS = Table(
     "restatements",
@@ -461,6 +482,7 @@ ALL_TABLES = (
     VALIDATION_RESULTS,
     ALERTS,
     SIGNOFFS,
+    OPEN_ITEMS,
     RESTATEMENTS,
     RESTATEMENT_SWEEP,
     LATENESS_RECOMMENDATIONS,

@@ -249,6 +249,12 @@ def ledger_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", default=None, help="only dates of this status")
     parser.add_argument("--from", dest="date_from", default=None, help="first date, YYYY-MM-DD")
     parser.add_argument("--to", dest="date_to", default=None, help="last date, YYYY-MM-DD")
+    parser.add_argument(
+        "--older-than",
+        dest="older_than",
+        default=None,
+        help="only dates with an open item open this many days or more (0: every open item)",
+    )
 
 
 def ledger(args: argparse.Namespace, settings: Settings) -> int:
@@ -256,7 +262,9 @@ def ledger(args: argparse.Namespace, settings: Settings) -> int:
     (delta-rs, no Spark): 0 printed, 2 a bad filter or an unreadable warehouse (one line)."""
     from tally_app.ledger import print_ledger
 
-    return print_ledger(settings, args.json, args.status, args.date_from, args.date_to)
+    return print_ledger(
+        settings, args.json, args.status, args.date_from, args.date_to, args.older_than
+    )
 
 
 # -- the nightly commands -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from tally import ledger as L
@@ -28,6 +29,7 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
     ("late rate", lambda r: "" if r["late_event_rate"] is None else f"{r['late_event_rate']:.3%}"),
     ("last run", lambda r: r["last_run"] or ""),
     ("sign-off", lambda r: _signoff(r["signoff"])),
+    ("open item", lambda r: _open_item(r.get("open_item"))),
     ("since the run", lambda r: _reopened(r["reopened"], r.get("currency"))),
 )
 
@@ -58,8 +60,15 @@ def _reopened(change: Mapping[str, Any] | None, currency: str | None) -> str:
 def _signoff(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return ""
-    text = one_line(f"{signoff.get('decision')} by {signoff.get('decided_by')}")
+    text = one_line(" ".join(L.decision_words(signoff)))
     return f"awaiting (was {text})" if signoff.get("superseded") else text
+
+
+def _open_item(item: Mapping[str, Any] | None) -> str:
+    """An open item's age, kind and owner ("open 3d awaiting_approval: ben")."""
+    if not item or item["status"] != "open":
+        return ""
+    return one_line(f"open {item['age_days']}d {item['kind']}: {item.get('owner')}")
 
 
 def grid(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -67,7 +76,8 @@ def grid(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     cells = [[show(r) for _, show in COLUMNS] for r in rows]
     headings = [heading for heading, _ in COLUMNS]
     widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headings)]
-    right = {i for i, (h, _) in enumerate(COLUMNS) if h not in ("date", "status", "sign-off")}
+    left = ("date", "status", "sign-off", "open item")
+    right = {i for i, (h, _) in enumerate(COLUMNS) if h not in left}
 
     def line(values: Sequence[str]) -> str:
         parts = [
@@ -85,11 +95,12 @@ def print_ledger(
     status: str | None,
     date_from: str | None,
     date_to: str | None,
+    older_than: str | None = None,
     out: TextIO | None = None,
 ) -> int:
     out = out or sys.stdout
     try:
-        query = L.LedgerQuery.parse(status, date_from, date_to)
+        query = L.LedgerQuery.parse(status, date_from, date_to, older_than=older_than)
     except ValueError as exc:
         print(f"tally: ledger: {exc}", file=sys.stderr)
         return 2
@@ -103,7 +114,7 @@ def print_ledger(
                 file=sys.stderr,
             )
             return 2
-        rows = L.matching(W.read_ledger(location), query)
+        rows = L.matching(W.read_ledger(location, datetime.now(UTC)), query)
     except W.WarehouseUnavailable as exc:
         print(f"tally: {exc}", file=sys.stderr)
         return 2

@@ -9,14 +9,15 @@ date stays open), or `timed_out` when nobody answered.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import date, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime
 from typing import Any
 
 from tally import tables as T
 from tally.dates import epoch_ms
 from tally.ledger import needs_person, status_of
 from tally.money import DEFAULT_CURRENCY, format_amounts
+from tally.open_items import ASKED, Step, item_after
 
 __all__ = [
     "DECISIONS",
@@ -27,7 +28,16 @@ __all__ = [
     "within_tolerance_reason",
 ]
 
-DECISIONS = ("auto", "accepted", "rejected", "timed_out")
+DECISIONS = (
+    "auto",
+    "accepted",
+    "rejected",
+    "timed_out",
+    "prepared",
+    "sent_back",
+    "self_approval_refused",
+)
+STEPS = ("decide", "prepare", "approve")
 
 
 @dataclass(frozen=True)
@@ -41,13 +51,21 @@ class SignOff:
     run_time: datetime | None = None  # the reconciliation run (reconciliation_runs.run_time)
     dag_id: str = ""
     run_id: str = ""
+    tier: int = 1  # 0 automatic, 1 one person, 2 two people (`tally.ledger.signoff_tier`)
+    step: str = "decide"  # decide (tiers 0 and 1), prepare or approve (tier 2)
+    proposed: str = ""  # a prepare step's proposal (accepted or rejected)
+    prepared_by: str = ""
+    approved_by: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
             raise ValueError(f"decision: expected one of {', '.join(DECISIONS)}")
+        if self.step not in STEPS:
+            raise ValueError(f"step: expected one of {', '.join(STEPS)}")
         if self.decided_at.tzinfo is None:
             raise ValueError("decided_at: needs a time zone")
-        if self.decision == "accepted" and not self.reason.strip():
+        needs_reason = self.decision == "accepted" or self.proposed == "accepted"
+        if needs_reason and self.step != "approve" and not self.reason.strip():
             raise ValueError("an accepted sign-off needs a reason")
 
 
@@ -74,11 +92,28 @@ def within_tolerance_reason(reconciliation: Mapping[str, Any]) -> str:
     )
 
 
-def record_signoff(spark: Any, warehouse: str, signoff: SignOff) -> None:
-    """Append the decision to `signoffs` (created on first use)."""
+# Who prepares and who approves, in words, when the settings name nobody.
+DEFAULT_PEOPLE = ("any reviewer", "any other reviewer")
+
+
+def record_signoff(
+    spark: Any,
+    warehouse: str,
+    signoff: SignOff,
+    people: tuple[str, str] = DEFAULT_PEOPLE,
+    recorded_at: datetime | None = None,
+) -> None:
+    """Append the decision to `signoffs` (created on first use) and move the date's open item
+    (`record_item`; `people`: `Settings.signoff_people`, who must act next). The item changes
+    when it is recorded (`recorded_at`, the wall clock by default), not at `decided_at`: an
+    automatic decision is dated by its run's interval, which can be before the item's last
+    change."""
     from pyspark.sql import functions as F
 
-    T.ensure_table(spark, warehouse, T.SIGNOFFS)
+    if T.exists(spark, warehouse, T.SIGNOFFS.name):
+        T.add_missing_columns(spark, warehouse, T.SIGNOFFS)  # the four-eyes columns
+    else:
+        T.ensure_table(spark, warehouse, T.SIGNOFFS)
     run_ms = None if signoff.run_time is None else epoch_ms(signoff.run_time)
     row = T.literal_row(
         spark,
@@ -92,9 +127,88 @@ def record_signoff(spark: Any, warehouse: str, signoff: SignOff) -> None:
             "run_time": F.timestamp_millis(F.lit(run_ms).cast("bigint")),
             "dag_id": F.lit(signoff.dag_id),
             "run_id": F.lit(signoff.run_id),
+            "tier": F.lit(signoff.tier),
+            "step": F.lit(signoff.step),
+            "proposed": F.lit(signoff.proposed or None).cast("string"),
+            "prepared_by": F.lit(signoff.prepared_by or None).cast("string"),
+            "approved_by": F.lit(signoff.approved_by or None).cast("string"),
         },
     )
     T.write_table(row, warehouse, T.SIGNOFFS)
+    step = Step(
+        decision=signoff.decision,
+        by=signoff.decided_by,
+        at=recorded_at or datetime.now(UTC),
+        reason=signoff.reason,
+        step=signoff.step,
+        preparers=people[0],
+        approvers=people[1],
+        run_time=signoff.run_time,
+    )
+    record_item(spark, warehouse, signoff.business_date, step)
+
+
+def record_asked(
+    spark: Any,
+    warehouse: str,
+    business_date: date,
+    status: str,
+    at: datetime,
+    run_time: datetime | None,
+    people: tuple[str, str] = DEFAULT_PEOPLE,
+) -> None:
+    """The nightly asks a person about the date: its open item opens (or takes the status)."""
+    step = Step(ASKED, "tally", at, kind=status, preparers=people[0], approvers=people[1])
+    record_item(spark, warehouse, business_date, replace(step, run_time=run_time))
+
+
+def latest_item(spark: Any, warehouse: str, business_date: date) -> dict[str, Any] | None:
+    """The date's open item (its newest `open_items` row), or None."""
+    from pyspark.sql import functions as F
+
+    if not T.exists(spark, warehouse, T.OPEN_ITEMS.name):
+        return None
+    rows = (
+        T.read_table(spark, warehouse, T.OPEN_ITEMS.name)
+        .where(F.col("business_date") == F.lit(business_date))
+        .orderBy(F.col("changed_at").desc())
+        .limit(1)
+        .collect()
+    )
+    return aware_row(rows[0].asDict()) if rows else None
+
+
+def aware_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A collected row with its timestamps zone-aware: Spark gives them naive, in its session
+    time zone (UTC in tally)."""
+    return {
+        k: v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
+        for k, v in row.items()
+    }
+
+
+def record_item(spark: Any, warehouse: str, business_date: date, step: Step) -> None:
+    """Append the date's open item after `step` (`tally.open_items.item_after`), if it
+    changes."""
+    item = item_after(latest_item(spark, warehouse, business_date), step)
+    if item is not None:
+        write_item(spark, warehouse, business_date, item)
+
+
+def write_item(spark: Any, warehouse: str, business_date: date, item: Mapping[str, Any]) -> None:
+    """Append a row of the date's open item (`open_items`, created on first use)."""
+    from pyspark.sql import functions as F
+
+    values = {"business_date": F.lit(business_date).cast("date")}
+    for column in ("opened_at", "changed_at", "run_time"):
+        moment = item.get(column)
+        values[column] = F.timestamp_millis(
+            F.lit(None if moment is None else epoch_ms(moment)).cast("bigint")
+        )
+    for column in ("status", "kind", "owner", "resolution", "resolved_by"):
+        values[column] = F.lit(item.get(column)).cast("string")
+    values["alerted_periods"] = F.lit(int(item.get("alerted_periods") or 0))
+    T.write_table(T.literal_row(spark, values), warehouse, T.OPEN_ITEMS)
 
 
 # The sign-off request links at most this many UNEXPLAINED windows (the date page lists more).

@@ -18,7 +18,7 @@ import asyncio
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -43,6 +43,7 @@ from tally_desk import pages
 
 NIGHTLY_DAG = "tally_nightly_reconciliation"
 SIGNOFF_TASK = "sign_off"
+APPROVE_TASK = "approve_sign_off"  # the second person of a material gap (four eyes)
 CSP = (
     "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
     "frame-ancestors 'self'; base-uri 'none'; form-action 'self'"
@@ -152,11 +153,11 @@ FAILED_CHECK_COLUMNS = ("suite", "check_name", "severity", "observed_value", "de
 VALIDATION_COLUMNS = ("business_date", "success", "data_docs_page", *FAILED_CHECK_COLUMNS)
 
 
-def read_ledger(config: DeskConfig) -> list[dict[str, Any]]:
-    return W.read_ledger(config.location)
+def read_ledger(config: DeskConfig, now: datetime) -> list[dict[str, Any]]:
+    return W.read_ledger(config.location, now)
 
 
-def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
+def read_date(config: DeskConfig, day: date, now: datetime) -> dict[str, Any]:
     loc = config.location
     summaries = W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS, day)
     runs = W.read_rows(loc, W.RUNS, None, day)
@@ -174,6 +175,8 @@ def read_date(config: DeskConfig, day: date) -> dict[str, Any]:
         signoffs,
         [day],
         W.read_reopened(loc, runs, day),
+        W.read_items(loc, day),
+        now,
     )
     default_currency = L.run_currency(runs[0]) if runs else None
     return {
@@ -285,11 +288,11 @@ def airflow_runs(config: DeskConfig, day: date) -> list[dict[str, Any]]:
             .order_by(DagRun.run_after.desc())
             .limit(20)
         ).all()
-        waiting = set(
-            session.scalars(
-                select(TaskInstance.run_id).where(
+        waiting = dict(
+            session.execute(
+                select(TaskInstance.run_id, TaskInstance.task_id).where(
                     TaskInstance.dag_id == NIGHTLY_DAG,
-                    TaskInstance.task_id == SIGNOFF_TASK,
+                    TaskInstance.task_id.in_([SIGNOFF_TASK, APPROVE_TASK]),
                     TaskInstance.run_id.in_([r.run_id for r in runs]),
                     TaskInstance.state.in_(["awaiting_input", "deferred"]),
                 )
@@ -303,9 +306,10 @@ def airflow_runs(config: DeskConfig, day: date) -> list[dict[str, Any]]:
                     "run_id": r.run_id,
                     "state": str(r.state),
                     "url": url,
-                    "required_action": f"{url}/tasks/{SIGNOFF_TASK}/required_actions"
+                    "required_action": f"{url}/tasks/{waiting[r.run_id]}/required_actions"
                     if r.run_id in waiting
                     else None,
+                    "awaiting": waiting.get(r.run_id),
                 }
             )
         return out
@@ -395,13 +399,18 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         )
 
     async def ledger(
-        status: str | None, date_from: str | None, date_to: str | None, page: str, size: str
+        status: str | None,
+        date_from: str | None,
+        date_to: str | None,
+        page: str,
+        size: str,
+        older_than: str | None,
     ) -> tuple[dict[str, Any], L.LedgerQuery]:
         try:
-            query = L.LedgerQuery.parse(status, date_from, date_to, page, size)
+            query = L.LedgerQuery.parse(status, date_from, date_to, page, size, older_than)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        rows = await off_loop(cfg, read_ledger, cfg)
+        rows = await off_loop(cfg, read_ledger, cfg, datetime.now(UTC))
         return L.select_page(rows, query), query
 
     @app.get("/api/ledger")
@@ -411,8 +420,9 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         date_to: str | None = None,
         page: str = "1",
         page_size: str = "50",
+        older_than: str | None = None,
     ) -> dict[str, Any]:
-        return (await ledger(status, date_from, date_to, page, page_size))[0]
+        return (await ledger(status, date_from, date_to, page, page_size, older_than))[0]
 
     @app.get("/ledger", response_class=HTMLResponse)
     async def ledger_html(
@@ -421,13 +431,14 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         date_to: str | None = None,
         page: str = "1",
         page_size: str = "50",
+        older_than: str | None = None,
     ) -> HTMLResponse:
-        result, query = await ledger(status, date_from, date_to, page, page_size)
+        result, query = await ledger(status, date_from, date_to, page, page_size, older_than)
         return HTMLResponse(pages.ledger_page(result, query))
 
     async def detail(day_text: str) -> dict[str, Any]:
         day = parse_day(day_text)
-        found = await off_loop(cfg, read_date, cfg, day)
+        found = await off_loop(cfg, read_date, cfg, day, datetime.now(UTC))
         found["airflow_runs"] = await run_in_threadpool(airflow_runs, cfg, day)
         return found
 

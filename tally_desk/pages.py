@@ -17,8 +17,10 @@ from tally.ledger import (
     TOTALS,
     LedgerQuery,
     change_text,
+    decision_words,
 )
 from tally.money import format_amounts, format_money
+from tally.open_items import BUCKETS
 from tally.window_evidence import KIND_COLUMNS, KINDS
 
 _CSS = """
@@ -90,8 +92,8 @@ def page(title: str, body: str) -> str:
 def signoff_text(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return "pending"
-    who = signoff.get("decided_by") or "nobody"
-    text = f"{signoff.get('decision')} by {who} at {_when(signoff.get('decided_at'))}"
+    decision, rest = decision_words(signoff)
+    text = f"{decision} {rest} at {_when(signoff.get('decided_at'))}"
     text = f"{text}: {signoff['reason']}" if signoff.get("reason") else text
     if signoff.get("superseded"):  # the date was re-run after it (a restatement)
         return f"awaiting sign-off of the new run (the earlier run: {text})"
@@ -109,6 +111,8 @@ def _filters(query: LedgerQuery) -> str:
         "</label> "
         f'<label>from <input type="date" name="date_from" value="{_e(query.date_from)}"></label> '
         f'<label>to <input type="date" name="date_to" value="{_e(query.date_to)}"></label> '
+        '<label>open for at least <input type="number" min="0" name="older_than" '
+        f'value="{_e(query.older_than)}" size="4"> days</label> '
         f'<input type="hidden" name="page_size" value="{query.page_size}">'
         '<button type="submit">filter</button></form>'
     )
@@ -123,6 +127,7 @@ def _pager(query: LedgerQuery, total: int) -> str:
                 "status": query.status or "",
                 "date_from": query.date_from.isoformat() if query.date_from else "",
                 "date_to": query.date_to.isoformat() if query.date_to else "",
+                "older_than": "" if query.older_than is None else query.older_than,
                 "page": number,
                 "page_size": query.page_size,
             }
@@ -148,12 +153,36 @@ def _ledger_cell(column: str, row: Mapping[str, Any]) -> str:
     return _cell(column, row[column], row.get("currency"))
 
 
+def open_item_text(item: Mapping[str, Any] | None) -> str:
+    """A date's open item in words: "open 3 days (awaiting_approval; owner: ben)", or how it
+    closed."""
+    if not item:
+        return ""
+    if item["status"] != "open":
+        by = f" by {item['resolved_by']}" if item.get("resolved_by") else ""
+        return f"{item['status']}{by} after {item['age_days']} day(s)"
+    return f"open {item['age_days']} day(s) ({item['kind']}; owner: {item.get('owner')})"
+
+
+def _aging(counts: Mapping[str, int]) -> str:
+    """Open items per aging bucket, each a link to the ledger of those open that long."""
+    if not counts:
+        return ""
+    lows = {label: low for label, low, _ in BUCKETS}
+    parts = [
+        f'<a class="bucket" href="ledger?older_than={lows[label]}">{_e(label)} days: {n:,}</a>'
+        for label, n in counts.items()
+    ]
+    total = sum(counts.values())
+    return f'<p id="aging">Open items: {total:,} ({" · ".join(parts)})</p>'
+
+
 def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
     head = (
         "<tr><th>business date</th><th>status</th><th>stream events</th><th>stream amount</th>"
         "<th>batch events</th><th>batch amount</th><th>gap amount</th>"
         "<th>unexplained amount</th><th>late-event rate</th><th>last run</th>"
-        "<th>sign-off</th></tr>"
+        "<th>sign-off</th><th>open item</th></tr>"
     )
     rows = []
     for r in result["dates"]:
@@ -175,12 +204,14 @@ def ledger_page(result: Mapping[str, Any], query: LedgerQuery) -> str:
                 )
             )
             + f"<td>{_e(_when(r['last_run'])) if r['last_run'] else ''}</td>"
-            f'<td class="signoff">{_e(signoff)}</td></tr>'
+            f'<td class="signoff">{_e(signoff)}</td>'
+            f'<td class="open-item">{_e(open_item_text(r.get("open_item")))}</td></tr>'
         )
     table = f'<table id="ledger">{head}{"".join(rows)}</table>' if rows else "<p>No dates.</p>"
     body = (
         "<h1>Reconciliation</h1>"
         "<p>Business dates, newest first. Amounts in each date's currency.</p>"
+        f"{_aging(result.get('aging') or {})}"
         f"{_filters(query)}{table}{_pager(query, result['total'])}"
     )
     return page("tally reconciliation", body)
@@ -314,7 +345,7 @@ def date_page(detail: Mapping[str, Any]) -> str:
     }
     signoffs = _rows_table(
         detail["signoffs"],
-        ("decided_at", "decision", "decided_by", "reason", "status", "run_id"),
+        ("decided_at", "decision", "decided_by", "reason", "step", "approved_by", "status"),
         "signoffs",
     )
     alerts = _rows_table(
@@ -332,7 +363,13 @@ def date_page(detail: Mapping[str, Any]) -> str:
         f"<nav>{' '.join(links)}</nav><h1>Reconciliation {day}</h1>"
         f'<p>status: <b id="status" class="s-{_e(row["status"])}">'
         f"{_e(STATUS_LABELS[row['status']])}</b> · sign-off: "
-        f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span></p>'
+        f'<span id="signoff">{_e(signoff_text(row["signoff"]))}</span>'
+        + (
+            f' · open item: <span id="open-item">{_e(open_item_text(row["open_item"]))}</span>'
+            if row.get("open_item")
+            else ""
+        )
+        + "</p>"
         f"{_reopened_text(row.get('reopened'), row.get('currency'))}"
         "<h2>What failed</h2>"
         f"{_failed_checks(detail.get('failed_checks') or [])}"
