@@ -38,6 +38,7 @@ NIGHTLY_TASKS = (
     "validate",
     "build_report",
     "sign_off",
+    "approve_sign_off",
     "publish",
 )
 HEALTH = "tally_streaming_health"
@@ -383,44 +384,88 @@ def answer_sign_off(
     """In the background, once the sign_off task of `dag_id` waits for input: answer it as the
     Required Actions page does (Airflow's own PATCH handler, user `reviewer`), or with
     `choice=None` let its response deadline pass (the scheduler's own timeout sweep)."""
+    return answer_in_turn([Answer(choice, reason)], dag_id)
 
-    def run() -> None:
-        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
-        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
-        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
-        from airflow.models.taskinstance import TaskInstance
-        from airflow.utils.session import create_session
-        from airflow.utils.state import TaskInstanceState
-        from sqlalchemy import select
 
+@dataclass(frozen=True)
+class Answer:
+    """One answer to a Required Action: the option (None: let the deadline pass), the reason,
+    the task waiting and the Airflow user answering."""
+
+    choice: str | None
+    reason: str = ""
+    task_id: str = "sign_off"
+    user: str = "reviewer"
+
+
+class AnsweredThread(threading.Thread):
+    """`answer_in_turn`'s thread; `refused` holds each answer Airflow refused: (user, the
+    HTTP status, its detail)."""
+
+    refused: list[tuple[str, int, str]]
+
+
+def answer_in_turn(answers: Sequence[Answer], dag_id: str = NIGHTLY) -> AnsweredThread:
+    """In the background, each answer in turn: once its task waits for input with no response
+    yet (a request tally asked again is answered afresh), as the Required Actions page does
+    (Airflow's own PATCH handler, with its check of the assigned users). An answer Airflow
+    refuses is kept in `refused` and the next is tried on the same request."""
+    # Imported here, in the calling thread: an import in the answering thread while the
+    # test's thread configures Airflow's models deadlocks on the import lock.
+    from airflow.api_fastapi.app import create_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+    from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from fastapi import HTTPException
+    from sqlalchemy import select
+
+    # the handler asks the auth manager whether the user is assigned (as the api-server)
+    create_auth_manager()
+    refused: list[tuple[str, int, str]] = []
+
+    def answer(answer: Answer) -> None:
         deadline = time_module.monotonic() + 900
         while time_module.monotonic() < deadline:
             with create_session() as session:
                 ti = session.scalars(
                     select(TaskInstance).where(
                         TaskInstance.dag_id == dag_id,
-                        TaskInstance.task_id == "sign_off",
+                        TaskInstance.task_id == answer.task_id,
                         TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
                     )
                 ).first()
-                if ti is not None and choice is not None:
-                    update_hitl_detail(
-                        dag_id=dag_id,
-                        dag_run_id=ti.run_id,
-                        task_id="sign_off",
-                        update_hitl_detail_payload=UpdateHITLDetailPayload(
-                            chosen_options=[choice], params_input={"reason": reason}
-                        ),
-                        user=SimpleAuthManagerUser(username="reviewer", role="admin"),
-                        session=session,
-                    )
-                    return
-                if ti is not None:
+                if ti is not None and answer.choice is not None:
+                    try:
+                        update_hitl_detail(
+                            dag_id=dag_id,
+                            dag_run_id=ti.run_id,
+                            task_id=answer.task_id,
+                            update_hitl_detail_payload=UpdateHITLDetailPayload(
+                                chosen_options=[answer.choice],
+                                params_input={"reason": answer.reason},
+                            ),
+                            user=SimpleAuthManagerUser(username=answer.user, role="admin"),
+                            session=session,
+                        )
+                        return
+                    except HTTPException as exc:
+                        if exc.status_code != 409:  # 409: the last answer is not taken yet
+                            refused.append((answer.user, exc.status_code, str(exc.detail)))
+                            return
+                if ti is not None and answer.choice is None:
                     runner = SchedulerJobRunner.__new__(SchedulerJobRunner)
                     runner.check_awaiting_input_timeouts(session=session)
             time_module.sleep(1)
 
-    thread = threading.Thread(target=run, daemon=True)
+    def run() -> None:
+        for each in answers:
+            answer(each)
+
+    thread = AnsweredThread(target=run, daemon=True)
+    thread.refused = refused
     thread.start()
     return thread

@@ -17,7 +17,8 @@ Each test changes only its own date, so neither depends on running first. Catch-
 (the tests trigger the runs they want): a run triggered for an older logical date, like the API
 test's, gets no task instances (Airflow creates none before a task's start date), so it never
 writes to the warehouse. Users: `admin` (admin), `reviewer` (viewer: may read the nightly DAG's
-runs) and `outsider` (no role: may read nothing).
+runs), `outsider` (no role: may read nothing) and `approver` (user: the second person of a
+material gap's sign-off, `TALLY_SIGNOFF_APPROVERS`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tally_tools.ports import free_port
 
 D1 = date(2026, 10, 5)
 D2, D3, D4 = (D1 + timedelta(days=n) for n in (1, 2, 3))
-USERS = "admin:admin,reviewer:viewer,outsider:"
+USERS = "admin:admin,reviewer:viewer,outsider:,approver:user"
 SIGNOFF_RUN_TIME = datetime.combine(D2 + timedelta(days=1), time(0, 30), tzinfo=UTC)
 
 # The desk's running Airflow (at most one), stopped after its last test (conftest.py).
@@ -59,6 +60,9 @@ def airflow_home(
             "TALLY_RETRIES": "0",
             "TALLY_SENSOR_POKE": "10s",
             "TALLY_SENSOR_TIMEOUT": "5m",
+            # four eyes on a material gap: admin prepares, approver approves (admin may
+            # approve too, but not what admin prepared: refused and recorded)
+            "TALLY_SIGNOFF_APPROVERS": "approver,admin",
         }
     )
     migrate = subprocess.Popen(

@@ -467,7 +467,7 @@ def test_the_csv_writes_each_row_in_its_currency(world: World) -> None:
 
 
 def test_the_desk_json_keeps_currencies_apart(world: World) -> None:
-    rows = read_ledger(Location(world.warehouse))
+    rows = read_ledger(Location(world.warehouse), datetime.now(UTC))
     page = json.loads(
         json.dumps(select_page(rows, LedgerQuery.parse(None, None, None, "1", "50")), default=str)
     )

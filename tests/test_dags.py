@@ -26,10 +26,15 @@ EXPECTED_TASKS = {
         "reaggregate": {"validate"},
         "validate": {"build_report"},
         "build_report": {"sign_off"},
-        "sign_off": {"publish"},
+        "sign_off": {"approve_sign_off"},
+        "approve_sign_off": {"publish"},
         "publish": set(),
     },
-    H.HEALTH: {"check_stream_health": set(), "check_restatements": set()},
+    H.HEALTH: {
+        "check_stream_health": set(),
+        "check_restatements": set(),
+        "check_open_items": set(),
+    },
     H.TUNING: {"tune_lateness": set()},
     H.RESTATEMENTS: {"rerun_dates": {"sign_off"}, "sign_off": set()},
 }

@@ -6,10 +6,14 @@ describes both): a real stream over four generated days. The first date was reco
 nightly stages directly (`run_nightly`: the same stages, no Airflow run, to keep the test short
 on a busy machine); this test's date is the third, with an unexplained gap (one stream row
 deleted): the nightly DAG is triggered for it and runs in the scheduler until its sign-off waits
-in Required Actions. In the browser: log in, open Reconciliation, see both dates, open the
-unexplained date's page and its report (the charts load under the content security policy),
-accept the Required Action with a reason, and see the sign-off in the ledger and in the
-re-rendered report; every task of the run succeeded, the run's grid view is screenshotted
+in Required Actions. In the browser: log in, open Reconciliation, see both dates (the
+unexplained one an open item of today), open the unexplained date's page, one of its windows'
+records (the events the stream never counted) and its report (the charts load under the
+content security policy); the gap is material, so four eyes: prepare the sign-off as `admin`
+(accept with a reason), fail to approve it as `admin` (refused and recorded, asked again),
+approve it as `approver` in a second session, and see the sign-off with both names in the
+ledger and in the re-rendered report, and the item leave the open list; every task of the run
+succeeded, the run's grid view is screenshotted
 (artifacts/airflow_grid.png) and the published table's asset event is recorded. Screenshots:
 artifacts/desk_*.png. The API test's dates (D2 with `ana`'s decisions) are not this test's, so
 it does not depend on running first.
@@ -76,6 +80,41 @@ def shot(page: Any, name: str) -> Path:
     return path
 
 
+def login(browser: Any, airflow: H.RunningAirflow, user: str, violations: list[str]) -> Any:
+    """A fresh page (its own cookies) logged in to the Airflow UI as `user`."""
+    page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+    page.set_default_timeout(60_000)
+    page.on(
+        "console",
+        lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    page.goto(f"{airflow.base}/")
+    page.wait_for_url("**/auth/login**")
+    page.locator("input[name=username]").fill(user)
+    page.locator("input[name=password]").fill(airflow.password(user))
+    page.locator("button[type=submit]").click()
+    page.wait_for_url(f"{airflow.base}/")
+    return page
+
+
+def task_waits(airflow: H.RunningAirflow, token: str, run_id: str) -> Any:
+    """A check: the run's approval waits for a person (and the run has not failed)."""
+
+    def check() -> bool:
+        state, tasks = states(airflow, token, run_id)
+        assert state != "failed", tasks
+        return tasks.get("approve_sign_off") == "awaiting_input"
+
+    return check
+
+
+def decisions(airflow: H.RunningAirflow, token: str) -> list[str]:
+    """The reviewed date's sign-off decisions, as the desk's API lists them."""
+    status, body = H.http(f"{airflow.base}/tally/api/dates/{REVIEWED}", token=token)
+    assert status == 200, body
+    return [s["decision"] for s in body["signoffs"]]
+
+
 def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -105,21 +144,8 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.set_default_timeout(60_000)
             violations: list[str] = []
-            page.on(
-                "console",
-                lambda m: (
-                    violations.append(m.text) if "Content Security Policy" in m.text else None
-                ),
-            )
-            page.goto(f"{airflow.base}/")
-            page.wait_for_url("**/auth/login**")
-            page.locator("input[name=username]").fill("admin")
-            page.locator("input[name=password]").fill(airflow.password())
-            page.locator("button[type=submit]").click()
-            page.wait_for_url(f"{airflow.base}/")
+            page = login(browser, airflow, "admin", violations)
 
             # Reconciliation in the navigation: the ledger, in an iframe.
             page.locator("a[href$='plugin/reconciliation']").first.click()
@@ -129,18 +155,29 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             reviewed_row.wait_for()
             assert "unexplained" in reviewed_row.inner_text()
             assert "pending" in reviewed_row.inner_text()
+            # asked about, the date is an open item from today, its preparers to act
+            assert "open 0 day(s) (unexplained" in reviewed_row.locator(".open-item").inner_text()
+            assert "Open items:" in ledger.locator("#aging").inner_text()
             row1 = ledger.locator(f'tr[data-date="{D1}"]')
             assert "unexplained" not in row1.inner_text()
             text = row1.inner_text()
             assert any(s in text for s in ("balanced", "explained by late events")), text
             shot(page, "ledger")
 
-            # The unexplained date's page and its report.
+            # The unexplained date's page, a window's records, the report.
             reviewed_row.get_by_role("link", name=REVIEWED.isoformat()).click()
             ledger.locator("#provenance").wait_for()
             assert "unexplained" in ledger.locator("#status").inner_text()
             assert ledger.locator("a.required-action").count() == 1
             shot(page, "date")
+            ledger.locator("a.window-link").first.click()
+            ledger.locator("#never-counted").wait_for()
+            assert ledger.locator("#window-status").inner_text() == "UNEXPLAINED"
+            events = ledger.locator("#evidence tr")
+            assert events.count() >= 2  # a heading and at least one event
+            assert "never counted" in ledger.locator("#evidence").inner_text()
+            shot(page, "window")
+            ledger.get_by_role("link", name=f"← {REVIEWED.isoformat()}").click()
             ledger.locator("#report-link").click()
             ledger.locator("#business-date").wait_for()
             images = ledger.locator("img")
@@ -148,16 +185,39 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             loaded = images.evaluate_all("els => els.map(e => e.complete && e.naturalWidth > 0)")
             assert all(loaded), loaded
             assert "pending" in ledger.locator("#signoff").inner_text()
+            assert ledger.locator("#unexplained-windows a.window-link").count() == 1
             shot(page, "report")
 
-            # Required Actions: accept with a reason.
-            page.goto(
-                f"{airflow.base}/dags/{H.NIGHTLY}/runs/{run_id}/tasks/sign_off/required_actions"
-            )
-            page.get_by_text("Sign off").first.wait_for()
+            # Four eyes: admin prepares (accept with a reason)...
+            actions = f"{airflow.base}/dags/{H.NIGHTLY}/runs/{run_id}/tasks"
+            page.goto(f"{actions}/sign_off/required_actions")
+            page.get_by_text("Prepare the sign-off").first.wait_for()
             page.locator("#element_reason").fill(REASON)
             shot(page, "required_action")
             page.get_by_role("button", name="Accept").click()
+            H.wait_for("the approval to wait", task_waits(airflow, token, run_id), 600, airflow)
+
+            # ...then tries to approve it too: refused and recorded, asked again...
+            page.goto(f"{actions}/approve_sign_off/required_actions")
+            page.get_by_text("Approve the sign-off").first.wait_for()
+            page.get_by_role("button", name="Approve").click()
+            H.wait_for(
+                "the self-approval to be refused",
+                lambda: (
+                    "self_approval_refused" in decisions(airflow, token)
+                    and task_waits(airflow, token, run_id)()
+                ),
+                600,
+                airflow,
+            )
+            shot(page, "self_approval")
+
+            # ...and a second person approves.
+            second = login(browser, airflow, "approver", violations)
+            second.goto(f"{actions}/approve_sign_off/required_actions")
+            second.get_by_text("Approve the sign-off").first.wait_for()
+            second.locator("#element_reason").fill("checked the window's records")
+            second.get_by_role("button", name="Approve").click()
 
             def run_done() -> Any:
                 state, _ = states(airflow, token, run_id)
@@ -176,18 +236,19 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             assert grid.stat().st_size > 10_000
 
             page.goto(f"{airflow.base}/plugin/reconciliation")
-            reviewed_row = page.frame_locator("iframe[title=Reconciliation]").locator(
-                f'tr[data-date="{REVIEWED}"]'
-            )
+            frame = page.frame_locator("iframe[title=Reconciliation]")
+            reviewed_row = frame.locator(f'tr[data-date="{REVIEWED}"]')
             reviewed_row.wait_for()
-            assert (
-                "accepted by admin" in reviewed_row.inner_text()
-                and REASON in reviewed_row.inner_text()
-            )
+            signed = reviewed_row.inner_text()
+            assert "accepted by admin, approved by approver" in signed and REASON in signed
+            assert "accepted by approver after 0 day(s)" in signed
             shot(page, "ledger_signed")
+            # the item left the open list
+            page.goto(f"{airflow.base}/tally/ledger?older_than=0")
+            assert page.locator(f'tr[data-date="{REVIEWED}"]').count() == 0
             page.goto(f"{airflow.base}/tally/files/report-{REVIEWED}.html")
             text = page.locator("#signoff").inner_text()
-            assert "accepted" in text and "admin" in text and REASON in text
+            assert "accepted" in text and "approved by approver" in text and REASON in text
             shot(page, "report_signed")
             assert violations == []
         finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +230,7 @@ def test_an_unreachable_warehouse_is_a_clear_503(tmp_path: Path, monkeypatch) ->
         port = closed.getsockname()[1]
     config = _desk(tmp_path, f"http://127.0.0.1:{port}", 20.0)
     with pytest.raises(HTTPException) as err:
-        asyncio.run(off_loop(config, read_ledger, config))
+        asyncio.run(off_loop(config, read_ledger, config, datetime.now(UTC)))
     assert err.value.status_code == 503
     assert str(err.value.detail).startswith("warehouse unreachable: ")
 
@@ -240,7 +240,7 @@ def test_an_unreachable_warehouse_is_a_clear_503(tmp_path: Path, monkeypatch) ->
         silent.listen(8)
         config = _desk(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}", 1.0)
         with pytest.raises(HTTPException) as err:
-            asyncio.run(off_loop(config, read_ledger, config))
+            asyncio.run(off_loop(config, read_ledger, config, datetime.now(UTC)))
     assert err.value.status_code == 503
     assert "did not answer within 1 s" in str(err.value.detail)
 
@@ -627,3 +627,34 @@ def test_what_a_reopened_date_gained_reads_in_its_currency(
         **dict.fromkeys(L.SUMMARY_COLUMNS[1:]),
     } | {"currency": currency}
     assert f"{L.change_text(change, currency, ' / ')} (unchecked)" in grid([row])[1]
+
+
+def test_open_items_age_in_the_ledger_and_filter_it() -> None:
+    now = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    items = {
+        D1: {"status": "open", "kind": "unexplained", "owner": "ana", "opened_at": now},
+        D2: {
+            "status": "open",
+            "kind": "awaiting_approval",
+            "owner": "ben",
+            "opened_at": now - timedelta(days=9, hours=1),
+        },
+        D3: {"status": "accepted", "kind": "unexplained", "opened_at": now - timedelta(days=40)},
+    }
+    rows = L.ledger_rows([summary(D1), summary(D2), summary(D3)], [], [], [], [], None, items, now)
+    by_date = {r["business_date"]: r["open_item"] for r in rows}
+    assert (by_date[str(D1)]["age_days"], by_date[str(D1)]["bucket"]) == (0, "0-1")
+    assert (by_date[str(D2)]["age_days"], by_date[str(D2)]["bucket"]) == (9, "8-30")
+    # the filter keeps open items that old; a closed one never matches
+    for older_than, dates in ((0, [D2, D1]), (2, [D2]), (10, []), (None, [D3, D2, D1])):
+        query = L.LedgerQuery.parse(older_than=older_than)
+        assert [r["business_date"] for r in L.matching(rows, query)] == [str(d) for d in dates]
+    page = L.select_page(rows, L.LedgerQuery.parse(older_than="2"))
+    assert page["aging"] == {"0-1": 1, "2-7": 0, "8-30": 1, ">30": 0}  # every open item
+    assert page["total"] == 1
+    for bad in ("-1", "week"):
+        with pytest.raises(ValueError, match="older_than"):
+            L.LedgerQuery.parse(older_than=bad)
+    html = pages.ledger_page(page, L.LedgerQuery.parse(older_than="2"))
+    assert 'id="aging"' in html and "open 9 day(s) (awaiting_approval; owner: ben)" in html
+    assert 'href="ledger?older_than=8"' in html

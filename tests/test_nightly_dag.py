@@ -237,6 +237,15 @@ def signoffs(spark: Any, warehouse: str, day: date) -> list[Any]:
     return table.where(F.col("business_date") == F.lit(day)).orderBy("decided_at").collect()
 
 
+def open_item(spark: Any, warehouse: str, day: date) -> dict[str, Any]:
+    """The date's open item (its newest `open_items` row)."""
+    from tally_app.signoffs import latest_item
+
+    item = latest_item(spark, warehouse, day)
+    assert item is not None
+    return item
+
+
 def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeypatch) -> None:
     from pyspark.sql import functions as F
 
@@ -256,39 +265,87 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     # The back-fill above signed the (then balanced) date off automatically: count from here.
     earlier = len(signoffs(spark, warehouse, day))
 
-    # Rejected: the run fails, the date stays open, an alert fires.
-    answer = H.answer_sign_off("Reject", "totals look wrong")
-    state, states = run_date(nightly, day)
+    # A material gap (no tolerance rules: any residual): two people. The reviewer prepares a
+    # rejection, the approver sends it back: the run fails, the date stays open, an alert.
+    monkeypatch.setenv("TALLY_SIGNOFF_PREPARERS", "reviewer")
+    monkeypatch.setenv("TALLY_SIGNOFF_APPROVERS", "approver,reviewer")
+    dag = parse_nightly()  # who may answer is read when the task asks
+    answer = H.answer_in_turn(
+        [
+            H.Answer("Reject", "totals look wrong"),
+            H.Answer("Send back", "look at merchant 7 first", "approve_sign_off", "approver"),
+        ]
+    )
+    state, states = run_date(dag, day)
     answer.join(timeout=5)
     assert state == "failed", states
-    assert states["validate"] == states["build_report"] == "success"
-    assert states["sign_off"] == "failed" and states["publish"] == "upstream_failed"
+    assert states["validate"] == states["build_report"] == states["sign_off"] == "success"
+    assert states["approve_sign_off"] == "failed" and states["publish"] == "upstream_failed"
     (row,) = alerts("validate")
     assert row["dag_id"] == H.NIGHTLY and row["severity"] == "error"
     assert "data quality" in row["what"] and row["observed"] and row["threshold"]
     assert row["report_link"] and row["run_id"]
-    (rejected,) = alerts("sign_off")
-    assert "rejected by reviewer" in rejected["what"]
-    assert "totals look wrong" in rejected["observed"]
-    (decision,) = signoffs(spark, warehouse, day)[earlier:]
-    assert (decision["decision"], decision["decided_by"], decision["reason"]) == (
+    (sent_back,) = alerts("approve_sign_off")
+    assert "sent back by approver" in sent_back["what"]
+    prepared, back = signoffs(spark, warehouse, day)[earlier:]
+    assert (prepared["decision"], prepared["proposed"], prepared["prepared_by"]) == (
+        "prepared",
         "rejected",
         "reviewer",
+    )
+    assert (prepared["tier"], prepared["step"], prepared["reason"]) == (
+        2,
+        "prepare",
         "totals look wrong",
     )
-    assert decision["status"] == "unexplained" and decision["run_id"] == rejected["run_id"]
+    assert prepared["status"] == "unexplained" and prepared["run_id"] == sent_back["run_id"]
+    assert (back["decision"], back["decided_by"], back["prepared_by"], back["reason"]) == (
+        "sent_back",
+        "approver",
+        "reviewer",
+        "look at merchant 7 first",
+    )
+    # the date is an open item since the run asked, back with its preparer
+    item = open_item(spark, warehouse, day)
+    assert (item["status"], item["kind"], item["owner"]) == ("open", "sent_back", "reviewer")
+    opened_at = item["opened_at"]
 
-    # A re-run asks again; accepted with a reason, the run publishes and the report shows it.
-    answer = H.answer_sign_off("Accept", "known upstream outage, ticket 123")
-    state, states = run_date(nightly, day)
+    # A re-run asks again: prepared to accept; someone not assigned is refused by Airflow,
+    # the preparer by tally (recorded, asked again); the approver approves and the run
+    # publishes, the report naming both.
+    earlier = len(signoffs(spark, warehouse, day))
+    answer = H.answer_in_turn(
+        [
+            H.Answer("Accept", "known upstream outage, ticket 123"),
+            H.Answer("Approve", "", "approve_sign_off", "outsider"),
+            H.Answer("Approve", "", "approve_sign_off", "reviewer"),
+            H.Answer("Approve", "checked ticket 123", "approve_sign_off", "approver"),
+        ]
+    )
+    state, states = run_date(dag, day)
     answer.join(timeout=5)
     assert state == "success", states
     assert states == dict.fromkeys(H.NIGHTLY_TASKS, "success")
-    latest = signoffs(spark, warehouse, day)[-1]
-    assert (latest["decision"], latest["decided_by"]) == ("accepted", "reviewer")
-    assert latest["reason"] == "known upstream outage, ticket 123"
+    ((who, status, detail),) = answer.refused
+    assert (who, status) == ("outsider", 403) and "not a respondent" in detail
+    prepared, refused, approved = signoffs(spark, warehouse, day)[earlier:]
+    assert (prepared["decision"], prepared["proposed"]) == ("prepared", "accepted")
+    assert (refused["decision"], refused["decided_by"]) == ("self_approval_refused", "reviewer")
+    assert (approved["decision"], approved["prepared_by"], approved["approved_by"]) == (
+        "accepted",
+        "reviewer",
+        "approver",
+    )
+    assert approved["reason"] == "known upstream outage, ticket 123 (approver: checked ticket 123)"
     text = report_file(day).read_text(encoding="utf-8")
-    assert "<b>accepted</b> by reviewer" in text and "known upstream outage, ticket 123" in text
+    assert "<b>accepted</b> by reviewer, approved by approver" in text
+    assert "known upstream outage, ticket 123" in text
+    item = open_item(spark, warehouse, day)
+    assert (item["status"], item["resolved_by"], item["opened_at"]) == (
+        "accepted",
+        "approver",
+        opened_at,
+    )
 
     # Nobody answers before the deadline: recorded, an alert, the run fails. The gap is
     # graded warn by a materiality tolerance rule here: a person is asked all the same.
@@ -296,12 +353,16 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     rule = {"name": "noise", "key": "*", "window": {"warn_count": 0, "fail_abs": 10**12}}
     monkeypatch.setenv("TALLY_TOLERANCE", json.dumps([rule]))
     dag = parse_nightly()  # the response timeout is read when the DAG file is parsed
-    answer = H.answer_sign_off(None)
+    answer = H.answer_sign_off(None)  # warn: one person (tier 1)
     state, states = run_date(dag, day)
     answer.join(timeout=5)
     assert state == "failed" and states["sign_off"] == "failed", states
+    assert states["approve_sign_off"] == "upstream_failed", states
     timed_out = signoffs(spark, warehouse, day)[-1]
     assert (timed_out["decision"], timed_out["status"]) == ("timed_out", "unexplained_warn")
+    assert (timed_out["tier"], timed_out["step"]) == (1, "decide")
+    item = open_item(spark, warehouse, day)  # a new item: the accepted one was closed
+    assert (item["status"], item["kind"]) == ("open", "timed_out") and item["opened_at"] > opened_at
     assert "timed out" in alerts("sign_off")[-1]["what"]
 
     # Graded ok (no warn limit): signed off automatically, the reason naming the rule.
@@ -312,6 +373,7 @@ def test_unexplained_gap_waits_for_a_sign_off(spark, nightly, warehouse, monkeyp
     (auto,) = [r for r in signoffs(spark, warehouse, day) if r["status"] == "within_tolerance"]
     assert (auto["decision"], auto["decided_by"]) == ("auto", "tally")
     assert "within the materiality tolerance" in auto["reason"] and "'noise'" in auto["reason"]
+    assert open_item(spark, warehouse, day)["status"] == "resolved"  # signed off by itself
     (summary,) = date_rows(spark, warehouse, "reconciliation_summary", day)
     graded = json.loads(summary[0])
     assert graded["unexplained_windows"] == 1 and graded["severity"] == "ok"

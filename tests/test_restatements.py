@@ -83,7 +83,8 @@ def _settings(warehouse: str, tmp_path: Path, **values: Any) -> Settings:
 
 
 def _ledger_row(warehouse: str) -> dict[str, Any]:
-    (row,) = [r for r in read_ledger(Location(warehouse)) if r["business_date"] == str(DAY)]
+    rows = read_ledger(Location(warehouse), datetime.now(UTC))
+    (row,) = [r for r in rows if r["business_date"] == str(DAY)]
     return row
 
 
