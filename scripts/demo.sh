@@ -49,13 +49,19 @@ tally stream "${source_args[@]}" --warehouse "$demo/warehouse" --window 60s --la
   --idle-timeout 10m --available-now --drain --clock arrival
 echo "== 3. per-batch progress"
 tally show stream_progress --warehouse "$demo/warehouse" --limit 20 | cut -c1-160
+incident=${TALLY_DEMO_INCIDENT:-150}
+if [ "$incident" -gt 0 ]; then
+  echo "== 3b. an incident: a backfill job writes $incident events straight into the log, behind the stream"
+  python -m tally_tools.incident --warehouse "$demo/warehouse" --date "$day" --events "$incident"
+fi
 echo "== 4. nightly reconciliation for $day: re-aggregate, diff, validate (GX), report"
 status=0
 tally reconcile --date "$day" --warehouse "$demo/warehouse" \
   --out "$demo/reports" || status=$?
 if [ "$status" -eq 1 ]; then
-  # The generator plants data-quality faults (clocks 30 min ahead, a heavy lateness tail):
-  # the suites are meant to catch them. The report shows each one with its observed value.
+  # The generator plants data-quality faults (clocks 30 min ahead, a heavy lateness tail) and
+  # step 3b an incident (events the stream never counted: UNEXPLAINED windows): the suites
+  # are meant to catch them. The report shows each one, and each window's records in the desk.
   echo "(reconcile exited 1: see the line above and $demo/reports/report-$day.html)"
 elif [ "$status" -ne 0 ]; then
   exit "$status"
