@@ -326,10 +326,11 @@ def check_restatements(
 ) -> dict[str, Any]:
     """The reconciled dates that changed after their run (`tally_app.restatements.checked`):
     one warning each when first found; returns the dates the policy re-runs."""
-    from tally_app.restatements import checked, to_rerun
+    from tally_app.restatements import checked, open_reopened, to_rerun
 
     spark = session_for(settings, "tally-dag")
     found = [r for r in checked(settings, now, spark) if r.status != "unchanged"]
+    open_reopened(settings, spark, [(r, r.status) for r in found], now)  # flagged: pending
     fields = context_fields(context, settings) if context else {}
     fields.pop("business_date", None)
     alerts = [

@@ -1221,10 +1221,12 @@ def _latest_signoff(
     """The date's newest sign-off decision (None when none was recorded)."""
     if not _exists(spark, warehouse, T.SIGNOFFS.name):
         return None
+    rows = _of_date(spark, warehouse, T.SIGNOFFS.name, business_date)
+    # the four-eyes columns: absent from a table no run of this tally has written to yet
+    four_eyes = [c for c in ("proposed", "prepared_by", "approved_by") if c in rows.columns]
     row = (
-        _of_date(spark, warehouse, T.SIGNOFFS.name, business_date)
-        .orderBy(F.col("decided_at").desc())
-        .select("decision", "decided_by", "decided_at", "reason", "run_time")
+        rows.orderBy(F.col("decided_at").desc())
+        .select("decision", "decided_by", "decided_at", "reason", "run_time", *four_eyes)
         .first()
     )
     return row.asDict() if row is not None else None

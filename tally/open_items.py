@@ -3,7 +3,9 @@ is accepted or resolved, and how old it is. Pure rules; `tally_app.signoffs` app
 (`open_items`, append-only: a date's newest row is its item), the desk and `tally ledger` read
 them.
 
-An item opens when the nightly asks a person about a date (unexplained, validation failed);
+An item opens when the nightly asks a person about a date (unexplained, validation failed),
+or when a reconciled date changed after its run and waits for someone (reopened: flagged,
+or re-run and awaiting sign-off);
 each sign-off step moves it (prepared: the approvers must act; sent back, rejected, timed out:
 it stays open with a new owner); it closes as `accepted` (a person accepted the date) or
 `resolved` (a later run signed the date off by itself). Its age counts from when it opened,
@@ -28,6 +30,7 @@ KINDS = (
     "sent_back",
     "rejected",
     "timed_out",
+    "reopened",  # changed after its run: flagged, or re-run and awaiting sign-off
 )
 # The ledger's aging buckets: (label, smallest age in days, largest or None).
 BUCKETS = (("0-1", 0, 1), ("2-7", 2, 7), ("8-30", 8, 30), (">30", 31, None))

@@ -26,7 +26,13 @@ from batch.restatements import Restatement, awaiting, check, decided, record
 from tally import restatements as R
 from tally.settings import Settings
 from tally_app.nightly import NightlyOutcome, run_nightly
-from tally_app.signoffs import SignOff, date_status, needs_person, record_signoff
+from tally_app.signoffs import (
+    SignOff,
+    date_status,
+    needs_person,
+    record_asked,
+    record_signoff,
+)
 
 DECIDED_BY = "tally"  # who signs off a restatement within the tolerance
 
@@ -90,7 +96,27 @@ def settle(
             out.append(Settled(restatement, restatement.status))
             continue
         out.append(_rerun(settings, restatement, now, spark, report_to))
+    open_reopened(settings, spark, [(s.restatement, s.status) for s in out], now)
     return out
+
+
+def open_reopened(
+    settings: Settings, spark: Any, found: Sequence[tuple[Restatement, str]], now: datetime
+) -> None:
+    """Each date left waiting for someone (flagged `pending`, or re-run and awaiting sign-off:
+    `rerun`) is an open item (`reopened`)."""
+    for restatement, status in found:
+        if status in (R.PENDING, R.RERUN):
+            run_time = restatement.run_time if status == R.PENDING else now
+            record_asked(
+                spark,
+                settings.warehouse,
+                restatement.business_date,
+                "reopened",
+                now,
+                run_time,
+                settings.signoff_people,
+            )
 
 
 def _rerun(

@@ -146,6 +146,8 @@ def test_a_late_first_arrival_reopens_the_date_until_it_is_rerun(
     row = _ledger_row(warehouse)
     assert row["status"] == "reopened" and row["reopened"]["verified"] is True
     assert row["reopened"]["windows"] == 2
+    # flagged, it waits for someone: an open item
+    assert (row["open_item"]["status"], row["open_item"]["kind"]) == ("open", "reopened")
     # checked again with nothing new: the pending row stands, no second row
     assert tally_cli(["restatements"], **env) == 1
     assert len(_restatements(spark, warehouse)) == 1
@@ -169,6 +171,7 @@ def test_a_late_first_arrival_reopens_the_date_until_it_is_rerun(
     row = _ledger_row(warehouse)
     assert row["status"] == "explained_by_late" and row["reopened"] is None
     assert row["signoff"]["decision"] == "auto" and "restatement of run" in row["signoff"]["reason"]
+    assert row["open_item"]["status"] == "resolved"  # re-run and signed off by itself
     # the signed-off run stays in the history and still reproduces
     assert verify(spark, warehouse, DAY, first_run, now=second_run, audit_window_ms=10**12).matched
 
@@ -189,6 +192,8 @@ def test_a_late_first_arrival_reopens_the_date_until_it_is_rerun(
     assert len(runs_of(spark, warehouse, DAY)) == 3
     signoff = _ledger_row(warehouse)["signoff"]
     assert signoff["decision"] == "auto" and signoff["superseded"] is True  # the older run's
+    item = _ledger_row(warehouse)["open_item"]  # re-run, awaiting a person: open again
+    assert (item["status"], item["kind"]) == ("open", "reopened")
 
 
 def test_a_copy_beyond_the_dedup_horizon_is_no_restatement(
