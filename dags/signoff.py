@@ -265,9 +265,10 @@ class ApproveSignOffOperator(_DateSignOff):
             options=[APPROVE, SEND_BACK],
             multiple=False,
             params={
+                # null allowed: the form's field is optional (approving needs no note)
                 "reason": Param(
-                    "",
-                    type="string",
+                    None,
+                    type=["null", "string"],
                     title="Note",
                     description="Required to send back: what the preparer should look at; "
                     "optional to approve.",

@@ -186,13 +186,19 @@ class LedgerQuery:
         last = parse_business_date(date_to) if date_to else None
         if first and last and first > last:
             raise ValueError(f"date range: from {first} is after to {last}")
-        try:
-            page, page_size = int(page), int(page_size)
-        except (TypeError, ValueError):
-            raise ValueError("page, page_size: expected integers") from None
-        if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise ValueError(f"page: expected >= 1; page_size: expected 1..{MAX_PAGE_SIZE}")
+        page, page_size = parse_page(page, page_size, MAX_PAGE_SIZE)
         return cls(status, first, last, page, page_size, days)
+
+
+def parse_page(page: int | str, page_size: int | str, largest: int) -> tuple[int, int]:
+    """A request's page (from 1) and page size (1..`largest`); ValueError (one line) else."""
+    try:
+        page, page_size = int(page), int(page_size)
+    except (TypeError, ValueError):
+        raise ValueError("page, page_size: expected integers") from None
+    if page < 1 or not 1 <= page_size <= largest:
+        raise ValueError(f"page: expected >= 1; page_size: expected 1..{largest}")
+    return page, page_size
 
 
 def date_rollup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from tally.dates import parse_business_date
+from tally.ledger import parse_page
 from tally.money import CurrencyError, check_currency
 from tally.outputs import csv_safe_cell
 
@@ -145,12 +146,7 @@ class EvidenceQuery:
         kind = kind or EVENT
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-        try:
-            page, page_size = int(page), int(page_size)
-        except (TypeError, ValueError):
-            raise ValueError("page, page_size: expected integers") from None
-        if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise ValueError(f"page: expected >= 1; page_size: expected 1..{MAX_PAGE_SIZE}")
+        page, page_size = parse_page(page, page_size, MAX_PAGE_SIZE)
         return cls(kind, page, page_size)
 
 

@@ -226,6 +226,12 @@ FIGURE_LABELS = {
     "batch_amount": "batch amount",
     "gap_count": "gap events",
     "gap_amount": "gap amount",
+    "late_count": "late events",
+    "late_amount": "late amount",
+    "copies_count": "copies the stream counted",
+    "copies_amount": "copies' amount",
+    "residual_count": "unexplained events",
+    "residual_amount": "unexplained amount",
     "unexplained_windows": "unexplained windows",
     "unexplained_amount": "unexplained amount",
     "late_event_rate": "late-event rate",
@@ -394,7 +400,7 @@ def _unexplained_html(found: Mapping[str, Any] | None) -> str:
     if not found or not found["shown"]:
         return '<p id="unexplained-windows">None.</p>'
     head = "".join(
-        f"<th>{_e(c)}</th>"
+        f"<th>{_e(FIGURE_LABELS.get(c, c))}</th>"
         for c in ("window", "key", "currency", *_UNEXPLAINED_COLUMNS, "residual_amount")
     )
     body = "".join(
