@@ -25,6 +25,7 @@ from dags.common import restatements_asset
 from dags.signoff import ACCEPT, REJECT, answer_of, fail_sign_off, reason_param
 from tally.dates import parse_business_date
 from tally.settings import Settings, format_duration, load_settings
+from tally.vocabulary import SIGNOFF_TASK
 
 RERUN_TASK = "rerun_dates"
 
@@ -176,7 +177,7 @@ class RestatementSignOffOperator(HITLOperator):
 def restatement_sign_off_task(settings: Settings) -> RestatementSignOffOperator:
     return RestatementSignOffOperator(
         settings=settings,
-        task_id="sign_off",
+        task_id=SIGNOFF_TASK,
         doc_md="The dates re-run beyond the tolerance wait here (Required Actions), before and "
         "after side by side: accept with a reason, or reject (alert). Decisions go to the "
         "`restatements` and `signoffs` tables.",

@@ -36,15 +36,11 @@ from airflow.sdk.execution_time.hitl import HITLUser
 from dags.alerting import AlertRaised, context_fields, emit
 from tally.alert import Alert
 from tally.dates import business_date_of
+from tally.ledger import NEEDS_PERSON_TEXT
 from tally.settings import Settings, format_duration, load_settings
+from tally.vocabulary import APPROVE_TASK, SIGNOFF_TASK
 
 ACCEPT, REJECT = "Accept", "Reject"
-SIGNOFF_TASK, APPROVE_TASK = "sign_off", "approve_sign_off"
-STATUS_TEXT = {
-    "unexplained": "an UNEXPLAINED gap",
-    "unexplained_warn": "an UNEXPLAINED gap above a materiality warn limit",
-    "validation_failed": "a failed critical expectation",
-}
 
 
 def answer_of(operator: HITLOperator, event: dict[str, Any]) -> tuple[str, str, str, Any]:
@@ -197,7 +193,7 @@ class SignOffOperator(_DateSignOff):
         self.assigned_users = assigned(settings.preparers)
         who = ", ".join(settings.preparers) or "any reviewer"
         if tier == 2:
-            self.subject = f"Prepare the sign-off of {day.isoformat()}: {STATUS_TEXT[status]}"
+            self.subject = f"Prepare the sign-off of {day.isoformat()}: {NEEDS_PERSON_TEXT[status]}"
             steps = (
                 f"This gap is material: two people sign it off. **Prepare** it ({who}): "
                 "**Accept** with a reason, or **Reject**; then a second, different person "
@@ -205,13 +201,13 @@ class SignOffOperator(_DateSignOff):
                 "sends it back under **Required Actions** of `approve_sign_off`."
             )
         else:
-            self.subject = f"Sign off {day.isoformat()}: {STATUS_TEXT[status]}"
+            self.subject = f"Sign off {day.isoformat()}: {NEEDS_PERSON_TEXT[status]}"
             steps = (
                 f"**Accept** with a reason ({who}), or **Reject** to leave the date open (an "
                 "alert fires; re-run after a fix)."
             )
         self.body = (
-            f"Business date **{day.isoformat()}** has {STATUS_TEXT[status]}: "
+            f"Business date **{day.isoformat()}** has {NEEDS_PERSON_TEXT[status]}: "
             f"{recon.get('unexplained_windows', 0)} unexplained window(s), gap "
             f"{money_of(recon, 'gap_amount')} "
             f"({money_of(recon, 'explained_amount')} explained by late events).\n\n"
@@ -294,7 +290,7 @@ class ApproveSignOffOperator(_DateSignOff):
             f"Approve the sign-off of {day.isoformat()}: {prepared['by']} proposes to {proposal}"
         )
         self.body = (
-            f"Business date **{day.isoformat()}** has {STATUS_TEXT[status]}, a material gap: "
+            f"Business date **{day.isoformat()}** has {NEEDS_PERSON_TEXT[status]}, a material gap: "
             f"**{prepared['by']}** prepared its sign-off and proposes to **{proposal}** it: "
             f'"{prepared.get("reason") or "(no reason)"}".\n\n'
             + _windows_text(settings, day)

@@ -48,12 +48,13 @@ from dags.common import (
 )
 from dags.signoff import approve_task, sign_off_task
 from tally.settings import load_settings
+from tally.vocabulary import NIGHTLY_DAG
 
 _settings = load_settings()
 
 
 @dag(
-    dag_id="tally_nightly_reconciliation",
+    dag_id=NIGHTLY_DAG,
     schedule=daily_timetable(_settings),
     start_date=start_date_for(first_business_date(_settings), _settings.report_timezone),
     catchup=True,

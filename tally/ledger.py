@@ -48,6 +48,12 @@ STATUS_LABELS = {
 }
 # The statuses a person signs off (the others sign themselves off).
 NEEDS_PERSON = ("unexplained", "unexplained_warn", "validation_failed")
+# What a sign-off request says such a date has (beside `STATUS_LABELS`).
+NEEDS_PERSON_TEXT = {
+    "unexplained": "an UNEXPLAINED gap",
+    "unexplained_warn": "an UNEXPLAINED gap above a materiality warn limit",
+    "validation_failed": "a failed critical expectation",
+}
 # A date's stream, batch and gap totals, as `reconciliation_summary` names them: the ledger's,
 # the desk's and the run's recorded figures (batch.reconcile.FIGURES) all start from these.
 TOTALS = (

@@ -35,3 +35,8 @@ LATE_ARRIVAL_ORDER = tuple(c for c in ARRIVAL_ORDER if c != "source_mtime")
 SEVERITIES = ("info", "warning", "error", "critical")
 CRITICAL = "critical"
 WARNING = "warning"
+
+# -- Airflow: the nightly DAG and its sign-off tasks (dags/ and the desk, tally_desk/) -----------
+NIGHTLY_DAG = "tally_nightly_reconciliation"
+SIGNOFF_TASK = "sign_off"  # one person decides, or (four eyes) prepares
+APPROVE_TASK = "approve_sign_off"  # the second person of a material gap's sign-off

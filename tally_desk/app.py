@@ -39,11 +39,9 @@ from tally import ledger_reads as W
 from tally import window_evidence as E
 from tally.dates import business_date_of, business_day_end, business_day_start, parse_business_date
 from tally.settings import Settings, load_settings
+from tally.vocabulary import APPROVE_TASK, NIGHTLY_DAG, SIGNOFF_TASK
 from tally_desk import pages
 
-NIGHTLY_DAG = "tally_nightly_reconciliation"
-SIGNOFF_TASK = "sign_off"
-APPROVE_TASK = "approve_sign_off"  # the second person of a material gap (four eyes)
 CSP = (
     "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
     "frame-ancestors 'self'; base-uri 'none'; form-action 'self'"
