@@ -210,6 +210,8 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
                 600,
                 airflow,
             )
+            page.reload()  # the request as asked again
+            page.get_by_text("Approve the sign-off").first.wait_for()
             shot(page, "self_approval")
 
             # ...and a second person approves.
