@@ -12,7 +12,11 @@ Per (window, key, currency) the batch calls UNEXPLAINED, three kinds of rows, ea
 * `late`: the window's late side-output rows, marked `first_arrival` (a row that can explain:
   `batch.diff.late_arrivals`);
 * `revision`: every `stream_aggregates` row of the window (early, final, retracted), in
-  revision order.
+  revision order (session windows: every row of the stream's sessions the batch session
+  holds, each with its own span).
+
+Fixed and session windows differ only in where an event's window and answer come from
+(`with_window_answers`, `with_session_answers`).
 
 docs/semantics.md, "Evidence of an unexplained window", states the rules.
 """
@@ -24,6 +28,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from batch.sessions import with_holding_session
 from tally.vocabulary import COUNTED, UNEXPLAINED
 from tally.windows import WINDOW_KEY
 
@@ -71,12 +76,32 @@ def _capped(rows: DataFrame, cap: int, *order: Column | str) -> DataFrame:
     )
 
 
-def event_evidence(
-    firsts: DataFrame, late: DataFrame, answers: DataFrame, windows: DataFrame, cap: int
-) -> DataFrame:
-    """`event` rows: the windows' first arrivals (`firsts`: `day_events` with
-    `EVENT_COLUMNS`), marked against their late rows (`late`: `late_arrivals`) and the
-    stream's answers (`answers`: `latest_final_rows`); never-counted ones first."""
+def with_window_answers(firsts: DataFrame, answers: DataFrame, windows: DataFrame) -> DataFrame:
+    """Fixed windows: each first arrival with the micro-batch and query of its window's answer
+    (`answers`: `latest_final_rows`; none: null)."""
+    answer = of_windows(answers, windows).select(
+        *WINDOW_KEY, F.col("app_id").alias(_ANSWER_APP), F.col("batch_id").alias(_ANSWER_BATCH)
+    )
+    return of_windows(firsts, windows).join(F.broadcast(answer), list(WINDOW_KEY), "left")
+
+
+def with_session_answers(firsts: DataFrame, current: DataFrame) -> DataFrame:
+    """Session windows: each first arrival with the micro-batch and query of the stream's
+    current session holding its event time (`current`: `latest_final_rows` of the read; a
+    batch session's answer is the sum of those it holds; none: null)."""
+    located = with_holding_session(firsts, current, "event_time", ("batch_id", "app_id"))
+    held = F.col("_b_end").isNotNull() & (F.col("event_time") < F.col("_b_end"))
+    return located.select(
+        *firsts.columns,
+        F.when(held, F.col("_b_app_id")).alias(_ANSWER_APP),
+        F.when(held, F.col("_b_batch_id")).alias(_ANSWER_BATCH),
+    )
+
+
+def event_evidence(firsts: DataFrame, late: DataFrame, windows: DataFrame, cap: int) -> DataFrame:
+    """`event` rows: the windows' first arrivals (`firsts`: with `EVENT_COLUMNS`, their
+    window and their answer's batch: `with_window_answers`, `with_session_answers`), marked
+    against their late rows (`late`: `late_arrivals`); never-counted ones first."""
     late_ids = (
         of_windows(late, windows)
         .where(F.col("event_id").isNotNull())
@@ -84,13 +109,9 @@ def event_evidence(
         .distinct()
         .withColumn("in_late", F.lit(True))
     )
-    answer = of_windows(answers, windows).select(
-        *WINDOW_KEY, F.col("app_id").alias(_ANSWER_APP), F.col("batch_id").alias(_ANSWER_BATCH)
-    )
     rows = (
         of_windows(firsts, windows)
         .join(late_ids, [*WINDOW_KEY, "event_id"], "left")
-        .join(F.broadcast(answer), list(WINDOW_KEY), "left")
         .withColumn("in_late", F.coalesce(F.col("in_late"), F.lit(False)))
         .withColumn("counted_by_stream", counted_by_stream(F.col("in_late")))
         .drop(_ANSWER_APP, _ANSWER_BATCH)
@@ -110,8 +131,14 @@ def late_evidence(late: DataFrame, windows: DataFrame, cap: int) -> DataFrame:
 
 def revision_evidence(stream_rows: DataFrame, windows: DataFrame, cap: int) -> DataFrame:
     """`revision` rows: every `stream_aggregates` row of the windows, in revision order
-    (`final` true in rows from before early firings, `retracted` false before sessions)."""
+    (`final` true in rows from before early firings, `retracted` false before sessions);
+    each row's own span in `stream_window_start`/`_end` (sessions: `stream_rows_per_session`
+    placed it in the batch session holding it; fixed windows: the window's)."""
     rows = of_windows(stream_rows, windows)
+    if "stream_window_start" not in rows.columns:
+        rows = rows.withColumn("stream_window_start", F.col("window_start")).withColumn(
+            "stream_window_end", F.col("window_end")
+        )
     final = F.coalesce(F.col("final"), F.lit(True)) if "final" in rows.columns else F.lit(True)
     retracted = (
         F.coalesce(F.col("retracted"), F.lit(False))
@@ -119,7 +146,7 @@ def revision_evidence(stream_rows: DataFrame, windows: DataFrame, cap: int) -> D
         else F.lit(False)
     )
     rows = rows.withColumn("final", final).withColumn("retracted", retracted)
-    return _capped(rows, cap, "revision", "emit_time", "batch_id")
+    return _capped(rows, cap, "stream_window_start", "revision", "emit_time", "batch_id")
 
 
 def evidence_rows(

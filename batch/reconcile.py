@@ -76,6 +76,8 @@ from batch.evidence import (
     late_evidence,
     revision_evidence,
     unexplained_windows,
+    with_session_answers,
+    with_window_answers,
 )
 from batch.firsts import day_copies, index_for_run, ranked_copies
 from batch.partitions import write_partition_figures
@@ -83,10 +85,13 @@ from batch.sessions import (
     SessionError,
     check_session_width,
     date_sessions,
+    events_per_session,
+    first_arrivals_in,
     late_per_session,
     session_aggregates,
     stream_per_session,
     stream_reach_ms,
+    stream_rows_per_session,
 )
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL
@@ -741,48 +746,52 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
         late = late_arrivals(rows, copies, bounds, run.in_log())
         diff = _write_diff(run, truth, stream, late, copies, (window_ms, slide_ms))
-    _write_window_evidence(run, diff.reconciliation, late, stream_rows, copies, window_ms, slide_ms)
+    windows = _unexplained_for_evidence(run, diff.reconciliation)
+    if windows is not None:
+        events = day_events(
+            run.events,
+            day,
+            window_ms,
+            run.report_timezone,
+            slide_ms=slide_ms,
+            copies=copies,
+            columns=EVENT_COLUMNS,
+        )
+        firsts = with_window_answers(events, latest_final_rows(stream_rows, bounds), windows)
+        _write_window_evidence(run, windows, firsts, late, stream_rows)
     return diff
 
 
+def _unexplained_for_evidence(run: _Run, recon: DataFrame) -> DataFrame | None:
+    """The date's UNEXPLAINED windows (kept) when the run writes their evidence; None when it
+    writes none (a run that writes nothing, or a date without one: its earlier evidence is
+    cleared, without reading the log again; a warehouse whose runs never found one has no
+    such table)."""
+    if not run.writes:
+        return None
+    windows = run.keep(unexplained_windows(recon))
+    if windows.limit(1).count() > 0:
+        return windows
+    table = T.RECONCILIATION_EVIDENCE
+    if T.exists(run.spark, run.warehouse, table.name):
+        run.replace(T.empty_frame(run.spark, table), table)
+    return None
+
+
 def _write_window_evidence(
-    run: _Run,
-    recon: DataFrame,
-    late: DataFrame,
-    stream_rows: DataFrame,
-    copies: Copies,
-    window_ms: int,
-    slide_ms: int | None,
+    run: _Run, windows: DataFrame, firsts: DataFrame, late: DataFrame, stream_rows: DataFrame
 ) -> None:
     """The date's `reconciliation_evidence` rows (`batch.evidence`) for its UNEXPLAINED
-    windows, replaced like its other rows: a re-run that finds none clears an earlier run's,
-    without reading the log again; a warehouse whose runs never found one has no such table."""
-    if not run.writes:
-        return
-    table = T.RECONCILIATION_EVIDENCE
-    windows = run.keep(unexplained_windows(recon))
-    if windows.limit(1).count() == 0:
-        if T.exists(run.spark, run.warehouse, table.name):
-            run.replace(T.empty_frame(run.spark, table), table)
-        return
+    `windows`, replaced like its other rows: `firsts` (with their answers), the late rows
+    placed in the windows, and the stream rows placed in them."""
     cap = run.evidence_rows
-    firsts = day_events(
-        run.events,
-        run.business_date,
-        window_ms,
-        run.report_timezone,
-        slide_ms=slide_ms,
-        copies=copies,
-        columns=EVENT_COLUMNS,
-    )
-    answers = latest_final_rows(stream_rows, run.bounds)
     rows = evidence_rows(
         run.business_date,
-        event_evidence(firsts, late, answers, windows, cap),
+        event_evidence(firsts, late, windows, cap),
         late_evidence(late, windows, cap),
         revision_evidence(stream_rows, windows, cap),
     )
-    run.replace(rows.select("*", _run_time(run.now).alias("run_time")), table)
+    run.replace(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_EVIDENCE)
 
 
 def _kept_copies(run: _Run, window_ms: int) -> Copies:
@@ -832,7 +841,17 @@ def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
         copies = _kept_copies(run, 0)
         late = late_arrivals(rows, copies, read, run.in_log())
         late = late_per_session(late, sessions, run.bounds)
-        return _write_diff(run, truth, stream, late, copies)
+        diff = _write_diff(run, truth, stream, late, copies)
+        windows = _unexplained_for_evidence(run, diff.reconciliation)
+        if windows is not None:
+            current = latest_final_rows(run.stream_aggregates, read)
+            events = first_arrivals_in(run.events, read, columns=EVENT_COLUMNS)
+            firsts = events_per_session(with_session_answers(events, current), sessions, run.bounds)
+            stream_rows = stream_rows_per_session(
+                run.stream_aggregates.where(window_in_day(read)), sessions, run.bounds
+            )
+            _write_window_evidence(run, windows, firsts, late, stream_rows)
+        return diff
     finally:
         sessions.unpersist()
 

@@ -46,17 +46,23 @@ def _ts(ms: int) -> Column:
 
 
 def first_arrivals_in(
-    events: DataFrame, read: DayBounds, order: Sequence[str] = ARRIVAL_ORDER
+    events: DataFrame,
+    read: DayBounds,
+    order: Sequence[str] = ARRIVAL_ORDER,
+    columns: Sequence[str] = (),
 ) -> DataFrame:
     """The first arrival of each event_id (`tally.arrivals.first_arrivals`) whose event time
-    is in `read`. As in `day_events`, only the ids with a copy in the range's `event_date`
-    partitions are ranked: an id's first copy can only be in range if one of its copies is."""
+    is in `read` (`columns`: more of the log's columns to keep). As in `day_events`, only the
+    ids with a copy in the range's `event_date` partitions are ranked: an id's first copy can
+    only be in range if one of its copies is."""
     first_day, last_day = utc_dates_touching(read, 0)
     in_range = in_day(read, "event_time")
     candidates = events.where(
         F.col("event_date").between(F.lit(first_day), F.lit(last_day)) & in_range
     ).select("event_id")
-    needed = ["event_id", "key", "currency", "amount", "event_time", *order]
+    needed = list(
+        dict.fromkeys(["event_id", "key", "currency", "amount", "event_time", *order, *columns])
+    )
     copies = events.select(*needed).join(candidates, "event_id", "left_semi")
     return first_arrivals(copies, order).where(in_range)
 
@@ -144,15 +150,19 @@ def date_sessions(
 # -- the diff: onto the batch sessions -------------------------------------------------------
 
 
-def with_holding_session(rows: DataFrame, sessions: DataFrame, point: str) -> DataFrame:
+def with_holding_session(
+    rows: DataFrame, sessions: DataFrame, point: str, carry: Sequence[str] = ()
+) -> DataFrame:
     """`rows` plus `_b_start`/`_b_end`: the bounds of the latest session of the row's key and
-    currency that starts at or before the row's `point` (null if none). A key's sessions never
-    overlap, so it is the only one that can hold the point: one sort per key, no range join."""
+    currency that starts at or before the row's `point` (null if none), and `_b_<c>` for each
+    of the session's columns in `carry`. A key's sessions never overlap, so it is the only one
+    that can hold the point: one sort per key, no range join."""
+    bounds = [F.col("window_start").alias("s"), F.col("window_end").alias("e")]
     marks = sessions.select(
         *SESSION_OWNER,
         F.col("window_start").alias("_at"),
         F.lit(0).alias("_item"),
-        F.struct(F.col("window_start").alias("s"), F.col("window_end").alias("e")).alias("_b"),
+        F.struct(*bounds, *[F.col(c) for c in carry]).alias("_b"),
     )
     items = rows.withColumn("_at", F.col(point)).withColumn("_item", F.lit(1))
     upto = (
@@ -164,7 +174,12 @@ def with_holding_session(rows: DataFrame, sessions: DataFrame, point: str) -> Da
         items.unionByName(marks, allowMissingColumns=True)
         .withColumn("_b", F.last("_b", ignorenulls=True).over(upto))
         .where(F.col("_item") == 1)
-        .select(*rows.columns, F.col("_b.s").alias("_b_start"), F.col("_b.e").alias("_b_end"))
+        .select(
+            *rows.columns,
+            F.col("_b.s").alias("_b_start"),
+            F.col("_b.e").alias("_b_end"),
+            *[F.col(f"_b.{c}").alias(f"_b_{c}") for c in carry],
+        )
     )
 
 
@@ -200,6 +215,30 @@ def stream_per_session(current: DataFrame, sessions: DataFrame, bounds: DayBound
             F.sum("event_count").cast("long").alias("event_count"),
             F.sum("amount_sum").cast("long").alias("amount_sum"),
         )
+    )
+
+
+def stream_rows_per_session(rows: DataFrame, sessions: DataFrame, bounds: DayBounds) -> DataFrame:
+    """Every stream row (any revision) with the bounds of the batch session of the date holding
+    it, as `stream_per_session` places the current ones, and its own span kept as
+    `stream_window_start`/`stream_window_end`."""
+    own = rows.withColumn("stream_window_start", F.col("window_start")).withColumn(
+        "stream_window_end", F.col("window_end")
+    )
+    located = with_holding_session(own, sessions, "window_start")
+    return onto_batch_sessions(located, _held(F.col("window_end") <= F.col("_b_end")), bounds)
+
+
+def events_per_session(firsts: DataFrame, sessions: DataFrame, bounds: DayBounds) -> DataFrame:
+    """First arrivals (`first_arrivals_in`) with the bounds of the batch session of the date
+    holding their event time as `window_start`/`window_end` (the sessions are made of them, so
+    each is held; those of sessions of other dates are dropped)."""
+    located = with_holding_session(firsts, sessions, "event_time")
+    mine = _held(F.col("event_time") < F.col("_b_end")) & window_in_day(bounds, "_b_start")
+    return (
+        located.where(mine)
+        .withColumnRenamed("_b_start", "window_start")
+        .withColumnRenamed("_b_end", "window_end")
     )
 
 

@@ -269,16 +269,19 @@ RECONCILIATION_EVIDENCE = Table(
     "ingest_time TIMESTAMP, in_late BOOLEAN, counted_by_stream BOOLEAN, "
     "first_arrival BOOLEAN, lateness_ms BIGINT, revision INT, event_count BIGINT, "
     "amount_sum BIGINT, emit_time TIMESTAMP, watermark_at_emit TIMESTAMP, final BOOLEAN, "
-    "retracted BOOLEAN, run_time TIMESTAMP",
+    "retracted BOOLEAN, stream_window_start TIMESTAMP, stream_window_end TIMESTAMP, "
+    "run_time TIMESTAMP",
     "The records behind each UNEXPLAINED window of a business date (docs/semantics.md, "
     '"Evidence of an unexplained window"), replaced with the date\'s run: per window, key '
     "and currency, kind event (its first arrivals in the pinned log: arrival status, batch, "
     "source file and line or Kafka topic/partition and offset; in_late: it has a late row "
-    "there; counted_by_stream: the window's answer was emitted by its stream at or after its "
-    "micro-batch; neither: the stream never counted it), kind late (its late side-output "
-    "rows; first_arrival: the row can explain) and kind revision (every stream_aggregates "
-    "row of it); at most evidence_rows rows of each kind (rank: 1 first, never-counted events "
-    "before the others), kind_rows: how many it has in all, never_counted_rows: its first "
+    "there; counted_by_stream: the window's answer (sessions: the stream session holding it) "
+    "was emitted by its stream at or after its micro-batch; neither: the stream never counted "
+    "it), kind late (its late side-output rows; first_arrival: the row can explain) and kind "
+    "revision (every stream_aggregates row of it, its own span in stream_window_start/_end: "
+    "session windows place the stream's sessions in the batch session holding them); at most "
+    "evidence_rows rows of each kind (rank: 1 first, never-counted events before the others), "
+    "kind_rows: how many it has in all, never_counted_rows: its first "
     "arrivals the stream never counted. run_time: the reconciliation_runs row of the run.",
     partition_by=("business_date",),
     order_by=("business_date", "window_start", "key", "currency", "kind", "rank"),

@@ -219,6 +219,18 @@ CASES: list[Case] = [
         _tail,
         {(h(20), h(13, day=22)): (EXPLAINED_BY_LATE, (8, 255), (6, 63), (2, 192))},
     ),
+    # A line the stream never counted: u2 arrived in micro-batch 5, after the stream's session
+    # holding its time was emitted (batch 1) with u1 only.
+    (
+        "uncounted",
+        [
+            event("u1", "uncounted", 7, h(3), batch_id=1),
+            event("u2", "uncounted", 30, h(5), batch_id=5),
+        ],
+        [session("uncounted", h(3), h(9), 1, 7)],
+        [],
+        {(h(3), h(11)): (UNEXPLAINED, (2, 37), (1, 7), (0, 0))},
+    ),
     # A stream session no batch session holds: its own row, batch 0.
     (
         "stream-only",
@@ -273,12 +285,45 @@ def test_case(reconciled: dict[str, Any], case: Case) -> None:
 def test_no_other_rows_and_the_summary(reconciled: dict[str, Any], spark) -> None:
     assert set(reconciled["rows"]) == {c[0] for c in CASES if c[4]}
     s = reconciled["result"].summary
-    assert (s["windows"], s["unexplained_windows"]) == (9, 2)
+    assert (s["windows"], s["unexplained_windows"]) == (10, 3)
     assert (s["match_windows"], s["explained_by_late_windows"]) == (3, 3)
     assert s["missing_in_stream_windows"] == 1
     # batch_aggregates holds exactly the batch sessions of the date
     batch = T.read_table(spark, reconciled["warehouse"], T.BATCH_AGGREGATES.name).collect()
-    assert len(batch) == 8 and {r["business_date"] for r in batch} == {DAY}
+    assert len(batch) == 9 and {r["business_date"] for r in batch} == {DAY}
+
+
+def test_the_evidence_of_unexplained_sessions(reconciled: dict[str, Any], spark) -> None:
+    """Each UNEXPLAINED batch session's records: its first arrivals, each marked by the
+    stream session holding it (`uncounted`: u2 arrived after that session's answer); the
+    stream's rows placed in it with their own span; a stream-only session has no event."""
+    rows = (
+        T.read_table(spark, reconciled["warehouse"], T.RECONCILIATION_EVIDENCE.name)
+        .where(F.col("business_date") == F.lit(DAY))
+        .select(
+            "*",
+            F.unix_millis("window_start").alias("s"),
+            F.unix_millis("stream_window_end").alias("own_end"),
+        )
+        .collect()
+    )
+    by_key: dict[str, list[Any]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], []).append(r)
+    assert set(by_key) == {"uncounted", "defect", "stream-only"}
+    events = sorted(
+        (r for r in by_key["uncounted"] if r["kind"] == "event"), key=lambda r: r["rank"]
+    )
+    assert [(r["event_id"], r["counted_by_stream"], r["s"]) for r in events] == [
+        ("u2", False, h(3)),  # never counted: first
+        ("u1", True, h(3)),
+    ]
+    assert events[0]["never_counted_rows"] == 1  # the residual: batch 2 - stream 1
+    (revision,) = [r for r in by_key["uncounted"] if r["kind"] == "revision"]
+    assert (revision["event_count"], revision["own_end"]) == (1, h(9))  # its own span
+    defect = [r for r in by_key["defect"] if r["kind"] == "event"]
+    assert {r["event_id"] for r in defect} == {"d1", "d2"} and not defect[0]["never_counted_rows"]
+    assert {r["kind"] for r in by_key["stream-only"]} == {"revision"}
 
 
 def test_provenance_and_reproduce(reconciled: dict[str, Any], spark) -> None:
@@ -473,7 +518,7 @@ def test_sessions_do_not_take_the_window_from_the_stream() -> None:
 def test_tally_reconcile_with_a_session_gap(reconciled, spark, tmp_path, capsys, tally_cli):
     """`tally reconcile --session-gap 6h`: the nightly passes the gap on (an explicit window
     is not compared with the stream's session widths), validates and reports. On a copy of
-    the warehouse: exit 1 (the cases hold two UNEXPLAINED rows)."""
+    the warehouse: exit 1 (the cases hold three UNEXPLAINED rows)."""
     import shutil
 
     warehouse = str(tmp_path / "warehouse")
@@ -482,14 +527,14 @@ def test_tally_reconcile_with_a_session_gap(reconciled, spark, tmp_path, capsys,
     env = {"TALLY_GX_ROOT": str(tmp_path), "TALLY_REPORT_DIR": str(tmp_path / "reports")}
     assert tally_cli([*run, "--session-gap", "6h", "--window", "1m"], **env) == 1
     out = capsys.readouterr().out
-    assert "windows: session, gap 6h;" in out and "9 windows" in out
+    assert "windows: session, gap 6h;" in out and "10 windows" in out
     assert recon_rows(spark, warehouse) == reconciled["rows"]
     failed = {
         (r["suite"], r["check_name"])
         for r in T.read_table(spark, warehouse, "validation_results").collect()
         if not r["success"]
     }
-    # the two UNEXPLAINED rows (one without a batch side) and the late rate; the stream's
+    # the three UNEXPLAINED rows (one without a batch side) and the late rate; the stream's
     # sessions [8, 16) and [8, 21) of one key are two identities, each with one latest row
     assert ("stream_aggregates", "latest_revision_unique") not in failed
     assert ("gap", "no_unexplained_windows") in failed
