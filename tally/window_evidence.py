@@ -52,6 +52,8 @@ KIND_COLUMNS = {
     ),
     REVISION: (
         "rank",
+        "stream_window_start",
+        "stream_window_end",
         "revision",
         "event_count",
         "amount_sum",

@@ -59,7 +59,17 @@ def _when(value: Any) -> str:
 
 # Columns of the date page's tables that hold times (shown by `_when`).
 _TIME_COLUMNS = frozenset(
-    {"last_run", "decided_at", "alert_time", "event_time", "ingest_time", "emit_time"}
+    {
+        "last_run",
+        "decided_at",
+        "alert_time",
+        "event_time",
+        "ingest_time",
+        "emit_time",
+        "watermark_at_emit",
+        "stream_window_start",
+        "stream_window_end",
+    }
 )
 
 
