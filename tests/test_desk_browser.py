@@ -196,6 +196,14 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             shot(page, "required_action")
             page.get_by_role("button", name="Accept").click()
             H.wait_for("the approval to wait", task_waits(airflow, token, run_id), 600, airflow)
+            # the ledger says who must act now (reading it also gives Airflow the seconds it
+            # takes to finish the parked task's process: an answer within them is lost)
+            page.goto(f"{airflow.base}/tally/ledger")
+            prepared = page.locator(f'tr[data-date="{REVIEWED}"]')
+            assert "prepared by admin (proposes accepted): awaiting approval" in (
+                prepared.inner_text()
+            )
+            assert "(awaiting_approval; owner: approver, admin)" in prepared.inner_text()
 
             # ...then tries to approve it too: refused and recorded, asked again...
             page.goto(f"{actions}/approve_sign_off/required_actions")
