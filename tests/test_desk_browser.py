@@ -108,6 +108,23 @@ def task_waits(airflow: H.RunningAirflow, token: str, run_id: str) -> Any:
     return check
 
 
+def parked(airflow: H.RunningAirflow, token: str, run_id: str, times: int) -> Any:
+    """A check: the approval's workload has ended parked (`awaiting_input`) `times` times, as
+    the scheduler logs it. An answer while a parked workload's process is still exiting makes
+    Airflow fail the resumed try (its executor then reports `success` for a running task)."""
+    url = f"{airflow.base}/api/v2/dags/{H.NIGHTLY}/dagRuns/{run_id}/taskInstances/approve_sign_off"
+
+    def check() -> bool:
+        status, ti = H.http(url, token=token)
+        assert status == 200, ti
+        workload = f"workload_id={ti['id']}"
+        lines = airflow.log.read_text(errors="replace").splitlines()
+        ended = [x for x in lines if workload in x and "final_state=awaiting_input" in x]
+        return len(ended) >= times
+
+    return check
+
+
 def decisions(airflow: H.RunningAirflow, token: str) -> list[str]:
     """The reviewed date's sign-off decisions, as the desk's API lists them."""
     status, body = H.http(f"{airflow.base}/tally/api/dates/{REVIEWED}", token=token)
@@ -196,8 +213,8 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
             shot(page, "required_action")
             page.get_by_role("button", name="Accept").click()
             H.wait_for("the approval to wait", task_waits(airflow, token, run_id), 600, airflow)
-            # the ledger says who must act now (reading it also gives Airflow the seconds it
-            # takes to finish the parked task's process: an answer within them is lost)
+            H.wait_for("its workload to park", parked(airflow, token, run_id, 1), 600, airflow)
+            # the ledger says who must act now
             page.goto(f"{airflow.base}/tally/ledger")
             prepared = page.locator(f'tr[data-date="{REVIEWED}"]')
             assert "prepared by admin (proposes accepted): awaiting approval" in (
@@ -217,6 +234,9 @@ def test_review_and_sign_off_in_the_browser(airflow: H.RunningAirflow) -> None:
                 ),
                 600,
                 airflow,
+            )
+            H.wait_for(
+                "its workload to park again", parked(airflow, token, run_id, 2), 600, airflow
             )
             page.reload()  # the request as asked again
             page.get_by_text("Approve the sign-off").first.wait_for()
