@@ -130,9 +130,8 @@ def _fraction(moment: datetime) -> str:
 
 def window_path(business_date: date, start: datetime, key: str, currency: str) -> str:
     """The desk's page of a window, relative to its prefix (reports and sign-off link it);
-    a naive `start` is UTC (Spark's session time zone in tally)."""
-    moment = start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
-    return WindowRef(business_date, moment, key, currency).path()
+    a naive `start` is the process's local time, as PySpark collects timestamps."""
+    return WindowRef(business_date, start.astimezone(UTC), key, currency).path()
 
 
 @dataclass(frozen=True)

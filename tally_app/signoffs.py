@@ -179,12 +179,11 @@ def latest_item(spark: Any, warehouse: str, business_date: date) -> dict[str, An
 
 
 def aware_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A collected row with its timestamps zone-aware: Spark gives them naive, in its session
-    time zone (UTC in tally)."""
-    return {
-        k: v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
-        for k, v in row.items()
-    }
+    """A collected row with its timestamps zone-aware (`batch.reconcile.aware`: PySpark gives
+    them naive, in the process's local time)."""
+    from batch.reconcile import aware
+
+    return {k: aware(v) if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def record_item(spark: Any, warehouse: str, business_date: date, step: Step) -> None:

@@ -363,6 +363,27 @@ def docs_file(config: DeskConfig, relative: str) -> Path:
     return path
 
 
+@dataclass
+class WindowParams:
+    """A window page's query parameters (its start and date are in the path)."""
+
+    key: str | None = None
+    currency: str | None = None
+    kind: str | None = None
+    page: str = "1"
+    page_size: str = "100"
+
+    def query(self) -> E.EvidenceQuery:
+        """Which rows the page shows (a bad kind or page: 400, one line)."""
+        try:
+            return E.EvidenceQuery.parse(self.kind, self.page, self.page_size)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+
+WindowAsked = Annotated[WindowParams, Depends()]
+
+
 def create_app(config: DeskConfig | None = None) -> FastAPI:
     """The desk app; `config` from tally's settings (TALLY_*) when not given."""
     cfg = config or DeskConfig.from_settings(load_settings())
@@ -470,37 +491,13 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         }
         return found, evidence
 
-    def evidence_query(kind: str | None, page: str, size: str) -> E.EvidenceQuery:
-        try:
-            return E.EvidenceQuery.parse(kind, page, size)
-        except ValueError as exc:
-            raise HTTPException(400, str(exc)) from None
-
     @app.get("/api/dates/{day}/windows/{start}")
-    async def window_json(
-        day: str,
-        start: str,
-        key: str | None = None,
-        currency: str | None = None,
-        kind: str | None = None,
-        page: str = "1",
-        page_size: str = "100",
-    ) -> dict[str, Any]:
-        query = evidence_query(kind, page, page_size)
-        return (await window(day, start, key, currency, query))[0]
+    async def window_json(day: str, start: str, asked: WindowAsked) -> dict[str, Any]:
+        return (await window(day, start, asked.key, asked.currency, asked.query()))[0]
 
     @app.get("/dates/{day}/windows/{start}", response_class=HTMLResponse)
-    async def window_html(
-        day: str,
-        start: str,
-        key: str | None = None,
-        currency: str | None = None,
-        kind: str | None = None,
-        page: str = "1",
-        page_size: str = "100",
-    ) -> HTMLResponse:
-        query = evidence_query(kind, page, page_size)
-        found, _ = await window(day, start, key, currency, query)
+    async def window_html(day: str, start: str, asked: WindowAsked) -> HTMLResponse:
+        found, _ = await window(day, start, asked.key, asked.currency, asked.query())
         return HTMLResponse(pages.window_page(found))
 
     @app.get("/dates/{day}/windows/{start}/evidence.csv")

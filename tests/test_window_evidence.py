@@ -52,9 +52,9 @@ def test_window_ref_parse(start: str, key: str, currency: str | None, error: str
     [
         # the start is UTC with Z, URL-quoted; key and currency in the query
         (NOON, "m-1", "dates/2026-11-20/windows/2026-11-20T12%3A00%3A00Z?key=m-1&currency=USD"),
-        # a naive start (Spark's UTC session) is UTC
+        # a naive start is local time, as PySpark collects timestamps
         (
-            NOON.replace(tzinfo=None),
+            NOON.astimezone().replace(tzinfo=None),
             "m-1",
             "dates/2026-11-20/windows/2026-11-20T12%3A00%3A00Z?key=m-1&currency=USD",
         ),
@@ -81,7 +81,7 @@ def test_window_path_round_trips(start: datetime, key: str, path: str) -> None:
     ref = WindowRef.parse(
         "2026-11-20", unquote(parts.path.rsplit("/", 1)[1]), query["key"][0], query["currency"][0]
     )
-    assert (ref.key, ref.start) == (key, start.replace(tzinfo=start.tzinfo or UTC))
+    assert (ref.key, ref.start) == (key, start.astimezone(UTC))
 
 
 @pytest.mark.parametrize(
