@@ -10,6 +10,7 @@ through the connection `tally_spark`, `AIRFLOW_CONN_TALLY_SPARK`), `nightly_sche
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,12 +25,29 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 from dags.alerting import AlertRaised, TallyAlertNotifier
 from tally.alert import Alert
 from tally.dates import business_date_of, plain_utc
-from tally.settings import Settings, format_duration
+from tally.settings import Settings, SettingsError, format_duration, load_settings
 
 DAGS_DIR = Path(__file__).resolve().parent
 SPARK_APP = DAGS_DIR / "spark_apps" / "tally_task.py"
 OWNER = "tally-data-platform"
 SPARK_CONN_ID = "tally_spark"  # AIRFLOW_CONN_TALLY_SPARK
+
+
+def wiring_settings(doc: str | None) -> tuple[Settings, str]:
+    """The settings a DAG file is wired with at parse time, and its doc. One bad `TALLY_*`
+    value must not make every DAG vanish from Airflow: the DAGs are then wired from the
+    defaults, their doc opens with the setting's one line, and each task, which loads the
+    settings again when it runs, fails with that line (nothing runs on the defaults)."""
+    try:
+        return load_settings(), doc or ""
+    except SettingsError as exc:
+        logging.getLogger(__name__).error(
+            "tally settings: %s (the DAGs are wired from the defaults)", exc
+        )
+        return (
+            Settings(),
+            f"**Settings error: {exc}** Every task fails with it until it is fixed.\n\n{doc or ''}",
+        )
 
 
 def first_business_date(settings: Settings) -> date:

@@ -17,10 +17,9 @@ from datetime import date, timedelta
 
 from airflow.sdk import dag
 
-from dags.common import default_args, stage_task, start_date_for, weekly_timetable
-from tally.settings import load_settings
+from dags.common import default_args, stage_task, start_date_for, weekly_timetable, wiring_settings
 
-_settings = load_settings()
+_settings, _doc = wiring_settings(__doc__)
 
 
 @dag(
@@ -32,7 +31,7 @@ _settings = load_settings()
     dagrun_timeout=timedelta(hours=4),
     default_args=default_args(_settings),
     tags=["tally", "lateness", "weekly"],
-    doc_md=__doc__,
+    doc_md=_doc,
 )
 def tally_lateness_tuning() -> None:
     stage_task(

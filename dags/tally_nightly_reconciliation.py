@@ -45,12 +45,12 @@ from dags.common import (
     stage_task,
     start_date_for,
     watermark_sensor,
+    wiring_settings,
 )
 from dags.signoff import approve_task, sign_off_task
-from tally.settings import load_settings
 from tally.vocabulary import NIGHTLY_DAG
 
-_settings = load_settings()
+_settings, _doc = wiring_settings(__doc__)
 
 
 @dag(
@@ -62,7 +62,7 @@ _settings = load_settings()
     dagrun_timeout=timedelta(hours=12),
     default_args=default_args(_settings),
     tags=["tally", "reconciliation", "nightly"],
-    doc_md=__doc__,
+    doc_md=_doc,
 )
 def tally_nightly_reconciliation() -> None:
     chain(

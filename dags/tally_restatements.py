@@ -22,11 +22,10 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import chain, dag
 
-from dags.common import default_args, restatements_asset
+from dags.common import default_args, restatements_asset, wiring_settings
 from dags.restatements import rerun_task, restatement_sign_off_task
-from tally.settings import load_settings
 
-_settings = load_settings()
+_settings, _doc = wiring_settings(__doc__)
 
 
 @dag(
@@ -38,7 +37,7 @@ _settings = load_settings()
     dagrun_timeout=timedelta(hours=12),
     default_args=default_args(_settings),
     tags=["tally", "reconciliation", "restatements"],
-    doc_md=__doc__,
+    doc_md=_doc,
 )
 def tally_restatements() -> None:
     chain(rerun_task(_settings), restatement_sign_off_task(_settings))

@@ -30,11 +30,10 @@ from typing import Any
 
 from airflow.sdk import dag, task
 
-from dags.common import default_args, stage_task
+from dags.common import default_args, stage_task, wiring_settings
 from dags.restatements import check_restatements_task
-from tally.settings import load_settings
 
-_settings = load_settings()
+_settings, _doc = wiring_settings(__doc__)
 
 
 @dag(
@@ -47,7 +46,7 @@ _settings = load_settings()
     # A check every five minutes: one quick retry for infrastructure hiccups, then the next run.
     default_args={**default_args(_settings), "retries": 1, "retry_delay": timedelta(minutes=1)},
     tags=["tally", "streaming", "monitoring"],
-    doc_md=__doc__,
+    doc_md=_doc,
 )
 def tally_streaming_health() -> None:
     stage_task(
@@ -70,6 +69,7 @@ def check_open_items_task() -> Any:
         from airflow.sdk import get_current_context
 
         from dags.stages import check_open_items as check
+        from tally.settings import load_settings
 
         context = get_current_context()
         return check(load_settings(), now=context["dag_run"].run_after, context=context)

@@ -202,10 +202,20 @@ def test_both_spark_runners_build(monkeypatch, tmp_path, runner: str) -> None:
     )
 
 
-def test_bad_runner_is_an_import_error(monkeypatch) -> None:
+def test_a_bad_setting_loads_every_dag_and_every_task_names_it(monkeypatch) -> None:
+    # One bad TALLY_* value used to make all the DAG files import errors: the DAGs vanished.
+    from dags.stages import run_stage
+    from tally.settings import SettingsError
+
     bag = load_bag(monkeypatch, TALLY_SPARK_RUNNER="yarn")
-    assert bag.import_errors
-    assert any("spark_runner: expected one of" in str(e) for e in bag.import_errors.values())
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == set(H.DAG_IDS)
+    for dag_id in H.DAG_IDS:  # the DAG's page says what is wrong...
+        assert bag.dags[dag_id].doc_md.startswith("**Settings error: spark_runner: expected one of")
+    # ...and a task, which loads the settings when it runs, fails with the same line
+    start = datetime(2026, 11, 20, 0, 30, tzinfo=UTC)
+    with pytest.raises(SettingsError, match=r"^spark_runner: expected one of"):
+        run_stage("health", start, start + timedelta(days=1))
 
 
 IMPORT_PROBE = """
