@@ -40,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch import diff
-from tally import tables as T
+from tally import tables
 from tally.arrivals import marked_copies
 from tally.dates import epoch_ms
 from tally.frontier import NO_APP, Frontier, merged
@@ -82,10 +82,10 @@ def above(pin: Mapping[str, int], covered: Mapping[str, int]) -> Column | None:
 def covered_frontier(spark: SparkSession, warehouse: str) -> Frontier | None:
     """The batches the index covers (per app_id, the largest batch its catch-ups recorded);
     None: no index yet."""
-    if not T.exists(spark, warehouse, T.EVENT_INDEX_CATCHUPS.name):
+    if not tables.exists(spark, warehouse, tables.EVENT_INDEX_CATCHUPS.name):
         return None
     rows = (
-        T.read_table(spark, warehouse, T.EVENT_INDEX_CATCHUPS.name)
+        tables.read_table(spark, warehouse, tables.EVENT_INDEX_CATCHUPS.name)
         .select(F.explode("frontier").alias("app", "batch"))
         .groupBy("app")
         .agg(F.max("batch").alias("batch"))
@@ -109,9 +109,11 @@ def index_for_run(
     the re-aggregation never waits for the index."""
     covered = covered_frontier(spark, warehouse)
     todo = above(pin, covered or {})
-    index = None if covered is None else T.read_table(spark, warehouse, T.EVENT_INDEX.name)
+    index = (
+        None if covered is None else tables.read_table(spark, warehouse, tables.EVENT_INDEX.name)
+    )
     if todo is None:
-        return index if index is not None else T.empty_frame(spark, T.EVENT_INDEX)
+        return index if index is not None else tables.empty_frame(spark, tables.EVENT_INDEX)
     first, last = dates
     outside = ~F.col("event_date").between(F.lit(first), F.lit(last))
     missing = entries_of(events.where(todo & outside))
@@ -134,8 +136,8 @@ def catch_up(
     if todo is None:
         return None
     started = time.monotonic()
-    lines = read_at_frontier(spark, warehouse, T.EVENTS.name, pin).where(todo)
-    T.write_table(entries_of(lines), warehouse, T.EVENT_INDEX)
+    lines = read_at_frontier(spark, warehouse, tables.EVENTS.name, pin).where(todo)
+    tables.write_table(entries_of(lines), warehouse, tables.EVENT_INDEX)
     appended = _rows_appended(spark, warehouse)
     _record(
         spark,
@@ -152,7 +154,7 @@ def _rows_appended(spark: SparkSession, warehouse: str) -> int:
     """The rows the index's last commit appended (its operation metrics: no count job)."""
     from delta.tables import DeltaTable
 
-    path = T.table_path(warehouse, T.EVENT_INDEX.name)
+    path = tables.table_path(warehouse, tables.EVENT_INDEX.name)
     last = DeltaTable.forPath(spark, path).history(1).select("operationMetrics").first()
     metrics = (last["operationMetrics"] if last is not None else None) or {}
     return int(metrics.get("numOutputRows", 0))
@@ -172,12 +174,12 @@ def _record(
     record = spark.range(1).select(
         F.timestamp_millis(F.lit(epoch_ms(now))).alias("caught_up_at"),
         F.lit(events_version).cast("long").alias("events_version"),
-        T.literal_map(frontier, "string", "bigint").alias("frontier"),
+        tables.literal_map(frontier, "string", "bigint").alias("frontier"),
         F.lit(kind).alias("kind"),
         F.lit(appended).cast("long").alias("entries"),
         F.lit(seconds).cast("double").alias("seconds"),
     )
-    T.write_table(record, warehouse, T.EVENT_INDEX_CATCHUPS)
+    tables.write_table(record, warehouse, tables.EVENT_INDEX_CATCHUPS)
 
 
 def day_copies(

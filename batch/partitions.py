@@ -33,7 +33,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tally import tables as T
+from tally import tables
 from tally.arrivals import (
     FIRST_ARRIVAL,
     event_of_day,
@@ -123,7 +123,7 @@ def write_partition_figures(
     `FIGURE_COLUMNS`); `explaining`: the diff's late rows that explain
     (`batch.diff.explaining_rows`; both persisted by the caller); `now`: the run time
     `reconciliation_runs` records."""
-    table = T.RECONCILIATION_PARTITIONS
+    table = tables.RECONCILIATION_PARTITIONS
     with without_adaptive_execution(spark):  # a few rows per partition: AQE would add jobs
         figures = partition_figures(events, copies, bounds)
         fields = [f for f in table.schema().fields if f.name in _FIGURES]
@@ -143,7 +143,7 @@ def write_partition_figures(
             *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in _FIGURES[1:]],
             F.coalesce(F.col("lateness"), empty).alias("lateness"),
         )
-        T.write_table(
+        tables.write_table(
             out,
             warehouse,
             table,

@@ -93,7 +93,7 @@ from batch.sessions import (
     stream_reach_ms,
     stream_rows_per_session,
 )
-from tally import tables as T
+from tally import tables
 from tally.arrivals import FIRST_ARRIVAL
 from tally.dates import (
     DayBounds,
@@ -121,8 +121,8 @@ from tally.windows import describe_windowing, slide_of, window_kind
 
 log = logging.getLogger("tally.reconcile")
 
-BATCH_TABLES = T.RECONCILE_TABLES
-INPUT_TABLES = (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS)
+BATCH_TABLES = tables.RECONCILE_TABLES
+INPUT_TABLES = (tables.EVENTS, tables.STREAM_AGGREGATES, tables.LATE_EVENTS)
 
 
 # The headline figures a run records in `reconciliation_runs`, as its summary names them
@@ -265,9 +265,9 @@ class ReconcileResult:
 
 def _require_tables(spark: SparkSession, warehouse: str) -> None:
     for table in INPUT_TABLES:
-        if not T.exists(spark, warehouse, table.name):
+        if not tables.exists(spark, warehouse, table.name):
             raise ReconcileError(
-                f"{table.name}: no Delta table at {T.table_path(warehouse, table.name)} "
+                f"{table.name}: no Delta table at {tables.table_path(warehouse, table.name)} "
                 "(run the speed layer first)"
             )
 
@@ -278,22 +278,22 @@ def _ensure_outputs(spark: SparkSession, warehouse: str) -> None:
     commit, and the write after it a snapshot of that commit (a fresh warehouse: 16 Spark
     jobs of the nightly's ~190)."""
     for table in BATCH_TABLES:
-        if not T.exists(spark, warehouse, table.name):
-            if not T.creates_on_write(table):
-                T.ensure_table(spark, warehouse, table)
+        if not tables.exists(spark, warehouse, table.name):
+            if not tables.creates_on_write(table):
+                tables.ensure_table(spark, warehouse, table)
         elif table in (
-            T.BATCH_AGGREGATES,
-            T.RECONCILIATION,
-            T.RECONCILIATION_COPIES,
-            T.RECONCILIATION_RUNS,
-            T.RECONCILIATION_SUMMARY,
+            tables.BATCH_AGGREGATES,
+            tables.RECONCILIATION,
+            tables.RECONCILIATION_COPIES,
+            tables.RECONCILIATION_RUNS,
+            tables.RECONCILIATION_SUMMARY,
         ):
             # columns they gained
-            T.add_missing_columns(spark, warehouse, table)
+            tables.add_missing_columns(spark, warehouse, table)
 
 
 def _pin(spark: SparkSession, warehouse: str, name: str, version: int | None) -> int:
-    latest = T.latest_version(spark, warehouse, name)
+    latest = tables.latest_version(spark, warehouse, name)
     if version is None:
         return latest
     if not 0 <= version <= latest:
@@ -329,7 +329,7 @@ class Pin:
         if self.frontier is not None:
             return read_at_frontier(spark, warehouse, self.name, self.frontier)
         try:
-            return T.read_table(spark, warehouse, self.name, self.version)
+            return tables.read_table(spark, warehouse, self.name, self.version)
         except AnalysisException as exc:
             lost = _LOST.get(str(exc.getCondition()))
             if lost is None:
@@ -382,7 +382,7 @@ def _delta_log(spark: SparkSession, warehouse: str, name: str) -> Any:
     from tally.spark import jvm_class
 
     delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog")
-    return delta_log.forTable(spark._jsparkSession, T.table_path(warehouse, name))
+    return delta_log.forTable(spark._jsparkSession, tables.table_path(warehouse, name))
 
 
 def _snapshot(log_: Any) -> Any:
@@ -423,16 +423,16 @@ def conditions(exc: BaseException) -> list[str]:
     return found
 
 
-def _replace_date(df: DataFrame, warehouse: str, table: T.Table, business_date: date) -> None:
-    T.write_table(
+def _replace_date(df: DataFrame, warehouse: str, table: tables.Table, business_date: date) -> None:
+    tables.write_table(
         df, warehouse, table, replace_where=f"business_date = DATE'{business_date.isoformat()}'"
     )
 
 
 def _read_date(
-    spark: SparkSession, warehouse: str, table: T.Table, business_date: date
+    spark: SparkSession, warehouse: str, table: tables.Table, business_date: date
 ) -> DataFrame:
-    return T.read_table(spark, warehouse, table.name).where(
+    return tables.read_table(spark, warehouse, table.name).where(
         F.col("business_date") == F.lit(business_date)
     )
 
@@ -449,7 +449,7 @@ def stream_window_ms(
 ) -> int | None:
     """The window size the stream recorded in `stream_aggregates` (of the date's windows when
     a date is given and has any, else of the newest row); None when it emitted nothing."""
-    rows = T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+    rows = tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
     if business_date is not None:
         bounds = business_day_bounds(business_date, report_timezone)
         of_day = rows.where(window_in_day(bounds)).select(_window_width().alias("ms")).first()
@@ -571,7 +571,7 @@ def _provenance(
         *[
             x
             for name, frontier in sorted(pinned.frontiers.items())
-            for x in (F.lit(name), T.literal_map(frontier, "string", "bigint"))
+            for x in (F.lit(name), tables.literal_map(frontier, "string", "bigint"))
         ]
     ).cast("map<string,map<string,bigint>>")
     return one_row.select(
@@ -647,7 +647,7 @@ class _Run:
             df.unpersist()
         self.kept.clear()
 
-    def replace(self, df: DataFrame, table: T.Table) -> None:
+    def replace(self, df: DataFrame, table: tables.Table) -> None:
         if self.writes:
             _replace_date(df, self.warehouse, table, self.business_date)
 
@@ -702,9 +702,11 @@ def _write_diff(
     rows = with_window_verdicts(rows, run.tolerance, F.col("currency"))
     # in the table's column order (the handed-over frame is what the table holds)
     diff = run.keep(
-        T.conform(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION)
+        tables.conform(
+            rows.select("*", _run_time(run.now).alias("run_time")), tables.RECONCILIATION
+        )
     )
-    run.replace(diff, T.RECONCILIATION)
+    run.replace(diff, tables.RECONCILIATION)
     repeats = late.where(~F.col(FIRST_ARRIVAL)).count()
     return Diff(diff, explaining, copies.lines, repeats)
 
@@ -713,11 +715,13 @@ def _write_evidence(run: _Run, counted: DataFrame, copies: Copies) -> None:
     """The date's `reconciliation_copies` rows (`counted`, kept): replaced like the date's
     other rows, so a re-run that finds none clears an earlier run's; a warehouse whose runs
     never found any has no such table (no commit, no empty table)."""
-    name = T.RECONCILIATION_COPIES.name
-    if counted.limit(1).count() == 0 and not T.exists(run.spark, run.warehouse, name):
+    name = tables.RECONCILIATION_COPIES.name
+    if counted.limit(1).count() == 0 and not tables.exists(run.spark, run.warehouse, name):
         return
     evidence = copy_evidence(counted, copies, run.business_date)
-    run.replace(evidence.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_COPIES)
+    run.replace(
+        evidence.select("*", _run_time(run.now).alias("run_time")), tables.RECONCILIATION_COPIES
+    )
 
 
 def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
@@ -742,7 +746,7 @@ def _diff_fixed(run: _Run, window_ms: int, slide_ms: int | None) -> Diff:
     truth = run.keep(
         batch_aggregates(run.events, day, window_ms, run.report_timezone, slide_ms, copies)
     )
-    run.replace(truth, T.BATCH_AGGREGATES)
+    run.replace(truth, tables.BATCH_AGGREGATES)
     with without_adaptive_execution(run.spark):  # the late rows and copies are kept
         late = late_arrivals(rows, copies, bounds, run.in_log())
         diff = _write_diff(run, truth, stream, late, copies, (window_ms, slide_ms))
@@ -772,9 +776,9 @@ def _unexplained_for_evidence(run: _Run, recon: DataFrame) -> DataFrame | None:
     windows = run.keep(unexplained_windows(recon))
     if windows.limit(1).count() > 0:
         return windows
-    table = T.RECONCILIATION_EVIDENCE
-    if T.exists(run.spark, run.warehouse, table.name):
-        run.replace(T.empty_frame(run.spark, table), table)
+    table = tables.RECONCILIATION_EVIDENCE
+    if tables.exists(run.spark, run.warehouse, table.name):
+        run.replace(tables.empty_frame(run.spark, table), table)
     return None
 
 
@@ -791,7 +795,9 @@ def _write_window_evidence(
         late_evidence(late, windows, cap),
         revision_evidence(stream_rows, windows, cap),
     )
-    run.replace(rows.select("*", _run_time(run.now).alias("run_time")), T.RECONCILIATION_EVIDENCE)
+    run.replace(
+        rows.select("*", _run_time(run.now).alias("run_time")), tables.RECONCILIATION_EVIDENCE
+    )
 
 
 def _kept_copies(run: _Run, window_ms: int) -> Copies:
@@ -832,7 +838,7 @@ def _diff_sessions(run: _Run, gap_ms: int) -> Diff:
     truth = session_aggregates(sessions, run.bounds)
     truth = run.keep(truth.select(F.lit(run.business_date).alias("business_date"), *truth.columns))
     try:
-        run.replace(truth, T.BATCH_AGGREGATES)
+        run.replace(truth, tables.BATCH_AGGREGATES)
         read = (run.bounds[0], read_end)  # what starts from the date to the end of the read
         stream = stream_per_session(
             latest_stream(run.stream_aggregates, read), sessions, run.bounds
@@ -906,30 +912,30 @@ def reconcile(
     _require_tables(spark, warehouse)
     pins = _pins(spark, warehouse, events_version, stream_versions, frontiers or {})
     reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
-    for name in (T.EVENTS.name, T.STREAM_AGGREGATES.name, T.LATE_EVENTS.name):
+    for name in (tables.EVENTS.name, tables.STREAM_AGGREGATES.name, tables.LATE_EVENTS.name):
         reads[name] = with_currency(reads[name], currency)  # rows from before: the run's
     if write:
         _ensure_outputs(spark, warehouse)
     pinned = Pinned.of(pins, reads)
     firsts = None
     if dedup == "index" and not session_gap_ms:
-        pin = pinned.frontiers[T.EVENTS.name]
+        pin = pinned.frontiers[tables.EVENTS.name]
         dates = utc_dates_of(bounds, window_ms)
-        firsts = index_for_run(spark, warehouse, reads[T.EVENTS.name], pin, dates)
+        firsts = index_for_run(spark, warehouse, reads[tables.EVENTS.name], pin, dates)
     run = _Run(
         spark,
         warehouse,
         business_date,
         report_timezone,
         bounds,
-        reads[T.EVENTS.name],
-        reads[T.STREAM_AGGREGATES.name],
-        reads[T.LATE_EVENTS.name],
+        reads[tables.EVENTS.name],
+        reads[tables.STREAM_AGGREGATES.name],
+        reads[tables.LATE_EVENTS.name],
         now,
         hand_over=keep_frames,
         writes=write,
         firsts=firsts,
-        events_frontier=pinned.frontiers[T.EVENTS.name],
+        events_frontier=pinned.frontiers[tables.EVENTS.name],
         tolerance=tuple(tolerance),
         currency=currency,
         evidence_rows=evidence_rows,
@@ -950,12 +956,12 @@ def _pins(
     """The run's pin of each stream table it reads (`stream_progress` only if the warehouse
     has one: without it a run records no bounds in force)."""
     wanted: dict[str, int | None] = {
-        T.EVENTS.name: events_version,
-        T.STREAM_AGGREGATES.name: stream_versions.get(T.STREAM_AGGREGATES.name),
-        T.LATE_EVENTS.name: stream_versions.get(T.LATE_EVENTS.name),
+        tables.EVENTS.name: events_version,
+        tables.STREAM_AGGREGATES.name: stream_versions.get(tables.STREAM_AGGREGATES.name),
+        tables.LATE_EVENTS.name: stream_versions.get(tables.LATE_EVENTS.name),
     }
-    if T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
-        wanted[T.STREAM_PROGRESS.name] = stream_versions.get(T.STREAM_PROGRESS.name)
+    if tables.exists(spark, warehouse, tables.STREAM_PROGRESS.name):
+        wanted[tables.STREAM_PROGRESS.name] = stream_versions.get(tables.STREAM_PROGRESS.name)
     return {
         name: Pin(name, _pin(spark, warehouse, name, version), frontiers.get(name))
         for name, version in wanted.items()
@@ -982,13 +988,13 @@ class Pinned:
             name: dict(pin.frontier) if pin.frontier is not None else frontier_of(reads[name])
             for name, pin in pins.items()
         }
-        progress = pins.get(T.STREAM_PROGRESS.name)
+        progress = pins.get(tables.STREAM_PROGRESS.name)
         return cls(
-            pins[T.EVENTS.name].version,
-            pins[T.STREAM_AGGREGATES.name].version,
-            pins[T.LATE_EVENTS.name].version,
+            pins[tables.EVENTS.name].version,
+            pins[tables.STREAM_AGGREGATES.name].version,
+            pins[tables.LATE_EVENTS.name].version,
             None if progress is None else progress.version,
-            reads.get(T.STREAM_PROGRESS.name),
+            reads.get(tables.STREAM_PROGRESS.name),
             frontiers,
         )
 
@@ -1077,7 +1083,7 @@ def _write_summary_and_run(
     """Write the date's `reconciliation_summary` row (kept: not read back from the table) and
     add its `reconciliation_runs` row (`_provenance`), numbered after the date's runs."""
     summary_df = run.keep(summarize(recon, run.business_date, run.tolerance, run.currency))
-    run.replace(summary_df, T.RECONCILIATION_SUMMARY)
+    run.replace(summary_df, tables.RECONCILIATION_SUMMARY)
     rows = tuple(r.asDict() for r in summary_df.orderBy("currency").collect())  # one a currency
     rollup = date_rollup(rows)
     assert rollup is not None  # a date without windows has its one row too
@@ -1088,12 +1094,12 @@ def _write_summary_and_run(
     ).select("*", F.lit(_next_run_number(run)).cast("long").alias("run_number"))
     provenance = _with_bounds(provenance, pinned.stream_progress_rows, run)
     if run.hand_over:  # the row as the table holds it, kept while written, for the caller
-        provenance = run.keep(T.conform(provenance, T.RECONCILIATION_RUNS))
+        provenance = run.keep(tables.conform(provenance, tables.RECONCILIATION_RUNS))
     if run.writes:
-        T.write_table(
+        tables.write_table(
             provenance,
             run.warehouse,
-            T.RECONCILIATION_RUNS,
+            tables.RECONCILIATION_RUNS,
             replace_where=f"{_date_is(run.business_date)} AND {_run_is(run.now)}",
         )
     if not run.hand_over:
@@ -1120,9 +1126,9 @@ def _next_run_number(run: _Run) -> int:
     from before run history has none: it counts as 0), or the latest's own when this run
     replaces it (the same run_time again: re-running a run is idempotent). The nightly is
     the date's one writer."""
-    if not T.exists(run.spark, run.warehouse, T.RECONCILIATION_RUNS.name):
+    if not tables.exists(run.spark, run.warehouse, tables.RECONCILIATION_RUNS.name):
         return 1
-    runs = _read_date(run.spark, run.warehouse, T.RECONCILIATION_RUNS, run.business_date)
+    runs = _read_date(run.spark, run.warehouse, tables.RECONCILIATION_RUNS, run.business_date)
     if "run_number" not in runs.columns:  # from before run history (upgraded when written)
         return 1
     number = F.coalesce("run_number", F.lit(0))
@@ -1141,11 +1147,11 @@ def _next_run_number(run: _Run) -> int:
 
 def runs_of(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
     """Every `reconciliation_runs` row of the date, oldest first (in the order recorded)."""
-    if not T.exists(spark, warehouse, T.RECONCILIATION_RUNS.name):
+    if not tables.exists(spark, warehouse, tables.RECONCILIATION_RUNS.name):
         return []
     rows = [
         r.asDict()
-        for r in _read_date(spark, warehouse, T.RECONCILIATION_RUNS, business_date).collect()
+        for r in _read_date(spark, warehouse, tables.RECONCILIATION_RUNS, business_date).collect()
     ]
     return sorted(rows, key=lambda r: (r.get("run_number") or 0, r["run_time"]))
 

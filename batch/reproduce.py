@@ -38,7 +38,7 @@ from batch.reconcile import (
     recorded_run,
     rerun_arguments,
 )
-from tally import tables as T
+from tally import tables
 from tally.dates import epoch_ms, from_epoch_ms
 from tally.money_columns import with_currency
 from tally.settings import format_duration
@@ -167,10 +167,10 @@ def _recorded_windows(
     """The date's `reconciliation` rows if the run at `when` wrote them (rows from before
     they carried a run_time count as the latest run's); None if another run's replaced them
     (a run that stopped after writing them, before its `reconciliation_runs` row)."""
-    if not T.exists(spark, warehouse, T.RECONCILIATION.name):
+    if not tables.exists(spark, warehouse, tables.RECONCILIATION.name):
         return None
-    version = T.latest_version(spark, warehouse, T.RECONCILIATION.name)
-    rows = T.read_table(spark, warehouse, T.RECONCILIATION.name, version).where(
+    version = tables.latest_version(spark, warehouse, tables.RECONCILIATION.name)
+    rows = tables.read_table(spark, warehouse, tables.RECONCILIATION.name, version).where(
         F.col("business_date") == F.lit(business_date)
     )
     if "run_time" not in rows.columns:
@@ -186,13 +186,13 @@ def _lost(spark: SparkSession, warehouse: str, arguments: dict[str, Any]) -> Pin
     fails the recomputation mid-run; which table's it was is found here, off the hot path.
     (A version the log or Delta's time-travel limit refuses fails its pin's read at once.)"""
     versions = {
-        T.EVENTS.name: arguments["events_version"],
+        tables.EVENTS.name: arguments["events_version"],
         **{k: v for k, v in arguments["stream_versions"].items() if v is not None},
     }
     for name, version in versions.items():
         if name in (arguments["frontiers"] or {}):
             continue
-        files = T.read_table(spark, warehouse, name, int(version)).inputFiles()
+        files = tables.read_table(spark, warehouse, name, int(version)).inputFiles()
         if not all(_exists(spark, f) for f in files):
             return expired(spark, warehouse, name, int(version), "files")
     return PinExpired("a file a pinned version reads is missing (none of the run's versions)")

@@ -31,8 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch.reconcile import aware, reconcile, recorded_frontiers, rerun_arguments
-from tally import restatements as R
-from tally import tables as T
+from tally import restatements, tables
 from tally.dates import epoch_ms
 from tally.frontier import NO_APP, Frontier, merged
 from tally.money_columns import with_currency
@@ -60,7 +59,7 @@ class Restatement:
     business_date: date
     run_time: datetime
     signal: tuple[int, int]
-    change: R.Change
+    change: restatements.Change
     status: str
     frontier: Frontier
     run: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -71,7 +70,7 @@ class Restatement:
 def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
     """Every reconciled date whose latest run recorded its frontiers (a run from before them
     is read by version and not checked), with its baseline."""
-    if not T.exists(spark, warehouse, T.RECONCILIATION_RUNS.name):
+    if not tables.exists(spark, warehouse, tables.RECONCILIATION_RUNS.name):
         return []
     runs = _latest_runs(spark, warehouse)
     checked = _checks(spark, warehouse)
@@ -79,13 +78,13 @@ def candidates(spark: SparkSession, warehouse: str) -> list[Candidate]:
     out = []
     for run in runs:
         frontiers = recorded_frontiers(run)
-        if frontiers is None or T.EVENTS.name not in frontiers:
+        if frontiers is None or tables.EVENTS.name not in frontiers:
             continue
         day = run["business_date"]
         key = (day, epoch_ms(aware(run["run_time"])))
         seen = checked.get(key, [])
         raised = [_frontier(r) for r in (*seen, *swept.get(key, []))]
-        baseline = R.baseline(frontiers[T.EVENTS.name], raised)
+        baseline = restatements.baseline(frontiers[tables.EVENTS.name], raised)
         zone = str(run["report_timezone"] or "UTC")
         out.append(Candidate(day, run, baseline, zone, seen[-1] if seen else None))
     return out
@@ -96,7 +95,8 @@ def _latest_runs(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     from tally.ledger_reads import latest_runs
 
     rows = [
-        r.asDict() for r in T.read_table(spark, warehouse, T.RECONCILIATION_RUNS.name).collect()
+        r.asDict()
+        for r in tables.read_table(spark, warehouse, tables.RECONCILIATION_RUNS.name).collect()
     ]
     return latest_runs(rows)
 
@@ -104,9 +104,13 @@ def _latest_runs(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
 def _checks(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[dict[str, Any]]]:
     """Per (date, run time in epoch ms), its `restatements` rows, oldest first (few: one per
     check of a touched date)."""
-    if not T.exists(spark, warehouse, T.RESTATEMENTS.name):
+    if not tables.exists(spark, warehouse, tables.RESTATEMENTS.name):
         return {}
-    rows = T.read_table(spark, warehouse, T.RESTATEMENTS.name).orderBy("detected_at").collect()
+    rows = (
+        tables.read_table(spark, warehouse, tables.RESTATEMENTS.name)
+        .orderBy("detected_at")
+        .collect()
+    )
     out: dict[tuple[date, int], list[dict[str, Any]]] = {}
     for r in rows:
         key = (r["business_date"], epoch_ms(aware(r["run_time"])))
@@ -116,11 +120,11 @@ def _checks(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[
 
 def _swept(spark: SparkSession, warehouse: str) -> dict[tuple[date, int], list[dict[str, Any]]]:
     """Per (date, run time in epoch ms), its `restatement_sweep` row (one per date at most)."""
-    if not T.exists(spark, warehouse, T.RESTATEMENT_SWEEP.name):
+    if not tables.exists(spark, warehouse, tables.RESTATEMENT_SWEEP.name):
         return {}
     return {
         (r["business_date"], epoch_ms(aware(r["run_time"]))): [r.asDict()]
-        for r in T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).collect()
+        for r in tables.read_table(spark, warehouse, tables.RESTATEMENT_SWEEP.name).collect()
     }
 
 
@@ -141,10 +145,10 @@ def signals(spark: SparkSession, warehouse: str, dates: Sequence[Candidate]) -> 
     """Per candidate date, (events, amount) of the stream's non-duplicate events for it above
     its baseline (`tally.restatements.signal`, as one aggregate; dates without any are left
     out), from one version of `stream_progress`, and the batch frontier of that version."""
-    if not dates or not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+    if not dates or not tables.exists(spark, warehouse, tables.STREAM_PROGRESS.name):
         return Signals({}, None)
-    version = T.latest_version(spark, warehouse, T.STREAM_PROGRESS.name)
-    progress = T.read_table(spark, warehouse, T.STREAM_PROGRESS.name, version)
+    version = tables.latest_version(spark, warehouse, tables.STREAM_PROGRESS.name)
+    progress = tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name, version)
     if "new_events_by_date" not in progress.columns:  # a table from before the signal
         return Signals({}, None)
     oldest = _oldest(dates)
@@ -209,7 +213,7 @@ def _candidate_frame(spark: SparkSession, dates: Sequence[Candidate]) -> DataFra
 
 def exact_change(
     spark: SparkSession, warehouse: str, candidate: Candidate, *, now: datetime, dedup: str
-) -> tuple[R.Change, Frontier]:
+) -> tuple[restatements.Change, Frontier]:
     """The date recomputed at the log's latest pin (writing nothing) against its latest run's
     `reconciliation` rows: the change, and the events frontier read."""
     arguments = rerun_arguments(candidate.run)
@@ -231,7 +235,7 @@ def exact_change(
     )
     assert result.frames is not None
     try:
-        recorded = T.read_table(spark, warehouse, T.RECONCILIATION.name).where(
+        recorded = tables.read_table(spark, warehouse, tables.RECONCILIATION.name).where(
             F.col("business_date") == F.lit(candidate.business_date)
         )
         recorded = with_currency(recorded, arguments["currency"])
@@ -240,8 +244,8 @@ def exact_change(
     finally:
         result.frames.release()
     assert row is not None
-    change = R.Change(int(row["events"]), int(row["amount"]), int(row["windows"]))
-    return change, frontiers.get(T.EVENTS.name, {})
+    change = restatements.Change(int(row["events"]), int(row["amount"]), int(row["windows"]))
+    return change, frontiers.get(tables.EVENTS.name, {})
 
 
 def gained(recomputed: DataFrame, recorded: DataFrame) -> DataFrame:
@@ -298,13 +302,15 @@ def check(
     for candidate in found:
         if candidate.business_date not in signalled:
             last = candidate.last_check
-            if last is not None and last["status"] == R.PENDING:  # still open: decided again
+            if (
+                last is not None and last["status"] == restatements.PENDING
+            ):  # still open: decided again
                 earlier = _recorded(candidate, last)  # (the policy may have changed since)
-                status = R.decide(earlier.change, policy, tolerance)
+                status = restatements.decide(earlier.change, policy, tolerance)
                 out.append(dataclasses.replace(earlier, status=status, repeated=True))
             continue
         change, frontier = exact_change(spark, warehouse, candidate, now=now, dedup=dedup)
-        status = R.decide(change, policy, tolerance)
+        status = restatements.decide(change, policy, tolerance)
         restatement = Restatement(
             candidate.business_date,
             aware(candidate.run["run_time"]),
@@ -314,7 +320,7 @@ def check(
             frontier,
             candidate.run,
         )
-        if status in (R.UNCHANGED, R.PENDING):
+        if status in (restatements.UNCHANGED, restatements.PENDING):
             record(spark, warehouse, restatement, now=now, policy=policy)
         out.append(restatement)
     if only is None and read.frontier is not None:  # a full check: the dates it found quiet
@@ -331,9 +337,13 @@ SWEEP_EVERY = timedelta(hours=6)
 
 def _swept_since(spark: SparkSession, warehouse: str, since: datetime) -> bool:
     """Whether the table holds a sweep from `since` on."""
-    if not T.exists(spark, warehouse, T.RESTATEMENT_SWEEP.name):
+    if not tables.exists(spark, warehouse, tables.RESTATEMENT_SWEEP.name):
         return False
-    newest = T.read_table(spark, warehouse, T.RESTATEMENT_SWEEP.name).agg(F.max("swept_at")).first()
+    newest = (
+        tables.read_table(spark, warehouse, tables.RESTATEMENT_SWEEP.name)
+        .agg(F.max("swept_at"))
+        .first()
+    )
     return newest is not None and newest[0] is not None and aware(newest[0]) >= since
 
 
@@ -356,11 +366,11 @@ def sweep(
     frame = spark.createDataFrame(rows, "business_date DATE, run_time TIMESTAMP").select(
         "business_date",
         "run_time",
-        T.literal_map(dict(frontier), "string", "bigint").alias("events_frontier"),
+        tables.literal_map(dict(frontier), "string", "bigint").alias("events_frontier"),
         F.timestamp_millis(F.lit(epoch_ms(now))).alias("swept_at"),
     )
-    T.ensure_table(spark, warehouse, T.RESTATEMENT_SWEEP)
-    T.write_table(frame, warehouse, T.RESTATEMENT_SWEEP, replace_where="true")
+    tables.ensure_table(spark, warehouse, tables.RESTATEMENT_SWEEP)
+    tables.write_table(frame, warehouse, tables.RESTATEMENT_SWEEP, replace_where="true")
 
 
 def _recorded(candidate: Candidate, row: Mapping[str, Any]) -> Restatement:
@@ -370,7 +380,9 @@ def _recorded(candidate: Candidate, row: Mapping[str, Any]) -> Restatement:
 
 def _restatement_of(row: Mapping[str, Any]) -> Restatement:
     """A `restatements` row as the restatement it records."""
-    change = R.Change(int(row["new_events"]), int(row["new_amount"]), int(row["windows_affected"]))
+    change = restatements.Change(
+        int(row["new_events"]), int(row["new_amount"]), int(row["windows_affected"])
+    )
     return Restatement(
         row["business_date"],
         aware(row["run_time"]),
@@ -393,13 +405,13 @@ def record(
     """Append the restatement's row (`settled`: the run that settled it, who decided and
     why; a later row of the same date and run supersedes it)."""
     rerun_time, decided_by, reason = settled
-    row = T.literal_row(
+    row = tables.literal_row(
         spark,
         {
             "business_date": F.lit(restatement.business_date).cast("date"),
             "detected_at": F.timestamp_millis(F.lit(epoch_ms(now))),
             "run_time": F.timestamp_millis(F.lit(epoch_ms(restatement.run_time))),
-            "events_frontier": T.literal_map(dict(restatement.frontier), "string", "bigint"),
+            "events_frontier": tables.literal_map(dict(restatement.frontier), "string", "bigint"),
             "signal_events": F.lit(restatement.signal[0]).cast("long"),
             "signal_amount": F.lit(restatement.signal[1]).cast("long"),
             "new_events": F.lit(restatement.change.events).cast("long"),
@@ -414,15 +426,15 @@ def record(
             "reason": F.lit(reason),
         },
     )
-    T.ensure_table(spark, warehouse, T.RESTATEMENTS)
-    T.write_table(row, warehouse, T.RESTATEMENTS)
+    tables.ensure_table(spark, warehouse, tables.RESTATEMENTS)
+    tables.write_table(row, warehouse, tables.RESTATEMENTS)
 
 
 def awaiting(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     """The dates re-run beyond the tolerance and not yet decided: each date's newest
     `restatements` row, where its status is `rerun` and its run is still the date's latest
     re-run (a later run of the date settles it otherwise)."""
-    if not T.exists(spark, warehouse, T.RESTATEMENTS.name):
+    if not tables.exists(spark, warehouse, tables.RESTATEMENTS.name):
         return []
     newest: dict[date, dict[str, Any]] = {}
     for runs in _checks(spark, warehouse).values():
@@ -434,7 +446,7 @@ def awaiting(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     return [
         row
         for day, row in sorted(newest.items())
-        if row["status"] == R.RERUN
+        if row["status"] == restatements.RERUN
         and row["rerun_time"] is not None
         and latest.get(day) == aware(row["rerun_time"])
     ]
@@ -452,7 +464,7 @@ def decided(
 ) -> None:
     """Append a person's decision on a re-run restatement (`row`: its `rerun` row, from
     `awaiting`): the same restatement, `accepted` or `rejected`, with who and why."""
-    if status not in (R.ACCEPTED, R.REJECTED):
+    if status not in (restatements.ACCEPTED, restatements.REJECTED):
         raise ValueError(f"restatement decision: expected accepted or rejected, got {status!r}")
     restatement = dataclasses.replace(_restatement_of(row), status=status)
     settled = (aware(row["rerun_time"]), decided_by, reason)

@@ -26,7 +26,7 @@ from batch.curve import (
     recommend_by_partition,
     with_arrival_seq,
 )
-from tally import tables as T
+from tally import tables
 from tally.dates import business_day_bounds, carried_day, epoch_ms
 from tally.vocabulary import ARRIVAL_ORDER
 
@@ -54,13 +54,13 @@ def period_events(
 ) -> tuple[DataFrame, int]:
     """The period's events (each business date deduplicated like the batch layer, with its
     source partition), from the latest `events` version; (events, that version)."""
-    if not T.exists(spark, p.warehouse, T.EVENTS.name):
+    if not tables.exists(spark, p.warehouse, tables.EVENTS.name):
         raise ValueError(
-            f"events: no Delta table at {T.table_path(p.warehouse, T.EVENTS.name)} "
+            f"events: no Delta table at {tables.table_path(p.warehouse, tables.EVENTS.name)} "
             "(run the speed layer first)"
         )
-    version = T.latest_version(spark, p.warehouse, T.EVENTS.name)
-    log_df = T.read_table(spark, p.warehouse, T.EVENTS.name, version)
+    version = tables.latest_version(spark, p.warehouse, tables.EVENTS.name)
+    log_df = tables.read_table(spark, p.warehouse, tables.EVENTS.name, version)
     days = [first_day + timedelta(days=i) for i in range((last_day - first_day).days + 1)]
     frames = [day_events_with_partition(log_df, d, p.window_ms, p.report_timezone) for d in days]
     return reduce(DataFrame.unionByName, frames), version
@@ -102,9 +102,9 @@ def bounds_in_force_of_period(
     """Per partition, the lateness bounds the stream had in force (`stream_progress`, fixed or
     chosen by lateness auto) over the micro-batches that carried the period's dates:
     {partition: {min_ms, max_ms, last_ms, batches}}; {} without stream_progress."""
-    if not T.exists(spark, p.warehouse, T.STREAM_PROGRESS.name):
+    if not tables.exists(spark, p.warehouse, tables.STREAM_PROGRESS.name):
         return {}
-    progress = T.read_table(spark, p.warehouse, T.STREAM_PROGRESS.name)
+    progress = tables.read_table(spark, p.warehouse, tables.STREAM_PROGRESS.name)
     if "partition_lateness_ms" not in progress.columns:
         return {}
     start = business_day_bounds(first_day, p.report_timezone)[0]
@@ -200,7 +200,7 @@ def _record(
     now: datetime,
 ) -> None:
     first_day = date.fromisoformat(result["period_start"])
-    row = T.literal_row(
+    row = tables.literal_row(
         spark,
         {
             "period_start": F.lit(first_day),
@@ -216,13 +216,13 @@ def _record(
             "recommended_lateness_ms": F.lit(result["recommended_lateness_ms"]),
             "recommended_completeness_pct": F.lit(result["recommended_completeness_pct"]),
             "curve": F.lit(json.dumps(curve, sort_keys=True, default=str)),
-            "recommended_by_partition": T.literal_map(
+            "recommended_by_partition": tables.literal_map(
                 result["recommended_by_partition"], "int", "bigint"
             ),
-            "configured_by_partition": T.literal_map(
+            "configured_by_partition": tables.literal_map(
                 result["configured_by_partition"], "int", "bigint"
             ),
-            "configured_completeness_by_partition": T.literal_map(
+            "configured_completeness_by_partition": tables.literal_map(
                 result["configured_completeness_by_partition"], "int", "double"
             ),
             "partitions_missing_target": F.array(
@@ -230,12 +230,12 @@ def _record(
             ).cast("array<int>"),
             "curve_by_partition": F.lit(json.dumps(partition_curve, sort_keys=True, default=str)),
             **{
-                f"{name}_by_partition": T.literal_map(
+                f"{name}_by_partition": tables.literal_map(
                     result[f"{name}_by_partition"], "int", "bigint"
                 )
                 for name in ("in_force_min", "in_force_max", "in_force_last")
             },
-            "in_force_completeness_by_partition": T.literal_map(
+            "in_force_completeness_by_partition": tables.literal_map(
                 result["in_force_completeness_by_partition"], "int", "double"
             ),
             "partitions_short_of_curve": F.array(
@@ -243,9 +243,9 @@ def _record(
             ).cast("array<int>"),
         },
     )
-    table = T.LATENESS_RECOMMENDATIONS
-    T.ensure_table(spark, p.warehouse, table)
-    T.add_missing_columns(spark, p.warehouse, table)
-    T.write_table(
+    table = tables.LATENESS_RECOMMENDATIONS
+    tables.ensure_table(spark, p.warehouse, table)
+    tables.add_missing_columns(spark, p.warehouse, table)
+    tables.write_table(
         row, p.warehouse, table, replace_where=f"period_start = DATE'{first_day.isoformat()}'"
     )

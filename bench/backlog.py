@@ -36,7 +36,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench import engines as E
+from bench import engines
 from bench.common import (
     DAY,
     EngineFailed,
@@ -46,7 +46,7 @@ from bench.common import (
     percentile,
     stopwatch,
 )
-from tally import tables as T
+from tally import tables
 
 KEYS = 200
 PARTITIONS = 4
@@ -176,7 +176,7 @@ def stream_backlog(
     run_dir: Path,
     catch_up: CatchUp,
     expected: tuple[int, int],
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
 ) -> dict[str, Any]:
     """One `tally stream` over the backlog, measured: wall time, each batch (lines, seconds,
     open windows, peak JVM RSS) and whether every line was counted (`expected`: the lines
@@ -184,14 +184,14 @@ def stream_backlog(
     shape = StreamShape(60_000, 30_000, catch_up.files_per_trigger)
     jvm = JvmSampler(str(run_dir / "trace.jsonl"))
     try:
-        run = E.run_tally(name, str(data), run_dir, shape, env, sample=jvm)
+        run = engines.run_tally(name, str(data), run_dir, shape, env, sample=jvm)
     except EngineFailed as exc:
         said = [line for line in str(exc).splitlines() if line.strip()]
         return {"failed": said[-1] if said else str(exc), "all_lines_counted": False}
     errors = (run_dir / "logs" / f"{name}.err").read_text(errors="replace").splitlines()
-    counted = E.tally_accounting(spark, run["warehouse"], run["checkpoint"])
-    event_rows = T.read_table(spark, run["warehouse"], T.EVENTS.name).count()
-    progress = E.progress_rows(spark, run["warehouse"])
+    counted = engines.tally_accounting(spark, run["warehouse"], run["checkpoint"])
+    event_rows = tables.read_table(spark, run["warehouse"], tables.EVENTS.name).count()
+    progress = engines.progress_rows(spark, run["warehouse"])
     batches = per_batch(run["trace_batches"], progress, jvm)
     seconds = [b["seconds"] for b in batches]
     lines, valid = expected
@@ -220,7 +220,7 @@ def stream_backlog(
 
 
 def backlog_section(
-    spark: SparkSession, work: Path, catch_up: CatchUp, env: E.EngineEnv
+    spark: SparkSession, work: Path, catch_up: CatchUp, env: engines.EngineEnv
 ) -> dict[str, Any]:
     data = work / "backlog_input"
     log(

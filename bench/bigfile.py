@@ -34,10 +34,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from bench import engines as E
+from bench import engines
 from bench.common import Backlog, StreamShape, arrival_files, load_average, log, stopwatch
 from bench.speed import generate_backlog
-from tally import tables as T
+from tally import tables
 from tally.windows import WINDOW_KEY
 
 RSS_TOLERANCE = 1.25  # the big file's peak RSS over the split input's, at most
@@ -66,7 +66,7 @@ def latest_aggregates(spark: SparkSession, warehouse: str) -> DataFrame:
     """The latest revision of every window, key and currency of `stream_aggregates`."""
     latest = Window.partitionBy(*WINDOW_KEY).orderBy(F.col("revision").desc())
     return (
-        T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+        tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
         .withColumn("_r", F.row_number().over(latest))
         .where("_r = 1")
         .select(*WINDOW_KEY, "event_count", "amount_sum")
@@ -76,9 +76,9 @@ def latest_aggregates(spark: SparkSession, warehouse: str) -> DataFrame:
 def compare(spark: SparkSession, split_wh: str, single_wh: str) -> dict[str, Any]:
     """The two warehouses' results side by side, and whether each agrees."""
     out: dict[str, Any] = {}
-    for table in (T.EVENTS, T.LATE_EVENTS, T.QUARANTINE):
-        a = T.read_table(spark, split_wh, table.name).count()
-        b = T.read_table(spark, single_wh, table.name).count()
+    for table in (tables.EVENTS, tables.LATE_EVENTS, tables.QUARANTINE):
+        a = tables.read_table(spark, split_wh, table.name).count()
+        b = tables.read_table(spark, single_wh, table.name).count()
         out[table.name] = {"split": a, "single": b, "equal": a == b}
     a_df, b_df = latest_aggregates(spark, split_wh), latest_aggregates(spark, single_wh)
     only_split = a_df.exceptAll(b_df).count()
@@ -98,11 +98,16 @@ def compare(spark: SparkSession, split_wh: str, single_wh: str) -> dict[str, Any
 
 
 def _run(
-    name: str, input_dir: Path, run_dir: Path, shape: StreamShape, env: E.EngineEnv, lines: int
+    name: str,
+    input_dir: Path,
+    run_dir: Path,
+    shape: StreamShape,
+    env: engines.EngineEnv,
+    lines: int,
 ) -> dict[str, Any]:
     log(f"bigfile: streaming the {name} input")
     load = load_average()
-    run = E.run_tally(name, str(input_dir), run_dir, shape, env, drain=True)
+    run = engines.run_tally(name, str(input_dir), run_dir, shape, env, drain=True)
     run.pop("trace_batches")
     run["load_average_before"] = load
     run["events_per_s"] = lines / run["seconds"]
@@ -111,7 +116,7 @@ def _run(
 
 
 def bigfile_section(
-    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: engines.EngineEnv
 ) -> dict[str, Any]:
     split_dir = work / "bigfile_split"
     single_dir = work / "bigfile_single"
@@ -129,7 +134,7 @@ def bigfile_section(
         "single": _run("single", single_dir, work / "bigfile_run_single", one_batch, env, lines),
     }
     for run in runs.values():
-        run.update(E.tally_accounting(spark, run["warehouse"], run["checkpoint"]))
+        run.update(engines.tally_accounting(spark, run["warehouse"], run["checkpoint"]))
     result = compare(spark, runs["split"]["warehouse"], runs["single"]["warehouse"])
     for name in runs:
         shutil.rmtree(work / f"bigfile_run_{name}", ignore_errors=True)

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from bench import phases
 from bench.common import StreamShape, run_process
 from bench.plain_job import AGG_TABLE, BATCH_TABLE, BRONZE_TABLE
-from tally import tables as T
+from tally import tables
 from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
 
@@ -126,7 +126,7 @@ def tally_accounting(spark: SparkSession, warehouse: str, checkpoint: str) -> di
     from streaming.state import StateStore
 
     p = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
         .agg(
             F.count(F.lit(1)).alias("batches"),
             F.sum("input_lines").alias("input_lines"),
@@ -140,14 +140,14 @@ def tally_accounting(spark: SparkSession, warehouse: str, checkpoint: str) -> di
     assert p is not None
     latest = Window.partitionBy(*WINDOW_KEY).orderBy(F.col("revision").desc())
     emitted = (
-        T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+        tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
         .withColumn("_r", F.row_number().over(latest))
         .where("_r = 1")
         .agg(F.sum("event_count"))
         .first()
     )
     emitted_events = int(emitted[0] or 0) if emitted is not None else 0
-    late = T.read_table(spark, warehouse, T.LATE_EVENTS.name).count()
+    late = tables.read_table(spark, warehouse, tables.LATE_EVENTS.name).count()
     open_events = 0
     if p["state_batch"] is not None:
         windows, _dedup = StateStore(spark, checkpoint).read(int(p["state_batch"]))
@@ -169,7 +169,7 @@ def tally_accounting(spark: SparkSession, warehouse: str, checkpoint: str) -> di
 def progress_rows(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     """Every `stream_progress` row (the columns the benchmark reads), in batch order."""
     rows = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
         .orderBy("batch_id")
         .select(
             "batch_id",

@@ -41,7 +41,7 @@ from bench.common import (
 from bench.nightly import load_day
 from bench.scaleout import reconcile_argv
 from bench.speed import generate_backlog
-from tally import tables as T
+from tally import tables
 from tally.money import DEFAULT_CURRENCY
 from tally.pins import frontier_of
 from tally.settings import format_duration
@@ -49,7 +49,7 @@ from tally.settings import format_duration
 TARGET = 1.15
 Run = tuple[int, str]  # a nightly's window (ms) and Spark master
 HISTORY_APP = "bench-history"
-INDEX_TABLES = (T.EVENT_INDEX.name, T.EVENT_INDEX_CATCHUPS.name)
+INDEX_TABLES = (tables.EVENT_INDEX.name, tables.EVENT_INDEX_CATCHUPS.name)
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,9 @@ def history_events(spark: SparkSession, days: int, per_day: int) -> DataFrame:
 def _index_history(spark: SparkSession, warehouse: str) -> dict[str, Any]:
     """Build the index over the history only (its query's frontier): timed, the one-time
     build of a warehouse without an index."""
-    events = T.read_table(spark, warehouse, T.EVENTS.name)
+    events = tables.read_table(spark, warehouse, tables.EVENTS.name)
     pin = {HISTORY_APP: frontier_of(events.where(F.col("app_id") == HISTORY_APP))[HISTORY_APP]}
-    version = T.latest_version(spark, warehouse, T.EVENTS.name)
+    version = tables.latest_version(spark, warehouse, tables.EVENTS.name)
     with stopwatch() as t:
         catch_up(spark, warehouse, pin, version, DAY)
     lines = events.where(F.col("app_id") == HISTORY_APP).count()
@@ -152,7 +152,7 @@ def _nightly(name: str, warehouse: Path, log_dir: Path, dedup: str, run: Run) ->
 
 
 def _catch_ups(spark: SparkSession, warehouse: str) -> list[float]:
-    rows = T.read_table(spark, warehouse, T.EVENT_INDEX_CATCHUPS.name).collect()
+    rows = tables.read_table(spark, warehouse, tables.EVENT_INDEX_CATCHUPS.name).collect()
     return [float(r["seconds"]) for r in rows if r["kind"] == "catch_up"]
 
 
@@ -172,7 +172,7 @@ def _warehouses(
         log(f"history: writing {days} days of {h.events_per_day:,} events")
         with stopwatch() as t:
             rows = history_events(spark, days, h.events_per_day).repartition("event_date")
-            T.write_table(rows, str(warehouse), T.EVENTS)
+            tables.write_table(rows, str(warehouse), tables.EVENTS)
         out[days] = {"warehouse": warehouse, "keep": where / "index", "write_s": t["s"]}
         out[days].update(_index_history(spark, str(warehouse)))
     for entry in out.values():

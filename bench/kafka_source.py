@@ -39,8 +39,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench import engines as E
-from bench import flink_peer
+from bench import engines, flink_peer
 from bench.common import Backlog, StreamShape, log, stopwatch
 from bench.speed import generate_backlog
 from tally_tools.ports import free_port_pair
@@ -78,7 +77,7 @@ def records_per_trigger(lines: int, files: int, files_per_trigger: int) -> int:
 
 
 def kafka_section(
-    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: engines.EngineEnv
 ) -> dict[str, Any]:
     from tally_tools.produce import input_files, publish
 
@@ -93,7 +92,7 @@ def kafka_section(
         log(f"kafka: published {published:,} records in {t['s']:.0f} s")
         kafka = ["--kafka-bootstrap", bootstrap]
         done = {
-            "tally": E.run_tally(
+            "tally": engines.run_tally(
                 "tally_kafka",
                 "unused",
                 work / "kafka_tally",
@@ -109,7 +108,7 @@ def kafka_section(
                     str(per),
                 ],
             ),
-            "plain": E.run_plain(
+            "plain": engines.run_plain(
                 "plain_kafka",
                 "kafka",
                 TOPIC,
@@ -129,10 +128,10 @@ def kafka_section(
                 "events_per_s": published / seconds,
             }
             log(f"kafka: {name} {seconds:.0f} s, {published / seconds:,.0f} records/s")
-        tally = E.tally_accounting(
+        tally = engines.tally_accounting(
             spark, str(work / "kafka_tally" / "warehouse"), str(work / "kafka_tally" / "checkpoint")
         )
-        plain = E.plain_outputs(spark, "agg", str(work / "kafka_plain" / "out"))
+        plain = engines.plain_outputs(spark, "agg", str(work / "kafka_plain" / "out"))
     shutil.rmtree(input_dir, ignore_errors=True)
     for name in runs:
         shutil.rmtree(work / f"kafka_{name}", ignore_errors=True)
@@ -164,7 +163,7 @@ def flink_runs(
     work: Path,
     bootstrap: str,
     shape: StreamShape,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
     records: int,
 ) -> dict[str, Any]:
     """Flink's two jobs over the topic, when Flink is installed: each run's wall time, peak

@@ -44,7 +44,7 @@ from bench.common import (
     session_settings,
 )
 from bench.plain_job import AGG_TABLE, start_plain_query
-from tally import tables as T
+from tally import tables
 from tally.dates import iso_ms
 from tally.settings import Settings
 
@@ -269,7 +269,7 @@ def _run_tally(
         trigger=steady.trigger_ms,
     )
     run_stream(settings, available_now=False, clock="wall", timeout_s=cap_s + 30, spark=spark)
-    progress = T.read_table(spark, str(warehouse), T.STREAM_PROGRESS.name)
+    progress = tables.read_table(spark, str(warehouse), tables.STREAM_PROGRESS.name)
     return [int(r[0]) for r in progress.orderBy("batch_id").select("batch_duration_ms").collect()]
 
 
@@ -300,7 +300,7 @@ ENGINE_RUNS = {"tally": ("tally_stream", _run_tally), "plain": ("bench_plain", _
 
 def _output_table(engine: str, run_dir: Path) -> str:
     if engine == "tally":
-        return str(run_dir / "warehouse" / T.STREAM_AGGREGATES.name)
+        return str(run_dir / "warehouse" / tables.STREAM_AGGREGATES.name)
     return str(run_dir / AGG_TABLE)
 
 

@@ -53,7 +53,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bench.common import log, percentile, session_settings
-from tally import tables as T
+from tally import tables
 from tally.dates import iso_ms
 from tally.vocabulary import DUPLICATE, LATE
 
@@ -170,7 +170,7 @@ def _run(
 
 def _completeness(spark: SparkSession, warehouse: str, b: LatenessBench) -> list[dict[str, Any]]:
     """Per phase: events (duplicates aside: there are none) and those judged late."""
-    events = T.read_table(spark, warehouse, T.EVENTS.name).where(
+    events = tables.read_table(spark, warehouse, tables.EVENTS.name).where(
         F.col("arrival_status") != DUPLICATE
     )
     t = F.unix_millis("event_time")
@@ -199,7 +199,7 @@ def _emit_latency(spark: SparkSession, warehouse: str, b: LatenessBench) -> list
     """Per phase: over the windows starting in it, the first emission (any key) minus the
     window's end; windows first emitted by the drain (none here: no drain) or never, missing."""
     windows = (
-        T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+        tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
         .groupBy(
             F.unix_millis("window_start").alias("start"), F.unix_millis("window_end").alias("end")
         )
@@ -226,7 +226,7 @@ def _emit_latency(spark: SparkSession, warehouse: str, b: LatenessBench) -> list
 def _bounds_over_time(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     """Per batch: seconds of arrival time since the input's start, and the bound per partition."""
     rows = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
         .select("batch_id", F.unix_millis("processing_time").alias("t"), "partition_lateness_ms")
         .orderBy("batch_id")
         .collect()

@@ -55,7 +55,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench import engines as E
+from bench import engines
 from bench.common import (
     DAY,
     StreamShape,
@@ -66,8 +66,7 @@ from bench.common import (
     percentile,
     stopwatch,
 )
-from tally import maintenance as M
-from tally import tables as T
+from tally import maintenance, tables
 
 PARTITIONS = 4
 KEYS = 200
@@ -88,7 +87,7 @@ COST_RUNS = ("off", "thread", "inline")  # the runs on the live input; `off` is 
 LIVE = ("thread", "inline")  # the housekept cost runs, each against `off`
 HOUSEKEPT = "replay"  # the run whose warehouse gets the nightly, maintenance and --reproduce
 COST_TARGET = 0.10  # housekeeping may cost this share of throughput and of the p99
-CLOSED_FILES_TARGET = M.CLOSED_MAX_FILES
+CLOSED_FILES_TARGET = maintenance.CLOSED_MAX_FILES
 # The first micro-batch compiles the stream's stages (seconds, not milliseconds): left out of
 # the p50/p99 and the throughput of every run alike.
 WARMUP_BATCHES = 1
@@ -149,7 +148,7 @@ def run_flags(mode: str, lh: LongHaul) -> tuple[str, ...]:
     return (*RUN_FLAGS[mode], "--vacuum-interval", f"{lh.live_vacuum_interval_ms // 1000}s")
 
 
-def stream_tables() -> list[tuple[T.Table, str | None]]:
+def stream_tables() -> list[tuple[tables.Table, str | None]]:
     from streaming.housekeeping import STREAM_MAINTAINED
 
     return list(STREAM_MAINTAINED)
@@ -201,7 +200,7 @@ def generate_input(out: Path, shape: Input) -> dict[str, Any]:
 
 
 def stream_run(
-    spark: SparkSession, data: Path, work: Path, mode: str, env: E.EngineEnv, lh: LongHaul
+    spark: SparkSession, data: Path, work: Path, mode: str, env: engines.EngineEnv, lh: LongHaul
 ) -> dict[str, Any]:
     """One `tally stream` process over the whole input with the mode's flags: its batches'
     durations and throughput over their span (the first batch, the stream's compile warm-up,
@@ -211,8 +210,8 @@ def stream_run(
     shape = StreamShape(WINDOW_MS, LATENESS_MS, 1)
     flags = run_flags(mode, lh)
     log(f"longhaul: streaming, housekeeping {mode} ({' '.join(flags)})")
-    run = E.run_tally(f"longhaul-{mode}", str(data), run_dir, shape, env, extra=flags)
-    progress = E.progress_rows(spark, run["warehouse"])
+    run = engines.run_tally(f"longhaul-{mode}", str(data), run_dir, shape, env, extra=flags)
+    progress = engines.progress_rows(spark, run["warehouse"])
     steady = progress[WARMUP_BATCHES:]
     durations = [float(p["batch_duration_ms"] or 0) for p in steady]
     valid = sum(int(p["valid_events"] or 0) for p in steady)
@@ -305,10 +304,10 @@ def table_layout(spark: SparkSession, warehouse: str, days: float) -> dict[str, 
     of stream time; `events` also per `event_date`."""
     out: dict[str, Any] = {}
     for table, column in stream_tables():
-        if not T.exists(spark, warehouse, table.name):
+        if not tables.exists(spark, warehouse, table.name):
             continue
-        path = T.table_path(warehouse, table.name)
-        layout = M.live_files(spark, path, column)
+        path = tables.table_path(warehouse, table.name)
+        layout = maintenance.live_files(spark, path, column)
         commits = delta_commits(path)
         kinds: dict[str, int] = {}
         for c in commits:
@@ -419,9 +418,9 @@ def force_cleanup(spark: SparkSession, warehouse: str) -> dict[str, Any]:
     three_days_ago = time.time() - 3 * 86_400
     first_commit: dict[str, Any] = {}
     for table, _column in stream_tables():
-        if not T.exists(spark, warehouse, table.name):
+        if not tables.exists(spark, warehouse, table.name):
             continue
-        path = T.table_path(warehouse, table.name)
+        path = tables.table_path(warehouse, table.name)
         quoted = path.replace("`", "``")
         spark.conf.set(CHECK, "false")
         try:
@@ -449,7 +448,7 @@ PINNED = ("events", "stream_aggregates", "late_events", "stream_progress")  # `<
 def pinned_versions_unreadable(spark: SparkSession, warehouse: str) -> dict[str, int]:
     """Of the stream tables' versions the recorded runs pinned: how many Delta can no longer
     read by version (its commit cleaned from the log, or its files vacuumed)."""
-    runs = T.read_table(spark, warehouse, T.RECONCILIATION_RUNS.name)
+    runs = tables.read_table(spark, warehouse, tables.RECONCILIATION_RUNS.name)
     columns = [f"{name}_version" for name in PINNED if f"{name}_version" in runs.columns]
     pinned = {
         (column.removesuffix("_version"), int(row[column]))
@@ -460,7 +459,7 @@ def pinned_versions_unreadable(spark: SparkSession, warehouse: str) -> dict[str,
     unreadable = 0
     for name, version in sorted(pinned):
         try:
-            T.read_table(spark, warehouse, name, version).limit(1).count()
+            tables.read_table(spark, warehouse, name, version).limit(1).count()
         except Exception:  # the commit or its files are gone: what the cleanup was for
             unreadable += 1
     return {"pinned": len(pinned), "unreadable": unreadable}
@@ -524,14 +523,14 @@ def maintenance_summary(spark: SparkSession, warehouse: str) -> dict[str, Any]:
     """What the stream's housekeeping did: actions by kind, failures, its seconds."""
     from pyspark.sql import functions as F
 
-    if not T.exists(spark, warehouse, T.MAINTENANCE_LOG.name):
+    if not tables.exists(spark, warehouse, tables.MAINTENANCE_LOG.name):
         return {"actions": {}, "failed": 0, "seconds": 0.0}
     rows = (
-        T.read_table(spark, warehouse, T.MAINTENANCE_LOG.name)
+        tables.read_table(spark, warehouse, tables.MAINTENANCE_LOG.name)
         .groupBy("action")
         .agg(
             F.count(F.lit(1)).alias("n"),
-            F.count_if(F.col("outcome") != M.DONE).alias("failed"),
+            F.count_if(F.col("outcome") != maintenance.DONE).alias("failed"),
             F.sum("seconds").alias("seconds"),
         )
         .collect()
@@ -557,7 +556,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def longhaul_section(
-    spark: SparkSession, work: Path, lh: LongHaul, env: E.EngineEnv
+    spark: SparkSession, work: Path, lh: LongHaul, env: engines.EngineEnv
 ) -> dict[str, Any]:
     inputs = {"live": live_input(lh), "replay": replay_input(lh)}
     manifests = {}

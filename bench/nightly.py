@@ -61,7 +61,7 @@ from bench.common import (
     tree_rss,
 )
 from bench.speed import generate_backlog
-from tally import tables as T
+from tally import tables
 from tally.dates import business_day_bounds
 from tally.events import ZONED_ISO_TIME, parse_events, read_jsonl_lines
 from tally.settings import Settings, setting_default
@@ -189,8 +189,8 @@ def _write_event_log(
         F.lit(APP_ID).alias("app_id"),
         F.to_date("event_time").alias("event_date"),
     )
-    T.write_table(events, warehouse, T.EVENTS)
-    return T.read_table(spark, warehouse, T.EVENTS.name)
+    tables.write_table(events, warehouse, tables.EVENTS)
+    return tables.read_table(spark, warehouse, tables.EVENTS.name)
 
 
 def _write_stream_outputs(
@@ -209,7 +209,7 @@ def _write_stream_outputs(
         F.lit(True).alias("final"),
         F.lit(False).alias("retracted"),
     )
-    T.write_table(aggregates, warehouse, T.STREAM_AGGREGATES)
+    tables.write_table(aggregates, warehouse, tables.STREAM_AGGREGATES)
     late = (
         with_window(log_df.where(F.col("arrival_status") == LATE), window_ms)
         .join(F.broadcast(marks_df), "batch_id")
@@ -221,7 +221,7 @@ def _write_stream_outputs(
             F.lit("window_closed").alias("reason"),
         )
     )
-    T.write_table(late, warehouse, T.LATE_EVENTS)
+    tables.write_table(late, warehouse, tables.LATE_EVENTS)
 
 
 def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
@@ -234,9 +234,9 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "processing_time": F.timestamp_millis(F.lit(mark.ingest_ms)),
         "watermark_before": F.timestamp_millis(_long(mark.before)),
         "watermark_after": F.timestamp_millis(_long(mark.after)),
-        "partition_high_water": T.literal_map({}, "int", "timestamp"),
-        "partition_last_seen": T.literal_map({}, "int", "timestamp"),
-        "partition_idle": T.literal_map({}, "int", "boolean"),
+        "partition_high_water": tables.literal_map({}, "int", "timestamp"),
+        "partition_last_seen": tables.literal_map({}, "int", "timestamp"),
+        "partition_idle": tables.literal_map({}, "int", "boolean"),
         "input_lines": _long(sum(counts.values())),
         "valid_events": _long(sum(counts.values())),
         "on_time_events": _long(counts.get(ON_TIME, 0)),
@@ -255,16 +255,16 @@ def _progress_row(mark: BatchMark, counts: dict[str, int]) -> dict[str, Column]:
         "dedup_state_version": zero,
         "events_version": _long(1),
         "control_records": zero,
-        "partition_source_watermark": T.literal_map({}, "int", "timestamp"),
-        "partition_unheard": T.literal_map({}, "int", "timestamp"),
-        "source_watermark_regressions": T.literal_map({}, "int", "bigint"),
-        "source_watermark_regression_ms": T.literal_map({}, "int", "bigint"),
-        "partition_lateness_ms": T.literal_map({}, "int", "bigint"),
+        "partition_source_watermark": tables.literal_map({}, "int", "timestamp"),
+        "partition_unheard": tables.literal_map({}, "int", "timestamp"),
+        "source_watermark_regressions": tables.literal_map({}, "int", "bigint"),
+        "source_watermark_regression_ms": tables.literal_map({}, "int", "bigint"),
+        "partition_lateness_ms": tables.literal_map({}, "int", "bigint"),
         "partition_delay_weights": F.create_map().cast("map<int,map<int,bigint>>"),
-        "partition_delays_measured": T.literal_map({}, "int", "bigint"),
+        "partition_delays_measured": tables.literal_map({}, "int", "bigint"),
         # restatements' signal: nothing reads it in this section
-        "new_events_by_date": T.literal_map({}, "date", "bigint"),
-        "new_amount_by_date": T.literal_map({}, "date", "bigint"),
+        "new_events_by_date": tables.literal_map({}, "date", "bigint"),
+        "new_amount_by_date": tables.literal_map({}, "date", "bigint"),
         "report_timezone": F.lit("UTC"),
     }
 
@@ -279,7 +279,7 @@ def _write_progress(
     last = marks[-1]
     drain = BatchMark(last.batch_id + 1, last.ingest_ms, last.after, None, drained=True)
     rows = [_progress_row(m, counts.get(m.batch_id, {})) for m in [*marks, drain]]
-    T.write_table(_inline(spark, rows), warehouse, T.STREAM_PROGRESS)
+    tables.write_table(_inline(spark, rows), warehouse, tables.STREAM_PROGRESS)
     return counts
 
 
@@ -391,7 +391,7 @@ def spark_plain(
     pinning, diff or Delta output: Spark's own floor for the re-aggregation on this machine,
     what target 1 asks of tally's whole re-aggregate + diff."""
     lo, hi = business_day_bounds(day, "UTC")
-    log_df = T.read_table(spark, warehouse, T.EVENTS.name)
+    log_df = tables.read_table(spark, warehouse, tables.EVENTS.name)
     line = F.struct("key", "amount", F.unix_millis("event_time").alias("t_ms"))
     firsts = (
         log_df.groupBy("event_id")
@@ -541,8 +541,8 @@ def _stages(spark: SparkSession, settings: Settings) -> dict[str, Any]:
         start = time.monotonic()
         result = stage_reaggregate(settings, BUSINESS_DATE, now, spark)
         end = time.monotonic()
-    out["reaggregate_s"] = marks[T.BATCH_AGGREGATES.name] - start
-    out["diff_s"] = end - marks[T.BATCH_AGGREGATES.name]
+    out["reaggregate_s"] = marks[tables.BATCH_AGGREGATES.name] - start
+    out["diff_s"] = end - marks[tables.BATCH_AGGREGATES.name]
     out["reconcile_s"] = end - start
     out["balanced"] = bool(result["balanced"])
     out["windows"] = int(result["windows"])
@@ -571,7 +571,7 @@ def _nightly_input(size_dir: Path, events: int, input_dir: Path | None) -> dict[
 def _tally_totals(spark: SparkSession, warehouse: str) -> dict[str, int]:
     """Windows, events and amount of the re-aggregation (`batch_aggregates`)."""
     truth = (
-        T.read_table(spark, warehouse, T.BATCH_AGGREGATES.name)
+        tables.read_table(spark, warehouse, tables.BATCH_AGGREGATES.name)
         .agg(F.count(F.lit(1)), F.sum("event_count"), F.sum("amount_sum"))
         .first()
     )
@@ -588,7 +588,9 @@ def _against_duckdb(
 ) -> dict[str, Any]:
     """DuckDB's re-aggregation of the same JSON files and of the `events` table's Parquet, and
     plain Spark SQL's of the table (`spark_plain`)."""
-    files = [local_path(f) for f in T.read_table(spark, warehouse, T.EVENTS.name).inputFiles()]
+    files = [
+        local_path(f) for f in tables.read_table(spark, warehouse, tables.EVENTS.name).inputFiles()
+    ]
     return {
         "duckdb_json": duckdb_json(
             str(input_dir / "arrival-*.jsonl"),

@@ -31,7 +31,7 @@ from batch.reconcile import reconcile
 from batch.restatements import check
 from bench.common import DAY, Backlog, StreamShape, log, run_process, stopwatch
 from bench.speed import generate_backlog
-from tally import tables as T
+from tally import tables
 from tally.ledger_reads import Location, read_ledger
 from tally.settings import format_duration
 
@@ -99,7 +99,7 @@ def _late_file(spark: SparkSession, warehouse: str, input_dir: Path, day: Any) -
     """3 late first arrivals timed on `day` and a copy of one of its events, in a file timed
     an hour after the newest input file (the stream's arrival clock)."""
     (copy,) = (
-        T.read_table(spark, warehouse, T.EVENTS.name)
+        tables.read_table(spark, warehouse, tables.EVENTS.name)
         .where((F.col("event_date") == F.lit(day)) & (F.col("arrival_status") == "on_time"))
         .select("event_id", "key", "amount", "event_time", "partition")
         .limit(1)

@@ -39,8 +39,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench import engines as E
-from bench import phases
+from bench import engines, phases
 from bench.common import (
     DAY,
     Backlog,
@@ -130,7 +129,11 @@ def input_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def input_and_setup(
-    backlog: Backlog, facts: dict[str, Any], shape: StreamShape, repetitions: int, env: E.EngineEnv
+    backlog: Backlog,
+    facts: dict[str, Any],
+    shape: StreamShape,
+    repetitions: int,
+    env: engines.EngineEnv,
 ) -> dict[str, Any]:
     """The input, the stream's shape and the engines' setup, as a section reports them (the
     throughput and window-kind sections stream the same kind of backlog)."""
@@ -152,10 +155,10 @@ def input_and_setup(
 
 
 def _tally_run(
-    spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape, env: E.EngineEnv
+    spark: SparkSession, input_dir: str, run_dir: Path, shape: StreamShape, env: engines.EngineEnv
 ) -> dict[str, Any]:
-    run = E.run_tally(run_dir.name, input_dir, run_dir, shape, env)
-    run.update(E.tally_accounting(spark, run["warehouse"], run["checkpoint"]))
+    run = engines.run_tally(run_dir.name, input_dir, run_dir, shape, env)
+    run.update(engines.tally_accounting(spark, run["warehouse"], run["checkpoint"]))
     batches = run.pop("trace_batches")
     run["phases"] = phases.phase_table(batches)
     run["appends_median_s"] = phases.append_medians(batches)
@@ -169,10 +172,10 @@ def _plain_run(
     input_dir: str,
     run_dir: Path,
     shape: StreamShape,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
 ) -> dict[str, Any]:
-    run = E.run_plain(run_dir.name, mode, input_dir, run_dir, shape, env)
-    run.update(E.plain_outputs(spark, mode, run.pop("out")))
+    run = engines.run_plain(run_dir.name, mode, input_dir, run_dir, shape, env)
+    run.update(engines.plain_outputs(spark, mode, run.pop("out")))
     agg = run["queries"].get("agg") or {}
     run["batches"] = agg.get("batches")
     run["input_rows"] = agg.get("input_rows")
@@ -184,7 +187,7 @@ def _runner(
     spark: SparkSession,
     inputs: dict[bool, str],
     shapes: dict[bool, StreamShape],
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
 ) -> Runner:
     """Runs an engine on `inputs[engine.currencies]` in `shapes[engine.previous]`."""
 
@@ -232,7 +235,7 @@ def speed_section(
     shape: StreamShape,
     previous_files_per_trigger: int,
     repetitions: int,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
 ) -> dict[str, Any]:
     """Generate the backlog once, then run every engine alternately `repetitions` times."""
     data = work / "speed_input"

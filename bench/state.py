@@ -42,8 +42,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from bench import engines as E
-from bench import phases
+from bench import engines, phases
 from bench.common import Backlog, StreamShape, dir_bytes, flatness, load_average, log
 from bench.speed import generate_backlog
 from streaming.state import DEDUP, PART, WINDOWS
@@ -171,7 +170,7 @@ def fixed_cost(batches: list[dict[str, Any]], trace: list[dict[str, Any]]) -> di
 
 
 def state_section(
-    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: E.EngineEnv
+    spark: SparkSession, work: Path, backlog: Backlog, shape: StreamShape, env: engines.EngineEnv
 ) -> dict[str, Any]:
     data = work / "state_input"
     log(
@@ -183,8 +182,8 @@ def state_section(
     poller = StatePoller(run_dir / "checkpoint")
     load = load_average()
     log(f"state: streaming {backlog.files // shape.max_files_per_trigger} micro-batches")
-    run = E.run_tally("state", str(data), run_dir, shape, env, sample=poller)
-    progress = E.progress_rows(spark, run["warehouse"])
+    run = engines.run_tally("state", str(data), run_dir, shape, env, sample=poller)
+    progress = engines.progress_rows(spark, run["warehouse"])
     trace = run["trace_batches"]
     batches = per_batch(progress, trace, poller)
     series = {key: _tenths(batches, key) for key in ("open_windows", "state_bytes", "batch_ms")}

@@ -87,11 +87,10 @@ from typing import Any
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from bench import engines as E
-from bench import phases
+from bench import engines, phases
 from bench.common import Backlog, StreamShape, load_average, log, median_run, summary
 from bench.speed import generate_backlog, input_and_setup, input_facts
-from tally import tables as T
+from tally import tables
 from tally.settings import format_duration
 from tally.windows import SESSION_OWNER, WINDOW_KEY
 
@@ -155,7 +154,7 @@ def current_windows(spark: SparkSession, warehouse: str, disjoint: bool) -> dict
     for a `disjoint` kind, how many current windows overlap their key's previous one (None
     when not checked)."""
     latest = (
-        T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+        tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
         .withColumn("retracted", F.coalesce("retracted", F.lit(False)))
         .groupBy(*WINDOW_KEY)
         .agg(
@@ -195,7 +194,7 @@ def read_back(
     the late events (not rows) and whether the drain ran. `emitted_events` is the events
     counted in the current windows: `tally_accounting`'s sum over the latest revisions counts
     a retracted session's last totals too (kept as `latest_revision_events`)."""
-    run: dict[str, Any] = dict(E.tally_accounting(spark, warehouse, checkpoint))
+    run: dict[str, Any] = dict(engines.tally_accounting(spark, warehouse, checkpoint))
     run.update(current_windows(spark, warehouse, kind.disjoint))
     run["latest_revision_events"] = run["emitted_events"]
     run["emitted_events"] = run["current_events"]
@@ -204,7 +203,7 @@ def read_back(
         run["current_events"] / run["current_windows"] if run["current_windows"] else None
     )
     row = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
         .agg(
             F.sum("late_events").alias("late"),
             F.max(F.col("drained").cast("int")).alias("drained"),
@@ -245,12 +244,12 @@ def run_kind(
     input_dir: str,
     run_dir: Path,
     shape: StreamShape,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
     lines: int,
 ) -> dict[str, Any]:
     """One `tally stream --available-now --drain` process of `kind`, read back and checked."""
     flags = kind.flags(shape)
-    run = E.run_tally(run_dir.name, input_dir, run_dir, shape, env, drain=True, extra=flags)
+    run = engines.run_tally(run_dir.name, input_dir, run_dir, shape, env, drain=True, extra=flags)
     run["flags"] = list(flags)
     run["events_per_s"] = lines / run["seconds"]
     run.update(read_back(spark, run["warehouse"], run["checkpoint"], kind))
@@ -278,7 +277,7 @@ def windows_section(
     backlog: Backlog,
     shape: StreamShape,
     repetitions: int,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
     kinds: tuple[WindowKind, ...] = KINDS,
 ) -> dict[str, Any]:
     """Generate the backlog once, then stream it with every kind, alternately."""
@@ -315,7 +314,7 @@ def _run_alternately(
     data: Path,
     shape: StreamShape,
     repetitions: int,
-    env: E.EngineEnv,
+    env: engines.EngineEnv,
     kinds: tuple[WindowKind, ...],
     lines: int,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[list[str]]]:

@@ -57,7 +57,7 @@ from expectations.suites import (
     percent,
     select_for_date,
 )
-from tally import tables as T
+from tally import tables
 from tally.spark import session_conf, without_adaptive_execution
 from tally.sql_text import rows_sql, sql_string
 from tally.vocabulary import CRITICAL
@@ -435,7 +435,7 @@ def missing_table_row(
         "kwargs": json.dumps({"table": table}),
         "success": False,
         "severity": CRITICAL,
-        "observed_value": f"no Delta table at {T.table_path(warehouse, table)}",
+        "observed_value": f"no Delta table at {tables.table_path(warehouse, table)}",
         "unexpected_count": None,
         "element_count": None,
         "description": f"The {table} table exists.",
@@ -460,30 +460,32 @@ def write_results(
     suites = [suites] if isinstance(suites, str) else list(suites)
     if not suites:
         return
-    if not T.creates_on_write(T.VALIDATION_RESULTS):
-        T.ensure_table(spark, warehouse, T.VALIDATION_RESULTS)
-    fields = T.VALIDATION_RESULTS.schema().fields
+    if not tables.creates_on_write(tables.VALIDATION_RESULTS):
+        tables.ensure_table(spark, warehouse, tables.VALIDATION_RESULTS)
+    fields = tables.VALIDATION_RESULTS.schema().fields
     frame = (
-        spark.sql(rows_sql(rows, fields)) if rows else T.empty_frame(spark, T.VALIDATION_RESULTS)
+        spark.sql(rows_sql(rows, fields))
+        if rows
+        else tables.empty_frame(spark, tables.VALIDATION_RESULTS)
     )
     names = ", ".join(sql_string(name) for name in suites)
     date_sql = f"DATE'{business_date.isoformat()}'"
     # A missing table is created by this write, partitioned as declared (`T.creates_on_write`).
     with without_adaptive_execution(spark):
-        T.write_table(
+        tables.write_table(
             frame,
             warehouse,
-            T.VALIDATION_RESULTS,
+            tables.VALIDATION_RESULTS,
             replace_where=f"business_date = {date_sql} AND suite IN ({names})",
         )
 
 
 def read_results(spark: SparkSession, warehouse: str, business_date: date) -> list[dict[str, Any]]:
     """The validation_results rows of the date (empty if never validated)."""
-    if not T.exists(spark, warehouse, T.VALIDATION_RESULTS.name):
+    if not tables.exists(spark, warehouse, tables.VALIDATION_RESULTS.name):
         return []
     rows = (
-        T.read_table(spark, warehouse, T.VALIDATION_RESULTS.name)
+        tables.read_table(spark, warehouse, tables.VALIDATION_RESULTS.name)
         .where(F.col("business_date") == F.lit(business_date))
         .orderBy("suite", "check_name")
         .collect()
@@ -495,7 +497,7 @@ def as_read(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows just written to validation_results (`write_results`), as `read_results` returns
     them: ordered by suite and check_name, each value through its column's type (a timestamp
     comes back naive in UTC, as Spark returns it)."""
-    fields = T.VALIDATION_RESULTS.schema().fields
+    fields = tables.VALIDATION_RESULTS.schema().fields
     read = [
         {f.name: f.dataType.fromInternal(f.dataType.toInternal(row.get(f.name))) for f in fields}
         for row in rows
@@ -693,10 +695,10 @@ def _source(
 
     if table in given:
         return given[table]
-    if not DeltaTable.isDeltaTable(spark, T.table_path(warehouse, table)):
+    if not DeltaTable.isDeltaTable(spark, tables.table_path(warehouse, table)):
         return None
-    version = T.latest_version(spark, warehouse, table)
-    return T.read_table(spark, warehouse, table, version), version
+    version = tables.latest_version(spark, warehouse, table)
+    return tables.read_table(spark, warehouse, table, version), version
 
 
 def outcome_of(rows: list[dict[str, Any]], gx_root: str | os.PathLike[str]) -> ValidationOutcome:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tally import tables as T
+from tally import tables
 from tally.alert import Alert
 from tally.settings import Settings, format_duration
 
@@ -288,9 +288,9 @@ def read_recent_progress(spark: SparkSession, warehouse: str, history: int) -> l
     (`unheard` and `regressions` are empty in rows from before those columns)."""
     from pyspark.sql import functions as F
 
-    if not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+    if not tables.exists(spark, warehouse, tables.STREAM_PROGRESS.name):
         return []
-    progress = T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+    progress = tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
     newest = progress.orderBy(F.col("processing_time").desc(), F.col("batch_id").desc()).first()
     if newest is None:
         return []

@@ -22,8 +22,7 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
-from tally import maintenance as M
-from tally import tables as T
+from tally import maintenance, tables
 from tally.dates import closed_through
 
 log = logging.getLogger("tally.housekeeping")
@@ -39,13 +38,13 @@ POOL = "tally-housekeeping"
 INLINE_ACTIONS_PER_GAP = 1
 
 # The tables the stream writes and maintains: (table, its date partition column or None).
-STREAM_MAINTAINED: tuple[tuple[T.Table, str | None], ...] = (
-    (T.EVENTS, "event_date"),
-    (T.QUARANTINE, None),
-    (T.LATE_EVENTS, None),
-    (T.STREAM_AGGREGATES, None),
-    (T.STREAM_PROGRESS, None),
-    (T.MAINTENANCE_LOG, None),
+STREAM_MAINTAINED: tuple[tuple[tables.Table, str | None], ...] = (
+    (tables.EVENTS, "event_date"),
+    (tables.QUARANTINE, None),
+    (tables.LATE_EVENTS, None),
+    (tables.STREAM_AGGREGATES, None),
+    (tables.STREAM_PROGRESS, None),
+    (tables.MAINTENANCE_LOG, None),
 )
 
 
@@ -79,7 +78,7 @@ class Housekeeper:
         self,
         spark: SparkSession,
         warehouse: str,
-        schedule: M.Schedule,
+        schedule: maintenance.Schedule,
         closing: Closing,
         *,
         mode: str = "thread",
@@ -96,7 +95,7 @@ class Housekeeper:
         self.wall_ms = wall_ms
         self.guard = guard
         self.run_by = run_by
-        self.outcomes: list[M.Outcome] = []  # this process's actions, in order
+        self.outcomes: list[maintenance.Outcome] = []  # this process's actions, in order
         # when each action last succeeded, read from the log on the first plan; `tally
         # maintain` forgets it: everything runs that has something to do
         self._last: dict[tuple[str, str, str | None], int] | None = {} if forget_schedule else None
@@ -106,11 +105,11 @@ class Housekeeper:
         self._latest: Clock | None = None
         # the plan's actions not run yet (inline runs one between two batches), the clock they
         # were planned at, and the outcomes whose log rows are not written yet
-        self._queue: list[M.Action] = []
+        self._queue: list[maintenance.Action] = []
         self._queue_clock: Clock | None = None
-        self._unlogged: list[M.Outcome] = []
+        self._unlogged: list[maintenance.Outcome] = []
         # each table's live files as last planned, moved forward from its log at each plan
-        self._layouts: dict[str, M.KnownLayout] = {}
+        self._layouts: dict[str, maintenance.KnownLayout] = {}
         # per table, when the files removed since its last VACUUM here were removed (wall ms),
         # and the tables this process vacuumed
         self._removed: dict[str, tuple[int, ...]] = {}
@@ -152,7 +151,7 @@ class Housekeeper:
             self._thread.join()
             self._thread = None
 
-    def finish(self) -> list[M.Outcome]:
+    def finish(self) -> list[maintenance.Outcome]:
         """Stop the thread, then run what fell due by the last batch (a stream run as a job,
         `--available-now`, leaves nothing due behind)."""
         self.stop()
@@ -173,7 +172,7 @@ class Housekeeper:
                 self.run_due(clock, stopping=self._stopping)
             except BaseException as exc:  # the guard (lease lost) or a Spark shutdown
                 self.error = exc
-                log.warning("housekeeping stopped: %s", M.first_line(exc))
+                log.warning("housekeeping stopped: %s", maintenance.first_line(exc))
                 return
 
     def _plan_needed(self, clock: Clock, closed: date | None) -> bool:
@@ -186,17 +185,19 @@ class Housekeeper:
         positive = [i for i in every if i > 0]
         return bool(positive) and clock.processing_ms - planned_ms >= min(positive)
 
-    def plan(self, clock: Clock) -> list[M.Action]:
+    def plan(self, clock: Clock) -> list[maintenance.Action]:
         """The actions due at this clock, over every maintained table."""
         if self._last is None:
-            self._last = M.last_done(self.spark, self.warehouse, T.MAINTENANCE_LOG)
-        closed = M.date_closed_by(self.closing.closed_through(clock), clock.drained)
-        actions: list[M.Action] = []
+            self._last = maintenance.last_done(self.spark, self.warehouse, tables.MAINTENANCE_LOG)
+        closed = maintenance.date_closed_by(self.closing.closed_through(clock), clock.drained)
+        actions: list[maintenance.Action] = []
         present = [
-            (t, c) for t, c in STREAM_MAINTAINED if T.exists(self.spark, self.warehouse, t.name)
+            (t, c)
+            for t, c in STREAM_MAINTAINED
+            if tables.exists(self.spark, self.warehouse, t.name)
         ]
         for table, column in present:
-            actions += M.compactions_due(
+            actions += maintenance.compactions_due(
                 table.name,
                 column,
                 self._layout(table.name, column),
@@ -213,15 +214,15 @@ class Housekeeper:
             if self._forget
             else self._first_ms
         )
-        actions += M.vacuums_due(
+        actions += maintenance.vacuums_due(
             names, self.schedule, clock.processing_ms, self._last, first, self._vacuum_frees
         )
         return actions
 
-    def _layout(self, table: str, column: str | None) -> Mapping[str | None, M.FileStats]:
+    def _layout(self, table: str, column: str | None) -> Mapping[str | None, maintenance.FileStats]:
         """The table's live files now, moved forward from the last plan's."""
-        path = T.table_path(self.warehouse, table)
-        known = M.layout_now(self.spark, path, column, self._layouts.get(table))
+        path = tables.table_path(self.warehouse, table)
+        known = maintenance.layout_now(self.spark, path, column, self._layouts.get(table))
         self._layouts[table] = known
         self._removed[table] = self._removed.get(table, ()) + known.removed_ms
         return known.stats
@@ -230,13 +231,15 @@ class Housekeeper:
         """A table this process has not vacuumed yet may hold anything (files removed before
         it started, a killed write's); after that, only the removals it saw can expire."""
         removed = self._removed.get(table, ()) if table in self._vacuumed else None
-        return M.vacuum_frees(removed, self.wall_ms(), self.schedule.deleted_file_retention_ms)
+        return maintenance.vacuum_frees(
+            removed, self.wall_ms(), self.schedule.deleted_file_retention_ms
+        )
 
     def _vacuumed_now(self, table: str, wall_ms: int) -> None:
         """What a VACUUM at `wall_ms` left pending: the removals not yet expired, and (after
         the first) any made before this process started that may not have."""
         before_start = () if table in self._vacuumed else (self._started_wall_ms,)
-        self._removed[table] = M.still_pending(
+        self._removed[table] = maintenance.still_pending(
             self._removed.get(table, ()) + before_start,
             wall_ms,
             self.schedule.deleted_file_retention_ms,
@@ -249,7 +252,7 @@ class Housekeeper:
         force_plan: bool = False,
         stopping: threading.Event | None = None,
         limit: int | None = None,
-    ) -> list[M.Outcome]:
+    ) -> list[maintenance.Outcome]:
         """Run what is planned and not run yet, or else plan at this clock (when due) and run
         that: at most `limit` actions (None: all), each logged."""
         with self._lock:
@@ -258,7 +261,7 @@ class Housekeeper:
                 return []
             sc = self.spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", POOL)
-            done: list[M.Outcome] = []
+            done: list[maintenance.Outcome] = []
             finished = False
             try:
                 if not self._queue:
@@ -283,13 +286,15 @@ class Housekeeper:
                 if self._unlogged and (not self._queue or stopped or not finished):
                     self.guard()
                     rows, self._unlogged = self._unlogged, []
-                    M.append_log(self.spark, self.warehouse, T.MAINTENANCE_LOG, rows, self.run_by)
+                    maintenance.append_log(
+                        self.spark, self.warehouse, tables.MAINTENANCE_LOG, rows, self.run_by
+                    )
                 # Py4J passes None as null: Spark then removes the thread's property
                 sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
                 sc.setJobDescription(None)  # type: ignore[arg-type]
 
-    def _run(self, action: M.Action, clock: Clock) -> M.Outcome:
-        outcome = M.run_action(
+    def _run(self, action: maintenance.Action, clock: Clock) -> maintenance.Outcome:
+        outcome = maintenance.run_action(
             self.spark,
             self.warehouse,
             action,
@@ -298,9 +303,9 @@ class Housekeeper:
             lambda: self._layout(action.table, action.partition_column),
         )
         assert self._last is not None
-        if outcome.outcome == M.DONE:
+        if outcome.outcome == maintenance.DONE:
             self._last[action.key] = clock.processing_ms
-            if action.kind == M.VACUUM:
+            if action.kind == maintenance.VACUUM:
                 started_ms = outcome.action_ms - int(outcome.seconds * 1000)
                 self._vacuumed_now(action.table, started_ms)
         self.outcomes.append(outcome)
@@ -317,18 +322,18 @@ class Housekeeper:
         return outcome
 
 
-def _scope(action: M.Action) -> str:
+def _scope(action: maintenance.Action) -> str:
     return f"{action.table}/{action.partition}" if action.partition else action.table
 
 
 def maintain_once(
     spark: SparkSession,
     warehouse: str,
-    schedule: M.Schedule,
+    schedule: maintenance.Schedule,
     closing: Closing,
     clock: Clock,
     wall_ms: Callable[[], int],
-) -> list[M.Outcome]:
+) -> list[maintenance.Outcome]:
     """`tally maintain`: every compaction and VACUUM of the stream's tables that has something
     to do, once, whatever the schedule (the caller holds the warehouse's lease): two small
     files are enough to compact."""

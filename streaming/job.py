@@ -46,7 +46,7 @@ from streaming.params import Clock, StreamError, StreamParams, wall_clock
 from streaming.progress import Progress, read_columns
 from streaming.state import DEDUP, DEDUP_DDL, WINDOWS_DDL, StateStore
 from streaming.watermark import WatermarkState, advance_watermark, fixed_bounds
-from tally import tables as T
+from tally import tables
 from tally.dates import counted_dates_columns, epoch_ms, iso_ms, window_reach_back_ms
 from tally.events import (
     SPLIT_START,
@@ -260,20 +260,30 @@ class BatchProcessor:
         their creations (`await_tables`). An existing table gains the columns newer versions
         added, before anything else runs."""
         warehouse = self.params.warehouse
-        missing = [t for t in T.STREAMING_TABLES if not T.exists(self.spark, warehouse, t.name)]
+        missing = [
+            t for t in tables.STREAMING_TABLES if not tables.exists(self.spark, warehouse, t.name)
+        ]
         created = {t.name for t in missing}
         # a warehouse from before source watermarks lacks their progress columns; early
         # firings' `final`, session windows' `retracted`; events' `currency` (old rows: null,
         # read as the reading run's default_currency)
-        for table in (T.STREAM_PROGRESS, T.STREAM_AGGREGATES, T.EVENTS, T.LATE_EVENTS):
+        for table in (
+            tables.STREAM_PROGRESS,
+            tables.STREAM_AGGREGATES,
+            tables.EVENTS,
+            tables.LATE_EVENTS,
+        ):
             if table.name not in created:
-                T.add_missing_columns(self.spark, warehouse, table)
+                tables.add_missing_columns(self.spark, warehouse, table)
         extra = dict(self.params.table_properties)
-        for table in T.STREAMING_TABLES:  # before the first append: a property change is a
+        for table in tables.STREAMING_TABLES:  # before the first append: a property change is a
             if table.name not in created:  # metadata commit, concurrent appends fail on it
-                upgrade_properties(self.spark, T.table_path(warehouse, table.name), table, extra)
+                upgrade_properties(
+                    self.spark, tables.table_path(warehouse, table.name), table, extra
+                )
         creating = [
-            self._writers.submit(T.ensure_table, self.spark, warehouse, t, extra) for t in missing
+            self._writers.submit(tables.ensure_table, self.spark, warehouse, t, extra)
+            for t in missing
         ]
         return created, creating
 
@@ -309,19 +319,19 @@ class BatchProcessor:
         return self._app_id
 
     # -- reads ----------------------------------------------------------------------------
-    def _path(self, table: T.Table) -> str:
-        return T.table_path(self.params.warehouse, table.name)
+    def _path(self, table: tables.Table) -> str:
+        return tables.table_path(self.params.warehouse, table.name)
 
-    def _read(self, table: T.Table, version: int | None = None) -> DataFrame:
-        return T.read_table(self.spark, self.params.warehouse, table.name, version)
+    def _read(self, table: tables.Table, version: int | None = None) -> DataFrame:
+        return tables.read_table(self.spark, self.params.warehouse, table.name, version)
 
     def previous_progress(self, before_batch: int | None = None) -> Progress | None:
         """The last committed batch of this query (one small row)."""
         if before_batch is None and self._committed is not None:
             return self._committed  # the last commit of the query is this process's own
-        if T.STREAM_PROGRESS.name in self._created and self._committed is None:
+        if tables.STREAM_PROGRESS.name in self._created and self._committed is None:
             return None  # this process created the table and has not committed to it yet
-        progress = self._read(T.STREAM_PROGRESS).where(F.col("app_id") == self.app_id)
+        progress = self._read(tables.STREAM_PROGRESS).where(F.col("app_id") == self.app_id)
         if before_batch is not None:
             progress = progress.where(F.col("batch_id") < before_batch)
         row = (
@@ -360,7 +370,7 @@ class BatchProcessor:
         return now_ms
 
     # -- writes ---------------------------------------------------------------------------
-    def _already_written(self, table: T.Table, batch_id: int) -> bool:
+    def _already_written(self, table: tables.Table, batch_id: int) -> bool:
         """Whether a previous attempt of this batch committed its rows to `table`.
 
         Each append is one Delta commit holding exactly one batch id, so file statistics
@@ -374,14 +384,14 @@ class BatchProcessor:
         )
         return found > 0
 
-    def _append(self, df: DataFrame, table: T.Table, batch_id: int) -> None:
+    def _append(self, df: DataFrame, table: tables.Table, batch_id: int) -> None:
         """Append once: skipped when a previous attempt of the batch committed it, which can
         only be the case for the first batch a process runs, and only when an earlier attempt
         recorded its clock (see `_replaying`)."""
         t0 = time.monotonic()
         self._label(batch_id, f"append {table.name}")  # this thread's jobs
         if not (self._replaying and self._already_written(table, batch_id)):
-            T.conform(df, table).write.format("delta").mode("append").save(self._path(table))
+            tables.conform(df, table).write.format("delta").mode("append").save(self._path(table))
         log.debug("append %s: %.2f s", table.name, time.monotonic() - t0)
 
     def _labelled(self, batch_id: int, what: str, write: Callable[[], None]) -> None:
@@ -389,7 +399,7 @@ class BatchProcessor:
         self._label(batch_id, what)
         write()
 
-    def _table_version(self, table: T.Table) -> int:
+    def _table_version(self, table: tables.Table) -> int:
         """The table's current version as this process's Delta log knows it (after its own
         commit, no read of the log: the commit updated it)."""
         delta_log = jvm_class(self.spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
@@ -463,7 +473,7 @@ class BatchProcessor:
         progress = self._progress(ctx, batch, classified, step, state)
         self._label(batch_id, "progress")
         # one SQL query of literals: one Py4J call for the row's DataFrame
-        self._append(self.spark.sql(progress.to_sql()), T.STREAM_PROGRESS, batch_id)
+        self._append(self.spark.sql(progress.to_sql()), tables.STREAM_PROGRESS, batch_id)
         phases.done("progress")
         self._finish(progress, kept)
         self.store.forget_before(batch_id)
@@ -565,8 +575,8 @@ class BatchProcessor:
         if prev is None:
             return PriorState(
                 WatermarkState(),
-                T.empty_of(self.spark, WINDOWS_DDL),
-                T.empty_of(self.spark, DEDUP_DDL),
+                tables.empty_of(self.spark, WINDOWS_DDL),
+                tables.empty_of(self.spark, DEDUP_DDL),
             )
         watermark = WatermarkState(
             prev.watermark_after_ms,
@@ -744,25 +754,27 @@ class BatchProcessor:
             }
         )
         tasks: list[Callable[[], None]] = [
-            lambda: self._append(events, T.EVENTS, batch_id),
+            lambda: self._append(events, tables.EVENTS, batch_id),
             lambda: self._labelled(
                 batch_id, "state", lambda: self.store.write(batch_id, out.window_state, dedup)
             ),
         ]
         if classified.quarantined(batch.input_lines):
             quarantine = batch.parsed.quarantine.withColumns(columns)
-            tasks.append(lambda: self._append(quarantine, T.QUARANTINE, batch_id))
+            tasks.append(lambda: self._append(quarantine, tables.QUARANTINE, batch_id))
         if classified.count("late_windows"):
             late = out.late_events.withColumns(columns)
-            tasks.append(lambda: self._append(late, T.LATE_EVENTS, batch_id))
+            tasks.append(lambda: self._append(late, tables.LATE_EVENTS, batch_id))
         if emitted:
             aggregates = out.aggregates.withColumns(
                 {"batch_id": batch_long(batch_id), "app_id": F.lit(self.app_id)}
             )
-            tasks.append(lambda: self._append(aggregates, T.STREAM_AGGREGATES, batch_id))
+            tasks.append(lambda: self._append(aggregates, tables.STREAM_AGGREGATES, batch_id))
         for future in [self._writers.submit(task) for task in tasks]:
             future.result()
-        committed = CommittedState(self._table_version(T.EVENTS), batch_id, open_windows, emitted)
+        committed = CommittedState(
+            self._table_version(tables.EVENTS), batch_id, open_windows, emitted
+        )
         # The next batch reads the remembered ids back from the files just written: computing
         # them once for the write is cheaper than a checkpoint in memory and then the write.
         return committed, KeptState(batch_id, out.window_state, self.store.read_dedup(batch_id))

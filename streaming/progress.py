@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql import Row
 
-from tally import tables as T
+from tally import tables
 from tally.sql_text import sql_string
 
 
@@ -86,7 +86,7 @@ class Progress:
 def _columns() -> tuple[tuple[str, str, str], ...]:
     """(field, column, SQL type) of each `stream_progress` column, in the table's order."""
     out = []
-    for column in T.STREAM_PROGRESS.schema().fields:
+    for column in tables.STREAM_PROGRESS.schema().fields:
         sql_type = column.dataType.simpleString()
         times = sql_type in ("timestamp", "map<int,timestamp>")
         out.append((f"{column.name}_ms" if times else column.name, column.name, sql_type))

@@ -192,14 +192,14 @@ def holds_ledger(location: Location) -> bool:
 def read_ledger(location: Location, now: datetime) -> list[dict[str, Any]]:
     """Every known business date's ledger row, newest first (`tally.ledger.ledger_rows`), its
     open item aged at `now`."""
-    from tally import ledger as L
+    from tally import ledger
 
-    runs = read_rows(location, RUNS, L.RUN_COLUMNS)
-    return L.ledger_rows(
-        read_rows(location, SUMMARY, L.SUMMARY_COLUMNS),
+    runs = read_rows(location, RUNS, ledger.RUN_COLUMNS)
+    return ledger.ledger_rows(
+        read_rows(location, SUMMARY, ledger.SUMMARY_COLUMNS),
         runs,
         read_rows(location, VALIDATION, ("business_date", "severity", "success")),
-        read_rows(location, SIGNOFFS, L.SIGNOFF_COLUMNS),
+        read_rows(location, SIGNOFFS, ledger.SIGNOFF_COLUMNS),
         event_dates(location),
         read_reopened(location, runs),
         read_items(location),
@@ -221,10 +221,9 @@ def read_reopened(
     `restatements` and `restatement_sweep` rows and the `stream_progress` rows above the
     oldest baseline (after a full check: its frontier, not the oldest run's), the signal of
     every date computed at once over Arrow columns (`signals`)."""
-    from tally import ledger as L
-    from tally import restatements as R
+    from tally import ledger, restatements
 
-    rows = read_rows(location, RESTATEMENTS, L.RESTATEMENT_COLUMNS, business_date)
+    rows = read_rows(location, RESTATEMENTS, ledger.RESTATEMENT_COLUMNS, business_date)
     swept = read_rows(location, SWEEP, SWEEP_COLUMNS, business_date)
 
     def of(day: date, table: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -233,7 +232,8 @@ def read_reopened(
     opened = [
         o
         for o in (
-            R.open_run(r, of(r["business_date"], rows), of(r["business_date"], swept)) for r in runs
+            restatements.open_run(r, of(r["business_date"], rows), of(r["business_date"], swept))
+            for r in runs
         )
         if o is not None
     ]
@@ -242,7 +242,7 @@ def read_reopened(
     counted = signals(_progress_above(location, [o.baseline for o in opened]), opened)
     out = {}
     for o in opened:
-        change = R.reopened_change(o, counted.get(o.business_date, (0, 0)))
+        change = restatements.reopened_change(o, counted.get(o.business_date, (0, 0)))
         if change is not None:
             out[o.business_date] = change
     return out
@@ -369,12 +369,12 @@ def read_window(location: Location, ref: Any) -> tuple[list[dict[str, Any]], lis
 def read_unexplained(location: Location, business_date: date) -> list[dict[str, Any]]:
     """The date's UNEXPLAINED `reconciliation` rows, largest |residual amount| first (the
     desk's date page and the sign-off request list them so)."""
-    from tally import ledger as L
+    from tally import ledger
     from tally.window_evidence import FIGURES, WITH_EVIDENCE
 
     columns = (*FIGURES, "window_start", "window_end", "key", "currency", "status")
     rows = read_rows(
         location, RECONCILIATION, columns, business_date, [("status", "=", WITH_EVIDENCE)]
     )
-    rows.sort(key=lambda r: (-abs(r.get("residual_amount") or 0), L.when(r["window_start"])))
+    rows.sort(key=lambda r: (-abs(r.get("residual_amount") or 0), ledger.when(r["window_start"])))
     return rows

@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tally import tables as T
+from tally import tables
 from tally.spark import jvm_class, session_conf
 
 MIB = 1024 * 1024
@@ -94,7 +94,7 @@ def set_properties(spark: SparkSession, path: str, properties: Mapping[str, str]
 
 
 def upgrade_properties(
-    spark: SparkSession, path: str, table: T.Table, extra: Mapping[str, str]
+    spark: SparkSession, path: str, table: tables.Table, extra: Mapping[str, str]
 ) -> dict[str, str]:
     """Give an existing table its declared properties and `extra` where it lacks them (a
     warehouse written before they were declared: row tracking and append-only on the stream's
@@ -354,7 +354,7 @@ def compactions_due(
 
 
 def vacuums_due(
-    tables: Iterable[str],
+    table_names: Iterable[str],
     schedule: Schedule,
     now_ms: int,
     last: LastDone,
@@ -370,7 +370,7 @@ def vacuums_due(
     every = schedule.vacuum_interval_ms
     return [
         Action(t, VACUUM)
-        for t in tables
+        for t in table_names
         if now_ms - last.get((t, VACUUM, None), first_ms) >= every and frees(t)
     ]
 
@@ -429,7 +429,7 @@ def run_action(
     """Run one action; a failure is an Outcome (FAILED, its first line), never an exception:
     maintenance is retried at its next due time and never stops the writer. `layout`: the
     table's live files now, if the caller keeps them (else read: `live_files`)."""
-    path = T.table_path(warehouse, action.table)
+    path = tables.table_path(warehouse, action.table)
     started = time.monotonic()
     before = after = FileStats()
     try:
@@ -507,7 +507,7 @@ def log_rows(spark: SparkSession, outcomes: list[Outcome], run_by: str) -> DataF
         return F.lit(value).cast(sql_type)
 
     frames = [
-        T.literal_row(
+        tables.literal_row(
             spark,
             {
                 "action_time": F.timestamp_millis(F.lit(o.action_ms)),
@@ -535,22 +535,26 @@ def log_rows(spark: SparkSession, outcomes: list[Outcome], run_by: str) -> DataF
 
 
 def append_log(
-    spark: SparkSession, warehouse: str, log_table: T.Table, outcomes: list[Outcome], run_by: str
+    spark: SparkSession,
+    warehouse: str,
+    log_table: tables.Table,
+    outcomes: list[Outcome],
+    run_by: str,
 ) -> None:
     """Append the outcomes to the writer's log table (created by its first write)."""
     if outcomes:
-        T.write_table(log_rows(spark, outcomes, run_by), warehouse, log_table)
+        tables.write_table(log_rows(spark, outcomes, run_by), warehouse, log_table)
 
 
-def last_done(spark: SparkSession, warehouse: str, log_table: T.Table) -> dict[Any, int]:
+def last_done(spark: SparkSession, warehouse: str, log_table: tables.Table) -> dict[Any, int]:
     """When each (table, action, partition) last succeeded, on the writer's clock (epoch ms),
     from the log: a restarted writer keeps the schedule."""
     from pyspark.sql import functions as F
 
-    if not T.exists(spark, warehouse, log_table.name):
+    if not tables.exists(spark, warehouse, log_table.name):
         return {}
     rows = (
-        T.read_table(spark, warehouse, log_table.name)
+        tables.read_table(spark, warehouse, log_table.name)
         .where(F.col("outcome") == DONE)
         .groupBy("table_name", "action", "partition")
         .agg(F.max(F.unix_millis("processing_time")).alias("ms"))

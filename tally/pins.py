@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tally import tables as T
+from tally import tables
 from tally.frontier import NO_APP, Frontier
 
 __all__ = ["NO_APP", "Frontier", "frontier_of", "read_at_frontier", "within"]
@@ -60,4 +60,4 @@ def read_at_frontier(
     spark: SparkSession, warehouse: str, name: str, frontier: Mapping[str, int]
 ) -> DataFrame:
     """The table's rows as of the pin, from its latest snapshot."""
-    return T.read_table(spark, warehouse, name).where(within(frontier))
+    return tables.read_table(spark, warehouse, name).where(within(frontier))

@@ -8,14 +8,14 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tally import tables as T
+from tally import tables
 from tally.alert import Alert
 from tally.dates import epoch_ms
 
 
 def alert_row(spark: SparkSession, alert: Alert) -> DataFrame:
     """One `alerts` row, built in the JVM."""
-    return T.literal_row(
+    return tables.literal_row(
         spark,
         {
             "alert_time": F.timestamp_millis(F.lit(epoch_ms(alert.alert_time))),
@@ -37,6 +37,6 @@ def record_alerts(spark: SparkSession, warehouse: str, alerts: Sequence[Alert]) 
     """Append the alerts to the `alerts` table (created on first use)."""
     if not alerts:
         return
-    T.ensure_table(spark, warehouse, T.ALERTS)
+    tables.ensure_table(spark, warehouse, tables.ALERTS)
     rows = reduce(DataFrame.unionByName, [alert_row(spark, a) for a in alerts])
-    T.write_table(rows, warehouse, T.ALERTS)
+    tables.write_table(rows, warehouse, tables.ALERTS)

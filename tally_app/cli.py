@@ -144,7 +144,7 @@ def _command(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tally_app import commands as c
+    from tally_app import commands
 
     parser = argparse.ArgumentParser(
         prog="tally",
@@ -159,65 +159,65 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = _command(sub, "generate", c.generate, (), help="write a synthetic stream as JSONL")
-    c.generate_flags(gen)
+    gen = _command(sub, "generate", commands.generate, (), help="write a synthetic stream as JSONL")
+    commands.generate_flags(gen)
     produce = _command(
         sub,
         "produce",
-        c.produce,
+        commands.produce,
         PRODUCE_SETTINGS,
         help="publish JSONL input to a Kafka topic, in arrival order",
     )
-    c.produce_flags(produce)
+    commands.produce_flags(produce)
     stream = _command(
-        sub, "stream", c.stream, STREAM_SETTINGS, help="run the speed layer over the input"
+        sub, "stream", commands.stream, STREAM_SETTINGS, help="run the speed layer over the input"
     )
-    c.stream_flags(stream)
+    commands.stream_flags(stream)
     _command(
         sub,
         "maintain",
-        c.maintain,
+        commands.maintain,
         MAINTAIN_SETTINGS,
         # the window settings (which dates are closed) are the stream's: from its environment
         # or config file, not flags of their own here
         flags=[n for n in MAINTAIN_SETTINGS if n not in MAINTAIN_FROM_STREAM],
         help="compact and vacuum the stream's tables once, while no stream runs",
     )
-    show = _command(sub, "show", c.show, SHOW_SETTINGS, help="print a tally table")
-    c.show_flags(show)
+    show = _command(sub, "show", commands.show, SHOW_SETTINGS, help="print a tally table")
+    commands.show_flags(show)
     ledger = _command(
         sub,
         "ledger",
-        c.ledger,
+        commands.ledger,
         LEDGER_SETTINGS,
         flags=["warehouse"],  # the object store's settings: from the environment or config
         help="the reconciliation desk's ledger: one row per business date",
         epilog="Exit codes: 0 printed, 2 bad filter or unreadable warehouse.",
     )
-    c.ledger_flags(ledger)
+    commands.ledger_flags(ledger)
     reconcile = _command(
         sub,
         "reconcile",
-        c.reconcile,
+        commands.reconcile,
         RECONCILE_SETTINGS,
         help="the nightly sequence for a business date: re-aggregate, diff, validate, report",
     )
-    c.reconcile_flags(reconcile)
+    commands.reconcile_flags(reconcile)
     restatements = _command(
         sub,
         "restatements",
-        c.restatements,
+        commands.restatements,
         RESTATEMENT_SETTINGS,
         help="check the reconciled dates the stream changed after their run, and re-run or "
         "flag them (restatement_policy)",
         epilog="Exit codes: 0 nothing changed or every change signed off, 1 a date is "
         "pending or awaits sign-off (one line each), 2 bad setting or input.",
     )
-    c.restatements_flags(restatements)
+    commands.restatements_flags(restatements)
     curve = _command(
         sub,
         "lateness-curve",
-        c.lateness_curve,
+        commands.lateness_curve,
         CURVE_SETTINGS,
         # --lateness and --target are the curve's own flags; the curve measures lateness
         # against tumbling windows of --window, so the window-kind flags are not offered
@@ -227,11 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(with --by-partition: or some partition has none; the curve is still printed), "
         "2 bad setting or missing input.",
     )
-    c.curve_flags(curve)
+    commands.curve_flags(curve)
     validate = _command(
         sub,
         "validate",
-        c.validate,
+        commands.validate,
         VALIDATE_SETTINGS,
         help="run the Great Expectations suites on a business date",
         epilog="Exit codes: 0 passed, 1 a critical check failed, 2 bad setting.",
@@ -240,12 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     report = _command(
         sub,
         "report",
-        c.report,
+        commands.report,
         REPORT_SETTINGS,
         help="write the finance/audit report of a business date (one HTML file + a CSV)",
         epilog="Exit codes: 0 written, 2 bad setting or nothing to report on.",
     )
-    c.report_flags(report)
+    commands.report_flags(report)
     for extension in entry_points(group=EXTENSION_GROUP):
         try:
             add_commands = extension.load()

@@ -351,7 +351,7 @@ def restatements(args: argparse.Namespace, settings: Settings) -> int:
     change and act by the policy (`tally_app.restatements.settle`). One line per date checked;
     exit 1 when a date is pending or awaits sign-off."""
     from batch.reconcile import ReconcileError
-    from tally import restatements as R
+    from tally.restatements import PENDING, RERUN
     from tally_app.restatements import settle
 
     try:
@@ -369,7 +369,7 @@ def restatements(args: argparse.Namespace, settings: Settings) -> int:
         print(s.describe())
     if not settled:
         print("restatements: no reconciled date gained events since its run")
-    open_ones = [s for s in settled if s.status in (R.PENDING, R.RERUN)]
+    open_ones = [s for s in settled if s.status in (PENDING, RERUN)]
     for s in open_ones:
         print(f"tally: restatements: {s.describe()}", file=sys.stderr)
     return 1 if open_ones else 0

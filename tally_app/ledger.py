@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from tally import ledger as L
-from tally import ledger_reads as W
+from tally import ledger, ledger_reads
 from tally.money import format_amounts, format_money
 from tally.outputs import one_line
 from tally.settings import Settings
@@ -53,14 +52,14 @@ def _reopened(change: Mapping[str, Any] | None, currency: str | None) -> str:
     exact check of `tally restatements`)."""
     if not change:
         return ""
-    text = L.change_text(change, currency, " / ")
+    text = ledger.change_text(change, currency, " / ")
     return text if change.get("verified") else f"{text} (unchecked)"
 
 
 def _signoff(signoff: Mapping[str, Any] | None) -> str:
     if not signoff:
         return ""
-    text = one_line(" ".join(L.decision_words(signoff)))
+    text = one_line(" ".join(ledger.decision_words(signoff)))
     return f"awaiting (was {text})" if signoff.get("superseded") else text
 
 
@@ -100,22 +99,22 @@ def print_ledger(
 ) -> int:
     out = out or sys.stdout
     try:
-        query = L.LedgerQuery.parse(status, date_from, date_to, older_than=older_than)
+        query = ledger.LedgerQuery.parse(status, date_from, date_to, older_than=older_than)
     except ValueError as exc:
         print(f"tally: ledger: {exc}", file=sys.stderr)
         return 2
-    location = W.Location(
+    location = ledger_reads.Location(
         settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
     )
     try:
-        if not W.holds_ledger(location):
+        if not ledger_reads.holds_ledger(location):
             print(
                 f"tally: ledger: no events or reconciliation in {settings.warehouse}",
                 file=sys.stderr,
             )
             return 2
-        rows = L.matching(W.read_ledger(location, datetime.now(UTC)), query)
-    except W.WarehouseUnavailable as exc:
+        rows = ledger.matching(ledger_reads.read_ledger(location, datetime.now(UTC)), query)
+    except ledger_reads.WarehouseUnavailable as exc:
         print(f"tally: {exc}", file=sys.stderr)
         return 2
     if as_json:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from tally import tables as T
+from tally import tables
 from tally.alert import Alert
 from tally.open_items import age_days, due_alert, latest_items
 from tally.settings import Settings, format_duration
@@ -19,9 +19,9 @@ def open_items_of(spark: Any, warehouse: str) -> dict[Any, dict[str, Any]]:
     """Each date's open item (newest `open_items` row), timestamps zone-aware (UTC)."""
     from tally_app.signoffs import aware_row
 
-    if not T.exists(spark, warehouse, T.OPEN_ITEMS.name):
+    if not tables.exists(spark, warehouse, tables.OPEN_ITEMS.name):
         return {}
-    rows = T.read_table(spark, warehouse, T.OPEN_ITEMS.name).collect()
+    rows = tables.read_table(spark, warehouse, tables.OPEN_ITEMS.name).collect()
     return latest_items(aware_row(r.asDict()) for r in rows)
 
 

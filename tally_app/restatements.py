@@ -23,7 +23,7 @@ from typing import Any
 
 from batch.reconcile import FIGURES, aware, rerun_arguments
 from batch.restatements import Restatement, awaiting, check, decided, record
-from tally import restatements as R
+from tally import restatements
 from tally.settings import Settings
 from tally_app.nightly import NightlyOutcome, run_nightly
 from tally_app.signoffs import (
@@ -49,12 +49,12 @@ class Settled:
     def describe(self) -> str:
         r = self.restatement
         head = f"{r.business_date.isoformat()}: run {r.run_time.isoformat()}"
-        if self.status == R.UNCHANGED:
+        if self.status == restatements.UNCHANGED:
             return f"{head}: unchanged (the stream's {r.signal[0]:,} new event(s) were repeats)"
         what = f"{head}: restated, {r.change.describe()}"
-        if self.status == R.PENDING:
+        if self.status == restatements.PENDING:
             return f"{what}; pending (policy flag: re-run the date to settle it)"
-        if self.status == R.AUTO_ACCEPTED:
+        if self.status == restatements.AUTO_ACCEPTED:
             return f"{what}; re-run and signed off automatically (within the tolerance)"
         return f"{what}; re-run, awaiting sign-off"
 
@@ -78,7 +78,11 @@ def checked(
 
 def to_rerun(found: Sequence[Restatement]) -> list[date]:
     """The dates the policy re-runs (`auto_accepted` or `rerun` as checked)."""
-    return [r.business_date for r in found if r.status in (R.AUTO_ACCEPTED, R.RERUN)]
+    return [
+        r.business_date
+        for r in found
+        if r.status in (restatements.AUTO_ACCEPTED, restatements.RERUN)
+    ]
 
 
 def settle(
@@ -92,7 +96,7 @@ def settle(
     found = checked(settings, now, spark, only)
     out = []
     for restatement in found:
-        if restatement.status not in (R.AUTO_ACCEPTED, R.RERUN):
+        if restatement.status not in (restatements.AUTO_ACCEPTED, restatements.RERUN):
             out.append(Settled(restatement, restatement.status))
             continue
         out.append(_rerun(settings, restatement, now, spark, report_to))
@@ -106,8 +110,8 @@ def open_reopened(
     """Each date left waiting for someone (flagged `pending`, or re-run and awaiting sign-off:
     `rerun`) is an open item (`reopened`)."""
     for restatement, status in found:
-        if status in (R.PENDING, R.RERUN):
-            run_time = restatement.run_time if status == R.PENDING else now
+        if status in (restatements.PENDING, restatements.RERUN):
+            run_time = restatement.run_time if status == restatements.PENDING else now
             record_asked(
                 spark,
                 settings.warehouse,
@@ -130,9 +134,9 @@ def _rerun(
     final = restatement.status
     restated = restatement.run_time.isoformat()
     reason = f"restatement of run {restated}: {restatement.change.describe()}"
-    if final == R.AUTO_ACCEPTED and needs_person(status):
-        final = R.RERUN  # within the tolerance, but the new run itself needs a person
-    if final == R.AUTO_ACCEPTED:
+    if final == restatements.AUTO_ACCEPTED and needs_person(status):
+        final = restatements.RERUN  # within the tolerance, but the new run itself needs a person
+    if final == restatements.AUTO_ACCEPTED:
         tolerance = (
             f"{settings.restatement_tolerance_events:,} events, "
             f"{settings.restatement_tolerance_amount:,} amount"
@@ -153,7 +157,7 @@ def _rerun(
         dataclasses.replace(restatement, status=final),
         now=now,
         policy=settings.restatement_policy,
-        settled=(now, DECIDED_BY if final == R.AUTO_ACCEPTED else "", reason),
+        settled=(now, DECIDED_BY if final == restatements.AUTO_ACCEPTED else "", reason),
     )
     return Settled(restatement, final, outcome, now)
 
@@ -207,7 +211,7 @@ def conclude(
     recorded `accepted` or `rejected` and the decision appended to `signoffs` for the new run
     (`statuses`: each date's status from its re-run; `airflow_run`: dag and run id). Returns
     each date decided with its new run's time."""
-    decision = R.ACCEPTED if accepted else R.REJECTED
+    decision = restatements.ACCEPTED if accepted else restatements.REJECTED
     days = []
     for row in awaiting(spark, settings.warehouse):
         day = row["business_date"]

@@ -10,7 +10,7 @@ from typing import TextIO
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from tally import tables as T
+from tally import tables
 from tally.outputs import terminal_safe
 from tally.settings import Settings
 from tally.spark import build_session, cluster_conf, object_store_conf
@@ -25,9 +25,9 @@ def show_table(
     out: TextIO | None = None,
 ) -> int:
     out = out or sys.stdout
-    table = T.CATALOG.get(name)
+    table = tables.CATALOG.get(name)
     if table is None:
-        known = ", ".join(sorted(n for n, t in T.CATALOG.items() if not t.internal))
+        known = ", ".join(sorted(n for n, t in tables.CATALOG.items() if not t.internal))
         print(f"tally: unknown table {name!r} (tables: {known})", file=sys.stderr)
         return 2
     spark = build_session(
@@ -39,10 +39,10 @@ def show_table(
             **cluster_conf(settings.spark_executor_memory, settings.spark_cores_max),
         },
     )
-    if not T.exists(spark, settings.warehouse, name):
+    if not tables.exists(spark, settings.warehouse, name):
         print(f"tally: no table {name!r} in {settings.warehouse} yet", file=sys.stderr)
         return 2
-    df = T.read_table(spark, settings.warehouse, name)
+    df = tables.read_table(spark, settings.warehouse, name)
     if where:
         df = df.where(where)
     df = df.orderBy(*table.order_by).limit(limit)

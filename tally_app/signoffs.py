@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
-from tally import tables as T
+from tally import tables
 from tally.dates import epoch_ms
 from tally.ledger import needs_person, status_of
 from tally.money import DEFAULT_CURRENCY, format_amounts
@@ -110,12 +110,12 @@ def record_signoff(
     change."""
     from pyspark.sql import functions as F
 
-    if T.exists(spark, warehouse, T.SIGNOFFS.name):
-        T.add_missing_columns(spark, warehouse, T.SIGNOFFS)  # the four-eyes columns
+    if tables.exists(spark, warehouse, tables.SIGNOFFS.name):
+        tables.add_missing_columns(spark, warehouse, tables.SIGNOFFS)  # the four-eyes columns
     else:
-        T.ensure_table(spark, warehouse, T.SIGNOFFS)
+        tables.ensure_table(spark, warehouse, tables.SIGNOFFS)
     run_ms = None if signoff.run_time is None else epoch_ms(signoff.run_time)
-    row = T.literal_row(
+    row = tables.literal_row(
         spark,
         {
             "business_date": F.lit(signoff.business_date).cast("date"),
@@ -134,7 +134,7 @@ def record_signoff(
             "approved_by": F.lit(signoff.approved_by or None).cast("string"),
         },
     )
-    T.write_table(row, warehouse, T.SIGNOFFS)
+    tables.write_table(row, warehouse, tables.SIGNOFFS)
     step = Step(
         decision=signoff.decision,
         by=signoff.decided_by,
@@ -166,10 +166,10 @@ def latest_item(spark: Any, warehouse: str, business_date: date) -> dict[str, An
     """The date's open item (its newest `open_items` row), or None."""
     from pyspark.sql import functions as F
 
-    if not T.exists(spark, warehouse, T.OPEN_ITEMS.name):
+    if not tables.exists(spark, warehouse, tables.OPEN_ITEMS.name):
         return None
     rows = (
-        T.read_table(spark, warehouse, T.OPEN_ITEMS.name)
+        tables.read_table(spark, warehouse, tables.OPEN_ITEMS.name)
         .where(F.col("business_date") == F.lit(business_date))
         .orderBy(F.col("changed_at").desc())
         .limit(1)
@@ -207,7 +207,7 @@ def write_item(spark: Any, warehouse: str, business_date: date, item: Mapping[st
     for column in ("status", "kind", "owner", "resolution", "resolved_by"):
         values[column] = F.lit(item.get(column)).cast("string")
     values["alerted_periods"] = F.lit(int(item.get("alerted_periods") or 0))
-    T.write_table(T.literal_row(spark, values), warehouse, T.OPEN_ITEMS)
+    tables.write_table(tables.literal_row(spark, values), warehouse, tables.OPEN_ITEMS)
 
 
 # The sign-off request links at most this many UNEXPLAINED windows (the date page lists more).
@@ -217,16 +217,16 @@ WINDOWS_LINKED = 5
 def window_links(settings: Any, business_date: date) -> str:
     """Markdown lines linking the date's largest UNEXPLAINED windows to their records in the
     desk (empty when it has none or the warehouse cannot be read: the date page lists them)."""
-    from tally import ledger_reads as W
+    from tally import ledger_reads
     from tally.money import format_money
     from tally.window_evidence import window_path
 
-    location = W.Location(
+    location = ledger_reads.Location(
         settings.warehouse, settings.s3_endpoint, settings.s3_region, settings.s3_path_style
     )
     try:
-        rows = W.read_unexplained(location, business_date)
-    except W.WarehouseUnavailable:
+        rows = ledger_reads.read_unexplained(location, business_date)
+    except ledger_reads.WarehouseUnavailable:
         return ""
     lines = []
     for row in rows[:WINDOWS_LINKED]:

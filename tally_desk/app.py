@@ -34,9 +34,7 @@ from fastapi.responses import (
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tally import ledger as L
-from tally import ledger_reads as W
-from tally import window_evidence as E
+from tally import ledger, ledger_reads, window_evidence
 from tally.dates import business_date_of, business_day_end, business_day_start, parse_business_date
 from tally.settings import Settings, load_settings
 from tally.vocabulary import APPROVE_TASK, NIGHTLY_DAG, SIGNOFF_TASK
@@ -62,7 +60,7 @@ T = TypeVar("T")
 class DeskConfig:
     """What the desk needs from tally's settings (read once, when the app is built)."""
 
-    location: W.Location
+    location: ledger_reads.Location
     report_dir: Path
     docs_dir: Path
     timeout_s: float
@@ -71,7 +69,7 @@ class DeskConfig:
     @classmethod
     def from_settings(cls, settings: Settings) -> DeskConfig:
         return cls(
-            location=W.Location(
+            location=ledger_reads.Location(
                 settings.warehouse,
                 settings.s3_endpoint,
                 settings.s3_region,
@@ -142,7 +140,7 @@ async def off_loop(config: DeskConfig, fn: Callable[..., T], *args: Any) -> T:
             f"warehouse unreachable: {config.location.warehouse} did not answer within "
             f"{config.timeout_s:g} s",
         ) from None
-    except W.WarehouseUnavailable as exc:
+    except ledger_reads.WarehouseUnavailable as exc:
         raise HTTPException(503, f"warehouse unreachable: {exc}") from None
 
 
@@ -152,43 +150,47 @@ VALIDATION_COLUMNS = ("business_date", "success", "data_docs_page", *FAILED_CHEC
 
 
 def read_ledger(config: DeskConfig, now: datetime) -> list[dict[str, Any]]:
-    return W.read_ledger(config.location, now)
+    return ledger_reads.read_ledger(config.location, now)
 
 
 def read_date(config: DeskConfig, day: date, now: datetime) -> dict[str, Any]:
     loc = config.location
-    summaries = W.read_rows(loc, W.SUMMARY, L.SUMMARY_COLUMNS, day)
-    runs = W.read_rows(loc, W.RUNS, None, day)
-    validation = W.read_rows(loc, W.VALIDATION, VALIDATION_COLUMNS, day)
-    signoffs = W.read_rows(loc, W.SIGNOFFS, L.SIGNOFF_COLUMNS, day)
-    alerts = [a for a in W.read_rows(loc, W.ALERTS) if a.get("business_date") == day]
+    summaries = ledger_reads.read_rows(loc, ledger_reads.SUMMARY, ledger.SUMMARY_COLUMNS, day)
+    runs = ledger_reads.read_rows(loc, ledger_reads.RUNS, None, day)
+    validation = ledger_reads.read_rows(loc, ledger_reads.VALIDATION, VALIDATION_COLUMNS, day)
+    signoffs = ledger_reads.read_rows(loc, ledger_reads.SIGNOFFS, ledger.SIGNOFF_COLUMNS, day)
+    alerts = [
+        a for a in ledger_reads.read_rows(loc, ledger_reads.ALERTS) if a.get("business_date") == day
+    ]
     copies = sorted(
-        W.read_rows(loc, W.COPIES, L.COPY_COLUMNS, day),
-        key=lambda r: (L.when(r["window_start"]), r["key"] or "", r["event_id"] or ""),
+        ledger_reads.read_rows(loc, ledger_reads.COPIES, ledger.COPY_COLUMNS, day),
+        key=lambda r: (ledger.when(r["window_start"]), r["key"] or "", r["event_id"] or ""),
     )
-    (row,) = L.ledger_rows(
+    (row,) = ledger.ledger_rows(
         summaries,
         [{"business_date": r["business_date"], "run_time": r.get("run_time")} for r in runs],
         validation,
         signoffs,
         [day],
-        W.read_reopened(loc, runs, day),
-        W.read_items(loc, day),
+        ledger_reads.read_reopened(loc, runs, day),
+        ledger_reads.read_items(loc, day),
         now,
     )
-    default_currency = L.run_currency(runs[0]) if runs else None
+    default_currency = ledger.run_currency(runs[0]) if runs else None
     return {
         "business_date": day.isoformat(),
         "ledger": row,
         # the records behind the gap: each UNEXPLAINED window's page
         "unexplained_windows": unexplained_windows(config, day, default_currency),
-        "provenance": L.provenance(runs[0] if runs else None),
-        "signoffs": L.plain_rows(
-            sorted(signoffs, key=lambda r: L.when(r["decided_at"]), reverse=True)
+        "provenance": ledger.provenance(runs[0] if runs else None),
+        "signoffs": ledger.plain_rows(
+            sorted(signoffs, key=lambda r: ledger.when(r["decided_at"]), reverse=True)
         ),
-        "alerts": L.plain_rows(sorted(alerts, key=lambda r: L.when(r["alert_time"]), reverse=True)),
+        "alerts": ledger.plain_rows(
+            sorted(alerts, key=lambda r: ledger.when(r["alert_time"]), reverse=True)
+        ),
         # the evidence of EXPLAINED_BY_COPIES: each copy the stream counted, by window
-        "copies": {"rows": len(copies), "shown": L.plain_rows(copies[: L.COPIES_SHOWN])},
+        "copies": {"rows": len(copies), "shown": ledger.plain_rows(copies[: ledger.COPIES_SHOWN])},
         "files": date_files(config, day, validation),
         # what failed, critical first, each with its Data Docs page where the desk serves it
         "failed_checks": [
@@ -209,28 +211,28 @@ def unexplained_windows(
     config: DeskConfig, day: date, default_currency: str | None
 ) -> dict[str, Any]:
     """The date's UNEXPLAINED windows, largest residual amount first, each with its page."""
-    rows = W.read_unexplained(config.location, day)
+    rows = ledger_reads.read_unexplained(config.location, day)
     shown = []
     for row in rows[:UNEXPLAINED_SHOWN]:
         currency = row.get("currency") or default_currency or ""
         shown.append(
             {
-                **L.plain_rows([row])[0],
+                **ledger.plain_rows([row])[0],
                 "currency": currency,
-                "page": E.window_path(day, row["window_start"], row["key"], currency),
+                "page": window_evidence.window_path(day, row["window_start"], row["key"], currency),
             }
         )
     return {"rows": len(rows), "shown": shown}
 
 
 def read_window(
-    config: DeskConfig, ref: E.WindowRef
+    config: DeskConfig, ref: window_evidence.WindowRef
 ) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
     """A window's `reconciliation` row (None: the date has no such window) and evidence."""
-    recon, evidence = W.read_window(config.location, ref)
-    runs = W.read_rows(config.location, W.RUNS, None, ref.business_date)
-    default = L.run_currency(runs[0]) if runs else None
-    return E.matching_row(recon, ref, default), evidence
+    recon, evidence = ledger_reads.read_window(config.location, ref)
+    runs = ledger_reads.read_rows(config.location, ledger_reads.RUNS, None, ref.business_date)
+    default = ledger.run_currency(runs[0]) if runs else None
+    return window_evidence.matching_row(recon, ref, default), evidence
 
 
 def docs_page(config: DeskConfig, row: Mapping[str, Any]) -> str | None:
@@ -373,10 +375,10 @@ class WindowParams:
     page: str = "1"
     page_size: str = "100"
 
-    def query(self) -> E.EvidenceQuery:
+    def query(self) -> window_evidence.EvidenceQuery:
         """Which rows the page shows (a bad kind or page: 400, one line)."""
         try:
-            return E.EvidenceQuery.parse(self.kind, self.page, self.page_size)
+            return window_evidence.EvidenceQuery.parse(self.kind, self.page, self.page_size)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
 
@@ -417,20 +419,20 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
             headers=headers,
         )
 
-    async def ledger(
+    async def ledger_page(
         status: str | None,
         date_from: str | None,
         date_to: str | None,
         page: str,
         size: str,
         older_than: str | None,
-    ) -> tuple[dict[str, Any], L.LedgerQuery]:
+    ) -> tuple[dict[str, Any], ledger.LedgerQuery]:
         try:
-            query = L.LedgerQuery.parse(status, date_from, date_to, page, size, older_than)
+            query = ledger.LedgerQuery.parse(status, date_from, date_to, page, size, older_than)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
         rows = await off_loop(cfg, read_ledger, cfg, datetime.now(UTC))
-        return L.select_page(rows, query), query
+        return ledger.select_page(rows, query), query
 
     @app.get("/api/ledger")
     async def ledger_json(
@@ -441,7 +443,7 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         page_size: str = "50",
         older_than: str | None = None,
     ) -> dict[str, Any]:
-        return (await ledger(status, date_from, date_to, page, page_size, older_than))[0]
+        return (await ledger_page(status, date_from, date_to, page, page_size, older_than))[0]
 
     @app.get("/ledger", response_class=HTMLResponse)
     async def ledger_html(
@@ -452,7 +454,7 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         page_size: str = "50",
         older_than: str | None = None,
     ) -> HTMLResponse:
-        result, query = await ledger(status, date_from, date_to, page, page_size, older_than)
+        result, query = await ledger_page(status, date_from, date_to, page, page_size, older_than)
         return HTMLResponse(pages.ledger_page(result, query))
 
     async def detail(day_text: str) -> dict[str, Any]:
@@ -470,10 +472,14 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         return HTMLResponse(pages.date_page(await detail(day)))
 
     async def window(
-        day: str, start: str, key: str | None, currency: str | None, query: E.EvidenceQuery
+        day: str,
+        start: str,
+        key: str | None,
+        currency: str | None,
+        query: window_evidence.EvidenceQuery,
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         try:
-            ref = E.WindowRef.parse(day, start, key, currency)
+            ref = window_evidence.WindowRef.parse(day, start, key, currency)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
         recon, evidence = await off_loop(cfg, read_window, cfg, ref)
@@ -483,7 +489,7 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
                 f"no window {ref.start_text()} of key {ref.key!r} in {ref.currency} on "
                 f"{ref.business_date.isoformat()} (not reconciled, or no such window)",
             )
-        found = E.window_detail(ref, recon, evidence, query)
+        found = window_evidence.window_detail(ref, recon, evidence, query)
         found["links"] = {
             "date": f"dates/{ref.business_date.isoformat()}",
             "csv": ref.path("/evidence.csv"),
@@ -504,10 +510,10 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
     async def window_csv(
         day: str, start: str, key: str | None = None, currency: str | None = None
     ) -> Response:
-        found, evidence = await window(day, start, key, currency, E.EvidenceQuery())
+        found, evidence = await window(day, start, key, currency, window_evidence.EvidenceQuery())
         name = f"evidence-{found['business_date']}.csv"
         return PlainTextResponse(
-            E.evidence_csv(evidence),
+            window_evidence.evidence_csv(evidence),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )

@@ -25,11 +25,11 @@ def plant(spark: object, warehouse: str, business_date: date, events: int) -> in
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
-    from tally import tables as T
+    from tally import tables
 
     assert isinstance(spark, SparkSession)
-    log = T.read_table(spark, warehouse, T.EVENTS.name)
-    stream = T.read_table(spark, warehouse, T.STREAM_AGGREGATES.name)
+    log = tables.read_table(spark, warehouse, tables.EVENTS.name)
+    stream = tables.read_table(spark, warehouse, tables.STREAM_AGGREGATES.name)
     last = log.select("batch_id").unionByName(stream.select("batch_id")).agg(F.max("batch_id"))
     last_batch = last.first()[0] or 0  # type: ignore[index]
     # a spread of the date's on-time lines, the same on every run (by id hash)
@@ -48,7 +48,7 @@ def plant(spark: object, warehouse: str, business_date: date, events: int) -> in
         .drop("_n")
     )
     written = planted.count()
-    T.write_table(planted, warehouse, T.EVENTS)
+    tables.write_table(planted, warehouse, tables.EVENTS)
     return written
 
 

@@ -8,11 +8,9 @@ from typing import Any
 
 from bench import nightly_targets as NT
 from bench.findings import closing_notes
-from bench.report import backlog as B
+from bench.report import backlog, lateness, sections
 from bench.report import history as HI
-from bench.report import lateness as L
 from bench.report import longhaul as LH
-from bench.report import sections as S
 from bench.report.carry import carried_label
 from bench.report.files import JSON_NAME
 from bench.report.formatting import megabytes, ms_as_secs, number, secs, table, verdict
@@ -40,10 +38,10 @@ def _targets(r: dict[str, Any]) -> list[str]:
     _state_bigfile_nightly_rows(r, row)
     _rows_without_target(r, row)
     if r.get("lateness"):
-        L.target_row(r["lateness"], row)
+        lateness.target_row(r["lateness"], row)
     if r.get("backlog"):
-        B.target_row(r["backlog"], row)
-        B.skewed_target_row(r["backlog"], row)
+        backlog.target_row(r["backlog"], row)
+        backlog.skewed_target_row(r["backlog"], row)
     if r.get("longhaul"):
         LH.target_rows(r["longhaul"], row)
     if r.get("history"):
@@ -108,9 +106,9 @@ def _state_bigfile_nightly_rows(r: dict[str, Any], row: Row) -> None:
             "4. state flat over 10× the batches (last ÷ first tenth within tolerance; RSS ÷ "
             "middle tenth)",
             ", ".join(
-                f"{S.STATE_LABELS[k]} ×{number(v['ratio'], 2)}"
+                f"{sections.STATE_LABELS[k]} ×{number(v['ratio'], 2)}"
                 for k, v in f.items()
-                if k in S.STATE_LABELS
+                if k in sections.STATE_LABELS
             ),
             st["met"],
         )
@@ -263,11 +261,11 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
         "machine is shared, so compare engines within one run, not across runs.",
         "",
     ]
-    sections = r.get("sections_s") or {}
-    if sections:
+    section_seconds = r.get("sections_s") or {}
+    if section_seconds:
         out += [
             "Wall time per section in this run: "
-            + ", ".join(f"{name} {secs(seconds)} s" for name, seconds in sections.items())
+            + ", ".join(f"{name} {secs(seconds)} s" for name, seconds in section_seconds.items())
             + ".",
             "",
         ]
@@ -275,7 +273,7 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
     if carried:
         out += [
             "**Carried over:** this run measured only "
-            + (", ".join(s for s in sections if s not in carried) or "nothing")
+            + (", ".join(s for s in section_seconds if s not in carried) or "nothing")
             + "; the results of "
             + ", ".join(f"{s} (measured {r['measured'].get(s)})" for s in carried)
             + f" are an earlier run's, taken from `{JSON_NAME}`.",
@@ -299,29 +297,31 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
     if closing:
         out += ["## What would close the misses", "", *[f"- {c}" for c in closing], ""]
     if r.get("speed"):
-        out += S.speed(r["speed"], carried_label(r, "speed"))
+        out += sections.speed(r["speed"], carried_label(r, "speed"))
     if r.get("state") and r["state"].get("fixed_cost"):
-        out += S.fixed_cost(r["state"], carried_label(r, "state"))
+        out += sections.fixed_cost(r["state"], carried_label(r, "state"))
     if r.get("latency"):
-        out += S.latency(r["latency"], carried_label(r, "latency"))
+        out += sections.latency(r["latency"], carried_label(r, "latency"))
     if r.get("state"):
-        out += S.state(r["state"], carried_label(r, "state"))
+        out += sections.state(r["state"], carried_label(r, "state"))
     if r.get("kafka"):
-        out += S.kafka(r["kafka"], carried_label(r, "kafka"))
+        out += sections.kafka(r["kafka"], carried_label(r, "kafka"))
     if r.get("scaleout"):
-        out += S.scaleout(r["scaleout"], carried_label(r, "scaleout"))
+        out += sections.scaleout(r["scaleout"], carried_label(r, "scaleout"))
     if r.get("windows"):
-        out += S.windows(r["windows"], carried_label(r, "windows"))
+        out += sections.windows(r["windows"], carried_label(r, "windows"))
     if r.get("bigfile"):
-        out += S.bigfile(r["bigfile"], carried_label(r, "bigfile"))
+        out += sections.bigfile(r["bigfile"], carried_label(r, "bigfile"))
     if r.get("lateness"):
-        out += L.section(r["lateness"], carried_label(r, "lateness"), png=png_name is not None)
+        out += lateness.section(
+            r["lateness"], carried_label(r, "lateness"), png=png_name is not None
+        )
     if r.get("backlog"):
-        out += B.section(r["backlog"], carried_label(r, "backlog"))
+        out += backlog.section(r["backlog"], carried_label(r, "backlog"))
     if r.get("longhaul"):
         out += LH.section(r["longhaul"], carried_label(r, "longhaul"))
     if r.get("history"):
         out += HI.section(r["history"], carried_label(r, "history"))
     if r.get("nightly") or r.get("curve"):
-        out += S.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
+        out += sections.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"
