@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -143,6 +144,107 @@ def _command(
     return parser
 
 
+@dataclass(frozen=True)
+class Subcommand:
+    """One `tally` command: what runs it (a function of `tally_app.commands`), the settings
+    it reads, which of them are offered as flags (default: all), and the function adding
+    its own flags."""
+
+    name: str
+    run: str
+    settings: tuple[str, ...]
+    help: str
+    flags: tuple[str, ...] | None = None
+    own_flags: str | None = None
+    epilog: str | None = None
+
+
+SUBCOMMANDS = (
+    Subcommand(
+        "generate", "generate", (), "write a synthetic stream as JSONL", own_flags="generate_flags"
+    ),
+    Subcommand(
+        "produce",
+        "produce",
+        PRODUCE_SETTINGS,
+        "publish JSONL input to a Kafka topic, in arrival order",
+        own_flags="produce_flags",
+    ),
+    Subcommand(
+        "stream",
+        "stream",
+        STREAM_SETTINGS,
+        "run the speed layer over the input",
+        own_flags="stream_flags",
+    ),
+    Subcommand(
+        "maintain",
+        "maintain",
+        MAINTAIN_SETTINGS,
+        "compact and vacuum the stream's tables once, while no stream runs",
+        # the window settings (which dates are closed) are the stream's: from its environment
+        # or config file, not flags of their own here
+        flags=tuple(n for n in MAINTAIN_SETTINGS if n not in MAINTAIN_FROM_STREAM),
+    ),
+    Subcommand("show", "show", SHOW_SETTINGS, "print a tally table", own_flags="show_flags"),
+    Subcommand(
+        "ledger",
+        "ledger",
+        LEDGER_SETTINGS,
+        "the reconciliation desk's ledger: one row per business date",
+        flags=("warehouse",),  # the object store's settings: from the environment or config
+        own_flags="ledger_flags",
+        epilog="Exit codes: 0 printed, 2 bad filter or unreadable warehouse.",
+    ),
+    Subcommand(
+        "reconcile",
+        "reconcile",
+        RECONCILE_SETTINGS,
+        "the nightly sequence for a business date: re-aggregate, diff, validate, report",
+        own_flags="reconcile_flags",
+    ),
+    Subcommand(
+        "restatements",
+        "restatements",
+        RESTATEMENT_SETTINGS,
+        "check the reconciled dates the stream changed after their run, and re-run or "
+        "flag them (restatement_policy)",
+        own_flags="restatements_flags",
+        epilog="Exit codes: 0 nothing changed or every change signed off, 1 a date is "
+        "pending or awaits sign-off (one line each), 2 bad setting or input.",
+    ),
+    Subcommand(
+        "lateness-curve",
+        "lateness_curve",
+        CURVE_SETTINGS,
+        "completeness and emit latency per lateness bound, replaying arrivals",
+        # --lateness and --target are the curve's own flags; the curve measures lateness
+        # against tumbling windows of --window, so the window-kind flags are not offered
+        flags=CURVE_SETTINGS[:4],
+        own_flags="curve_flags",
+        epilog="Exit codes: 0 some bound reaches the target, 1 none in the list does "
+        "(with --by-partition: or some partition has none; the curve is still printed), "
+        "2 bad setting or missing input.",
+    ),
+    Subcommand(
+        "validate",
+        "validate",
+        VALIDATE_SETTINGS,
+        "run the Great Expectations suites on a business date",
+        own_flags="validate_flags",
+        epilog="Exit codes: 0 passed, 1 a critical check failed, 2 bad setting.",
+    ),
+    Subcommand(
+        "report",
+        "report",
+        REPORT_SETTINGS,
+        "write the finance/audit report of a business date (one HTML file + a CSV)",
+        own_flags="report_flags",
+        epilog="Exit codes: 0 written, 2 bad setting or nothing to report on.",
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tally_app import commands
 
@@ -158,94 +260,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="show Spark's and tally's logs on stderr"
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    for spec in SUBCOMMANDS:
+        extra = {"epilog": spec.epilog} if spec.epilog else {}
+        command = _command(
+            sub,
+            spec.name,
+            getattr(commands, spec.run),
+            spec.settings,
+            spec.flags,
+            help=spec.help,
+            **extra,
+        )
+        if spec.own_flags:
+            getattr(commands, spec.own_flags)(command)
+    _extensions(sub)
+    return parser
 
-    gen = _command(sub, "generate", commands.generate, (), help="write a synthetic stream as JSONL")
-    commands.generate_flags(gen)
-    produce = _command(
-        sub,
-        "produce",
-        commands.produce,
-        PRODUCE_SETTINGS,
-        help="publish JSONL input to a Kafka topic, in arrival order",
-    )
-    commands.produce_flags(produce)
-    stream = _command(
-        sub, "stream", commands.stream, STREAM_SETTINGS, help="run the speed layer over the input"
-    )
-    commands.stream_flags(stream)
-    _command(
-        sub,
-        "maintain",
-        commands.maintain,
-        MAINTAIN_SETTINGS,
-        # the window settings (which dates are closed) are the stream's: from its environment
-        # or config file, not flags of their own here
-        flags=[n for n in MAINTAIN_SETTINGS if n not in MAINTAIN_FROM_STREAM],
-        help="compact and vacuum the stream's tables once, while no stream runs",
-    )
-    show = _command(sub, "show", commands.show, SHOW_SETTINGS, help="print a tally table")
-    commands.show_flags(show)
-    ledger = _command(
-        sub,
-        "ledger",
-        commands.ledger,
-        LEDGER_SETTINGS,
-        flags=["warehouse"],  # the object store's settings: from the environment or config
-        help="the reconciliation desk's ledger: one row per business date",
-        epilog="Exit codes: 0 printed, 2 bad filter or unreadable warehouse.",
-    )
-    commands.ledger_flags(ledger)
-    reconcile = _command(
-        sub,
-        "reconcile",
-        commands.reconcile,
-        RECONCILE_SETTINGS,
-        help="the nightly sequence for a business date: re-aggregate, diff, validate, report",
-    )
-    commands.reconcile_flags(reconcile)
-    restatements = _command(
-        sub,
-        "restatements",
-        commands.restatements,
-        RESTATEMENT_SETTINGS,
-        help="check the reconciled dates the stream changed after their run, and re-run or "
-        "flag them (restatement_policy)",
-        epilog="Exit codes: 0 nothing changed or every change signed off, 1 a date is "
-        "pending or awaits sign-off (one line each), 2 bad setting or input.",
-    )
-    commands.restatements_flags(restatements)
-    curve = _command(
-        sub,
-        "lateness-curve",
-        commands.lateness_curve,
-        CURVE_SETTINGS,
-        # --lateness and --target are the curve's own flags; the curve measures lateness
-        # against tumbling windows of --window, so the window-kind flags are not offered
-        flags=CURVE_SETTINGS[:4],
-        help="completeness and emit latency per lateness bound, replaying arrivals",
-        epilog="Exit codes: 0 some bound reaches the target, 1 none in the list does "
-        "(with --by-partition: or some partition has none; the curve is still printed), "
-        "2 bad setting or missing input.",
-    )
-    commands.curve_flags(curve)
-    validate = _command(
-        sub,
-        "validate",
-        commands.validate,
-        VALIDATE_SETTINGS,
-        help="run the Great Expectations suites on a business date",
-        epilog="Exit codes: 0 passed, 1 a critical check failed, 2 bad setting.",
-    )
-    validate.add_argument("--date", required=True, help="business date, YYYY-MM-DD")
-    report = _command(
-        sub,
-        "report",
-        commands.report,
-        REPORT_SETTINGS,
-        help="write the finance/audit report of a business date (one HTML file + a CSV)",
-        epilog="Exit codes: 0 written, 2 bad setting or nothing to report on.",
-    )
-    commands.report_flags(report)
+
+def _extensions(sub: Any) -> None:
+    """The commands contributed through `EXTENSION_GROUP` (a missing package: no command)."""
     for extension in entry_points(group=EXTENSION_GROUP):
         try:
             add_commands = extension.load()
@@ -255,7 +288,6 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         add_commands(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -529,6 +529,10 @@ def lateness_curve(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(best is not None for best in found) else 1
 
 
+def validate_flags(parser: argparse.ArgumentParser) -> None:
+    _date_flag(parser)
+
+
 def report_flags(parser: argparse.ArgumentParser) -> None:
     _date_flag(parser)
     parser.add_argument(
