@@ -911,9 +911,7 @@ def reconcile(
     bounds = _checked_bounds(windowing, now, stream_versions, business_date, report_timezone)
     _require_tables(spark, warehouse)
     pins = _pins(spark, warehouse, events_version, stream_versions, frontiers or {})
-    reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
-    for name in (tables.EVENTS.name, tables.STREAM_AGGREGATES.name, tables.LATE_EVENTS.name):
-        reads[name] = with_currency(reads[name], currency)  # rows from before: the run's
+    reads = _pinned_reads(spark, warehouse, pins, currency)
     if write:
         _ensure_outputs(spark, warehouse)
     pinned = Pinned.of(pins, reads)
@@ -944,6 +942,16 @@ def reconcile(
         return _run(run, pinned, windowing, settings)
     finally:
         run.release()
+
+
+def _pinned_reads(
+    spark: SparkSession, warehouse: str, pins: Mapping[str, Pin], currency: str
+) -> dict[str, DataFrame]:
+    """Each input table as pinned, its rows from before currencies in the run's `currency`."""
+    reads = {name: pin.read(spark, warehouse) for name, pin in pins.items()}
+    for name in (tables.EVENTS.name, tables.STREAM_AGGREGATES.name, tables.LATE_EVENTS.name):
+        reads[name] = with_currency(reads[name], currency)
+    return reads
 
 
 def _pins(

@@ -289,28 +289,7 @@ def gap_suite(
                     "source reuses event_ids beyond the stream's dedup_horizon) (warning).",
                 ),
             ),
-            gxe.ExpectColumnMaxToBeBetween(
-                column="late_event_rate",
-                max_value=late_rate_warn,
-                **_meta(
-                    "late_rate_warn",
-                    WARNING,
-                    "Late-event rate (late events / batch events) at most "
-                    f"{percent(late_rate_warn)} (warning).",
-                    RATE,
-                ),
-            ),
-            gxe.ExpectColumnMaxToBeBetween(
-                column="late_event_rate",
-                max_value=late_rate_fail,
-                **_meta(
-                    "late_rate_fail",
-                    CRITICAL,
-                    "Late-event rate (late events / batch events) at most "
-                    f"{percent(late_rate_fail)}.",
-                    RATE,
-                ),
-            ),
+            *_late_rate_checks(late_rate_warn, late_rate_fail),
             gxe.ExpectColumnValuesToNotBeNull(
                 column="batch_window_count",
                 **_meta(
@@ -323,6 +302,34 @@ def gap_suite(
             ),
         ],
     )
+
+
+def _late_rate_checks(warn: float, fail: float) -> list[Any]:
+    """The late-event rate under its two thresholds: a warning, then critical."""
+    import great_expectations.expectations as gxe
+
+    return [
+        gxe.ExpectColumnMaxToBeBetween(
+            column="late_event_rate",
+            max_value=warn,
+            **_meta(
+                "late_rate_warn",
+                WARNING,
+                f"Late-event rate (late events / batch events) at most {percent(warn)} (warning).",
+                RATE,
+            ),
+        ),
+        gxe.ExpectColumnMaxToBeBetween(
+            column="late_event_rate",
+            max_value=fail,
+            **_meta(
+                "late_rate_fail",
+                CRITICAL,
+                f"Late-event rate (late events / batch events) at most {percent(fail)}.",
+                RATE,
+            ),
+        ),
+    ]
 
 
 def window_name() -> Column:
