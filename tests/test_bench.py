@@ -706,15 +706,17 @@ def test_latency_counts_the_window_ends_inside_the_measured_span() -> None:
 # `tally bench --quick` runs every section: ~13 min on 2 cores, most of it in processes (six
 # engines for the throughput, a Kafka broker, a standalone cluster and S3, three window-kind
 # and three adaptive-lateness streams, the big file's two) whose components the sections' own
-# integration tests start too. test_quick_benchmark runs MEASURED for real (a tally process,
-# the in-session latency stream, the nightly stages against DuckDB: ~4-5 min) and carries the
-# other sections over from RECORDED, one real quick run's benchmarks.json, as `tally bench
-# --only` carries them; test_recorded_quick_run checks the recording as a fresh run is checked
-# and renders the report from it. The carried sections' runners (bench.speed.speed_section,
+# integration tests start too. test_quick_benchmark runs MEASURED for real, the sections whose
+# harness nothing else runs (the in-session latency stream, the nightly stages timed against
+# DuckDB and plain Spark SQL, the curve: ~3-4 min), and carries the other sections over from
+# RECORDED, one real quick run's benchmarks.json, as `tally bench --only` carries them;
+# test_recorded_quick_run checks the recording as a fresh run is checked and renders the report
+# from it. The carried sections' runners (bench.speed.speed_section, state.state_section,
 # kafka_source, scaleout, windows.windows_section, lateness.lateness_section,
-# bigfile.bigfile_section, backlog.backlog_section, longhaul.longhaul_section; what the last two
-# run is tested on its own in test_catchup, test_housekeeping and test_audit_pins) run end to
-# end only when the recording is made again, which is due
+# bigfile.bigfile_section, backlog.backlog_section, longhaul.longhaul_section) run end to end
+# only when the recording is made again. What they run is tested on its own: the stream
+# process in test_exactly_once, test_catchup, test_housekeeping and test_audit_pins; the state
+# section's poller and flatness rule, the trace and the phase tables above. Recording is due
 # when a section's results change shape (test_recorded_quick_run fails):
 #
 #   TALLY_FLINK_HOME=/nonexistent tally bench --quick --out /tmp/q --spark-master 'local[2]' \
@@ -723,7 +725,7 @@ def test_latency_counts_the_window_ends_inside_the_measured_span() -> None:
 # then `pytest tests/test_bench.py -k recorded` checks the new recording.
 
 RECORDED = Path(__file__).parent / "data" / "bench_quick.json"
-MEASURED = ("latency", "state", "nightly", "curve")
+MEASURED = ("latency", "nightly", "curve")
 
 
 def _recorded() -> dict[str, Any]:
@@ -1145,7 +1147,7 @@ def test_recorded_quick_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quick_benchmark(spark, tmp_path: Path) -> None:
-    """`tally bench --quick --only latency,state,nightly,curve` for real, beside the recorded
+    """`tally bench --quick --only latency,nightly,curve` for real, beside the recorded
     run's other sections (carried over, as a partial run carries the earlier results)."""
     from bench.report import JSON_NAME, MD_NAME
     from bench.run import PROJECT_ROOT, SECTIONS, run_bench
@@ -1170,7 +1172,6 @@ def test_quick_benchmark(spark, tmp_path: Path) -> None:
     assert r["carried"] == carried
     assert set(r["sections_s"]) == set(MEASURED)
     _check_latency(r["latency"])
-    _check_state(r["state"])
     _check_nightly(r)
     # the one-time import is timed apart, and the findings say it is in no stage's time
     assert r["nightly"]["library_import_s"] >= 0
