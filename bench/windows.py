@@ -92,7 +92,7 @@ from bench import phases
 from bench.common import Backlog, StreamShape, load_average, log, median_run, summary
 from bench.speed import generate_backlog, input_and_setup, input_facts
 from tally import tables as T
-from tally.settings import format_duration
+from tally.durations import format_duration
 from tally.windows import SESSION_OWNER, WINDOW_KEY
 
 HOPS = 5  # the hopping run's windows per event: slide = window / HOPS
