@@ -1,7 +1,7 @@
 """The latency/completeness curve: what each lateness bound L would have cost and caught.
 
     lateness_curve(events_df, window_ms, lateness_ms, target) -> list[dict]   (one per L)
-    recommend(curve, target) -> dict | None                                   (smallest L)
+    recommend(curve, target) -> dict | None             (smallest L; from tally.completeness)
     lateness_curve_by_partition(...) -> list[dict]          (one per source partition and L)
     recommend_by_partition(curve, target) -> {partition: dict | None}  (smallest L of each)
 
@@ -64,8 +64,10 @@ from batch.diff import day_events
 from batch.reconcile import ReconcileError
 from tally import tables as T
 from tally.arrivals import first_arrivals
+from tally.completeness import meets_target, recommend
+from tally.durations import format_duration
 from tally.events import parse_events, read_jsonl_lines
-from tally.settings import format_duration, format_partition_durations, meets_target
+from tally.settings import format_partition_durations
 from tally.vocabulary import ARRIVAL_ORDER, LINE_ORDER
 from tally.windows import with_window
 
@@ -287,15 +289,6 @@ def _emit_latency(per_event: DataFrame, values: list[int]) -> dict[int, tuple[in
         .collect()
     )
     return {int(r["lateness"]): (int(r["windows"]), int(r["total"]), int(r["worst"])) for r in rows}
-
-
-def recommend(curve: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
-    """The entry with the smallest L whose completeness reaches `target` (percent), exactly;
-    None if no L in the curve does. Completeness never falls as L grows."""
-    for entry in sorted(curve, key=lambda e: e["lateness_ms"]):
-        if meets_target(entry["admitted"], entry["events"], target):
-            return entry
-    return None
 
 
 def recommend_by_partition(

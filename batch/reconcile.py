@@ -112,12 +112,12 @@ from tally.money import (
 )
 from tally.money_columns import with_currency
 from tally.pins import frontier_of, read_at_frontier, within
-from tally.settings import DEDUP_MODES, EVIDENCE_ROWS, windowing_problem
+from tally.settings import DEDUP_MODES, EVIDENCE_ROWS
 from tally.spark import without_adaptive_execution
 from tally.tolerance_columns import with_window_verdicts
 from tally.tolerances import NO_RULE, ToleranceRule, rules_from_json
 from tally.vocabulary import ARRIVAL_ORDER
-from tally.windows import describe_windowing, slide_of, window_kind
+from tally.windows import describe_windowing, slide_of, window_kind, windowing_problem
 
 log = logging.getLogger("tally.reconcile")
 

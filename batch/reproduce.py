@@ -40,8 +40,8 @@ from batch.reconcile import (
 )
 from tally import tables
 from tally.dates import epoch_ms, from_epoch_ms
+from tally.durations import format_duration
 from tally.money_columns import with_currency
-from tally.settings import format_duration
 from tally.windows import WINDOW_KEY
 
 SHOWN_WINDOWS = 20  # differing windows named; the rest are counted

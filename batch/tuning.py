@@ -22,11 +22,11 @@ from batch.curve import (
     day_events_with_partition,
     lateness_curve,
     lateness_curve_by_partition,
-    recommend,
     recommend_by_partition,
     with_arrival_seq,
 )
 from tally import tables
+from tally.completeness import recommend
 from tally.dates import business_day_bounds, carried_day, epoch_ms
 from tally.vocabulary import ARRIVAL_ORDER
 

@@ -27,7 +27,7 @@ from bench import phases
 from bench.common import StreamShape, run_process
 from bench.plain_job import AGG_TABLE, BATCH_TABLE, BRONZE_TABLE
 from tally import tables
-from tally.settings import format_duration
+from tally.durations import format_duration
 from tally.windows import WINDOW_KEY
 
 Sampler = Callable[[float, int], None]

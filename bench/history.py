@@ -42,9 +42,9 @@ from bench.nightly import load_day
 from bench.scaleout import reconcile_argv
 from bench.speed import generate_backlog
 from tally import tables
+from tally.durations import format_duration
 from tally.money import DEFAULT_CURRENCY
 from tally.pins import frontier_of
-from tally.settings import format_duration
 
 TARGET = 1.15
 Run = tuple[int, str]  # a nightly's window (ms) and Spark master

@@ -713,7 +713,8 @@ def curve_section(
     spark: SparkSession, warehouse: str, window_ms: int, events: int
 ) -> dict[str, Any]:
     """`lateness_curve` over the date's events from the log, for 10 bounds."""
-    from batch.curve import events_from_log, lateness_curve, recommend
+    from batch.curve import events_from_log, lateness_curve
+    from tally.completeness import recommend
 
     with stopwatch() as t:
         frame, version = events_from_log(spark, warehouse, BUSINESS_DATE, window_ms)

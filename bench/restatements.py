@@ -32,8 +32,8 @@ from batch.restatements import check
 from bench.common import DAY, Backlog, StreamShape, log, run_process, stopwatch
 from bench.speed import generate_backlog
 from tally import tables
+from tally.durations import format_duration
 from tally.ledger_reads import Location, read_ledger
-from tally.settings import format_duration
 
 LATE_AMOUNTS = (1_000, 250, 5)
 CHECK_ROUNDS = 3

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.common import DAY, Backlog, StreamShape, log, run_process, stopwatch
 from bench.speed import generate_backlog
-from tally.settings import format_duration
+from tally.durations import format_duration
 from tally_tools.ports import free_ports
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

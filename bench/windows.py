@@ -91,7 +91,7 @@ from bench import engines, phases
 from bench.common import Backlog, StreamShape, load_average, log, median_run, summary
 from bench.speed import generate_backlog, input_and_setup, input_facts
 from tally import tables
-from tally.settings import format_duration
+from tally.durations import format_duration
 from tally.windows import SESSION_OWNER, WINDOW_KEY
 
 HOPS = 5  # the hopping run's windows per event: slide = window / HOPS

@@ -25,7 +25,8 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 from dags.alerting import AlertRaised, TallyAlertNotifier
 from tally.alert import Alert
 from tally.dates import business_date_of, plain_utc
-from tally.settings import Settings, SettingsError, format_duration, load_settings
+from tally.durations import format_duration
+from tally.settings import Settings, SettingsError, load_settings
 
 DAGS_DIR = Path(__file__).resolve().parent
 SPARK_APP = DAGS_DIR / "spark_apps" / "tally_task.py"

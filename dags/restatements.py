@@ -24,7 +24,8 @@ from dags.alerting import triggering_dates
 from dags.common import restatements_asset
 from dags.signoff import ACCEPT, REJECT, answer_of, fail_sign_off, reason_param
 from tally.dates import parse_business_date
-from tally.settings import Settings, format_duration, load_settings
+from tally.durations import format_duration
+from tally.settings import Settings, load_settings
 from tally.vocabulary import SIGNOFF_TASK
 
 RERUN_TASK = "rerun_dates"

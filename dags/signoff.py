@@ -36,8 +36,9 @@ from airflow.sdk.execution_time.hitl import HITLUser
 from dags.alerting import AlertRaised, context_fields, emit
 from tally.alert import Alert
 from tally.dates import business_date_of
+from tally.durations import format_duration
 from tally.ledger import NEEDS_PERSON_TEXT
-from tally.settings import Settings, format_duration, load_settings
+from tally.settings import Settings, load_settings
 from tally.vocabulary import APPROVE_TASK, SIGNOFF_TASK
 
 ACCEPT, REJECT = "Accept", "Reject"

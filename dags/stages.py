@@ -23,7 +23,8 @@ from typing import Any
 from dags.alerting import AlertRaised, context_fields, emit
 from tally.alert import Alert
 from tally.dates import business_date_of, from_epoch_ms, plain_utc
-from tally.settings import Settings, format_duration, load_settings
+from tally.durations import format_duration
+from tally.settings import Settings, load_settings
 from tally.spark import session_for
 
 NIGHTLY_STAGES = ("reaggregate", "validate", "report", "publish")

@@ -12,9 +12,9 @@ from typing import Any
 
 from expectations.report_data import ReportData
 from tally.dates import business_day_bounds
+from tally.durations import format_duration
 from tally.money import minor_digits
 from tally.outputs import one_line
-from tally.settings import format_duration
 
 LATE_COLOR = "#9467bd"
 UNEXPLAINED_COLOR = "#d62728"

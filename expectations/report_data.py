@@ -37,6 +37,7 @@ from tally.arrivals import (
     first_line,
     marked_first,
 )
+from tally.completeness import meets_target
 from tally.dates import DayBounds, business_day_bounds, in_day, window_in_day
 from tally.ledger import COPIES_SHOWN, COPY_COLUMNS, date_rollup, run_currency
 from tally.money import DEFAULT_CURRENCY, recorded_currency
@@ -46,7 +47,6 @@ from tally.settings import (
     LATENESS_AUTO,
     SettingsError,
     format_duration,
-    meets_target,
     parse_duration,
     setting_default,
 )

@@ -24,9 +24,9 @@ from expectations.report_data import (
     format_count,
     format_rate,
 )
+from tally.durations import format_duration
 from tally.ledger import decision_words
 from tally.money import format_money, minor_digits
-from tally.settings import format_duration
 from tally.tolerances import NO_RULE, OK, WARN
 from tally.window_evidence import window_path
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from tally import tables
 from tally.alert import Alert
-from tally.settings import Settings, format_duration
+from tally.durations import format_duration
+from tally.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tally.settings import meets_target
+from tally.completeness import meets_target
 
 
 def _bucket_edges() -> tuple[int, ...]:

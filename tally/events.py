@@ -30,8 +30,6 @@ from tally.money import DEFAULT_CURRENCY, check_currency, current_currencies
 from tally.spark import jvm_cached, kept_select
 from tally.sql_text import sql_string
 
-KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition", "currency")
-
 # Reasons a source gives a record before it is a line of text (Kafka: a tombstone, bytes
 # that are not UTF-8, a value over `max_record_bytes`); they come before every other reason.
 SOURCE_REASONS = ("null_value", "not_utf8", "oversized_value")

@@ -9,13 +9,35 @@ import dataclasses
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from tally.dates import parse_business_date
+from tally.durations import (
+    LATENESS_AUTO,
+    SettingsError,
+    format_duration,
+    parse_duration,
+    parse_duration_list,
+    parse_lateness,
+)
 from tally.money import DEFAULT_CURRENCY, CurrencyError, check_currency
+from tally.setting_checks import (
+    Check,
+    Parses,
+    SettingCheck,
+    at_least,
+    between,
+    cron,
+    fraction,
+    matches,
+    not_empty,
+    not_negative,
+    one_of,
+    percentage,
+    positive,
+)
 from tally.tolerances import (
     ToleranceError,
     ToleranceRule,
@@ -23,9 +45,8 @@ from tally.tolerances import (
     rules_as_json,
     rules_from_json,
 )
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+from tally.vocabulary import KNOWN_FIELDS
+from tally.windows import windowing_problem
 
 WATERMARK_POLICIES = ("partition-min", "global-max")
 SOURCE_KINDS = ("files", "kafka")
@@ -43,35 +64,6 @@ _USER_ID = re.compile(r"[A-Za-z0-9_.@+-]+")
 # The default cap per kind of each UNEXPLAINED window's records (`reconciliation_evidence`).
 EVIDENCE_ROWS = 1000
 RESTATEMENT_POLICIES = ("rerun", "flag")
-
-
-class SettingsError(ValueError):
-    """A bad setting: the message is one line and names the setting."""
-
-
-def parse_duration(text: str | int, name: str = "duration") -> int:
-    """`500ms`, `10s`, `1m`, `1h`, `1d` (or a bare number of milliseconds) -> milliseconds."""
-    if isinstance(text, bool):
-        raise SettingsError(f"{name}: expected a duration like 500ms, 10s, 1m or 1h, got {text!r}")
-    if isinstance(text, int):
-        if text < 0:
-            raise SettingsError(f"{name}: must not be negative, got {text}")
-        return text
-    match = _DURATION.match(str(text))
-    if not match:
-        raise SettingsError(f"{name}: expected a duration like 500ms, 10s, 1m or 1h, got {text!r}")
-    number, unit = match.groups()
-    if unit is None and number != "0":
-        raise SettingsError(f"{name}: {text!r} has no unit; write e.g. {number}s or {number}ms")
-    return int(number) * _UNIT_MS[unit or "ms"]
-
-
-def parse_duration_list(text: str, name: str = "durations") -> list[int]:
-    """`0s,2s,5s` -> [0, 2000, 5000]; SettingsError naming the setting otherwise."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise SettingsError(f"{name}: expected a list like 0s,2s,5s, got {text!r}")
-    return [parse_duration(p, name) for p in parts]
 
 
 _PARTITIONS = re.compile(r"^(-?\d+)(?:\s*(?:-|\.\.)\s*(-?\d+))?$")
@@ -168,70 +160,9 @@ def format_partition_durations(by_partition: Mapping[int, int]) -> str:
     return ",".join(parts)
 
 
-def format_duration(ms: int) -> str:
-    for unit in ("d", "h", "m", "s"):
-        if ms and ms % _UNIT_MS[unit] == 0:
-            return f"{ms // _UNIT_MS[unit]}{unit}"
-    return f"{ms}ms"
-
-
 def user_ids(text: str) -> tuple[str, ...]:
     """Comma-separated Airflow user ids, in order, each once (blank items dropped)."""
     return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-
-
-def _signoff_people_problem(
-    two_person: str, preparers: tuple[str, ...], approvers: tuple[str, ...]
-) -> str | None:
-    """Why the sign-off settings cannot work (one line), or None: a known two-person rule,
-    user ids Airflow can have, and an approver left for whatever any preparer prepares."""
-    if two_person not in TWO_PERSON_RULES:
-        return (
-            f"signoff_two_person: expected one of {', '.join(TWO_PERSON_RULES)}, got {two_person!r}"
-        )
-    for name, ids in (("signoff_preparers", preparers), ("signoff_approvers", approvers)):
-        bad = [i for i in ids if not _USER_ID.fullmatch(i)]
-        if bad:
-            return f"{name}: {bad[0]!r} is not an Airflow user id (letters, digits, _.@+-)"
-    if two_person == "never" or not approvers:
-        return None
-    if len(approvers) == 1 and (not preparers or approvers[0] in preparers):
-        return (
-            f"signoff_approvers: {approvers[0]} alone cannot approve what {approvers[0]} "
-            "prepared (name a second approver, or preparers without them)"
-        )
-    return None
-
-
-def windowing_problem(window_ms: int, slide_ms: int | None, session_gap_ms: int) -> str | None:
-    """Why a window size, slide (0 or None: tumbling) and session gap (0: fixed windows) make
-    no windowing, in one line naming the setting; None when they make one (docs/semantics.md,
-    "Windows"). The one check: the settings and the nightly use it."""
-    slide = slide_ms or 0
-    if window_ms <= 0:
-        return f"window: must be positive, got {format_duration(window_ms)}"
-    if slide < 0 or slide > window_ms or (slide and window_ms % slide):
-        return (
-            f"window_slide: the window {format_duration(window_ms)} must be a multiple of the "
-            f"slide, got {format_duration(slide)}"
-        )
-    if session_gap_ms < 0:
-        return f"session_gap: must be positive (or 0: off), got {format_duration(session_gap_ms)}"
-    if session_gap_ms and slide:
-        return (
-            "session_gap and window_slide: both set; pick one window kind (sessions, or "
-            "hopping windows)"
-        )
-    return None
-
-
-def meets_target(admitted: int, events: int, target: float) -> bool:
-    """Completeness `100 · admitted / events` reaches `completeness_target`, exactly (the
-    target read as the decimal it prints as; no events is complete). The one place the target
-    is compared: the lateness curve, the tuning and the report use it."""
-    if events == 0:
-        return True
-    return Fraction(100 * admitted, events) >= Fraction(repr(float(target)))
 
 
 def default_checkpoint(warehouse: str) -> str:
@@ -253,31 +184,78 @@ def kafka_client_options(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _setting(default: Any, help: str, kind: str | None = None) -> Any:
+def _setting(
+    default: Any, help: str, kind: str | None = None, check: SettingCheck | None = None
+) -> Any:
     """A settings field with its meaning (`help`): the one text `tally --help` and
-    docs/configuration.md show. `kind` marks the values parsed from text beyond the type."""
-    metadata = {"help": help} if kind is None else {"help": help, "kind": kind}
+    docs/configuration.md show. `kind` marks the values parsed from text beyond the type;
+    `check` is the rule a value must keep (docs/configuration.md states it too)."""
+    metadata: dict[str, Any] = {"help": help}
+    if kind is not None:
+        metadata["kind"] = kind
+    if check is not None:
+        metadata["check"] = check
     return field(default=default, metadata=metadata)
 
 
-def _duration_field(default: str, help: str) -> Any:
-    return _setting(parse_duration(default), help, kind="duration")
+def _duration_field(default: str, help: str, check: SettingCheck | None = None) -> Any:
+    return _setting(parse_duration(default), help, kind="duration", check=check)
 
 
-LATENESS_AUTO = "auto"
+# -- the checks of single values that need a parser or more than one rule ----------------------
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SOURCE_WATERMARK_FIELD = Check(
+    lambda v: not v or (_IDENTIFIER.fullmatch(v) is not None and v not in KNOWN_FIELDS),
+    "a field name other than the event's own (letters, digits, '_'), got {value!r}",
+    "empty, or a field name (letters, digits, '_') other than the event's own",
+)
 
 
-def parse_lateness(text: str | int | None, name: str = "lateness") -> int | None:
-    """A duration, or `auto` (None: adaptive lateness, docs/semantics.md)."""
-    if text is None or (isinstance(text, str) and text.strip().lower() == LATENESS_AUTO):
-        return None
-    return parse_duration(text, name)
+def _expected_partitions(text: Any, name: str) -> None:
+    if text != ALL_PARTITIONS:
+        parse_partition_list(text, name)
+
+
+def _time_zone(text: str, name: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):  # no such zone; a name that is no key
+        raise SettingsError(f"{name}: unknown time zone {text!r}") from None
+
+
+def _currency(code: str, name: str) -> None:
+    try:
+        check_currency(code)
+    except CurrencyError as exc:
+        raise SettingsError(f"{name}: {str(exc).removeprefix('currency: ')}") from None
+
+
+def _tolerance_rules(raw: Any, name: str) -> None:
+    tolerance_text(raw)  # its errors name the rule and the field
+
+
+def _business_date(text: str, name: str) -> None:
+    try:
+        parse_business_date(text)
+    except ValueError:
+        raise SettingsError(f"{name}: expected YYYY-MM-DD, got {text!r}") from None
+
+
+def _airflow_user_ids(text: str, name: str) -> None:
+    bad = [i for i in user_ids(text) if not _USER_ID.fullmatch(i)]
+    if bad:
+        raise SettingsError(
+            f"{name}: {bad[0]!r} is not an Airflow user id (letters, digits, _.@+-)"
+        )
 
 
 @dataclass(frozen=True)
 class Settings:
     """Everything an entry point may need. Durations are integer milliseconds. Each field's
-    `help` says what it means (docs/configuration.md is generated from them)."""
+    `help` says what it means and its `check` the rule its value keeps; `RELATIONS` (below)
+    are the rules between fields (docs/configuration.md is generated from all three)."""
 
     # -- windows and the watermark (the stream; the nightly uses the same windows)
     window: int = _duration_field("60s", "window size (of tumbling or hopping windows), e.g. 60s")
@@ -316,6 +294,7 @@ class Settings:
         "source watermarks: a JSON line with this field and no event_id is a control record "
         "setting its partition's watermark, e.g. watermark (empty = off: such a line is "
         'quarantined as missing_event_id; docs/semantics.md, "Source watermarks")',
+        check=_SOURCE_WATERMARK_FIELD,
     )
     lateness_by_partition: str = _setting(
         "",
@@ -323,6 +302,7 @@ class Settings:
         "`lateness` there: 0=100ms,1-3=30s, or a TOML table "
         '{"0" = "100ms", "1-3" = "30s"} (docs/semantics.md, "Watermark")',
         kind="partition_durations",
+        check=Parses(parse_partition_durations, "partition=duration pairs, each partition once"),
     )
     expected_partitions: str = _setting(
         "",
@@ -331,6 +311,7 @@ class Settings:
         "TOML list [0, 1, 2], or all (Kafka: the topic's partitions at start; docs/semantics.md, "
         '"Expected partitions")',
         kind="partition_list",
+        check=Parses(_expected_partitions, "all, or partitions and ranges, each partition once"),
     )
     allowed_lateness: int = _duration_field(
         "0s", "allowed lateness G: a closed window is revised by late events for this long"
@@ -355,12 +336,14 @@ class Settings:
         "partition-min",
         "partition-min (the minimum over active partitions) or global-max (Spark's rule: the "
         "maximum over all partitions)",
+        check=one_of(WATERMARK_POLICIES),
     )
     # -- where things are
     warehouse: str = _setting(
         "warehouse",
         "warehouse location of the Delta tables: a directory or any Hadoop-compatible URI "
         "(s3a://BUCKET/PREFIX)",
+        check=not_empty,
     )
     checkpoint: str = _setting(
         "", "the stream's checkpoint location (empty = <warehouse>/_checkpoints/stream)"
@@ -387,6 +370,7 @@ class Settings:
         "where the stream runs its housekeeping: inline (between micro-batches, one action a "
         "gap, on the stream's own thread) or thread (a background thread beside the "
         "micro-batches)",
+        check=one_of(MAINTENANCE_MODES),
     )
     compact_interval: int = _duration_field(
         "1h",
@@ -398,6 +382,7 @@ class Settings:
         "an open events date or unpartitioned stream table is compacted (at most every "
         "compact_interval) once it holds this many small files (Delta's own auto-compaction "
         "threshold, spark.databricks.delta.autoCompact.minNumFiles; at least 2)",
+        check=at_least(2),
     )
     compact_closed_dates: bool = _setting(
         True,
@@ -411,30 +396,48 @@ class Settings:
         "7d",
         "delta.deletedFileRetentionDuration of the tables: VACUUM deletes files removed this "
         "long ago (at least 1h: longer than any write in flight)",
+        check=at_least(3_600_000, duration=True),
     )
     log_retention: int = _duration_field(
         "30d",
         "delta.logRetentionDuration of the tables: commits older than this are cleaned up at "
         "checkpoints (time travel by version reaches back the shorter of this and "
         "deleted_file_retention; audit pins need neither)",
+        check=at_least(3_600_000, duration=True),
     )
     audit_window: int = _duration_field(
         "90d",
         "how long a reconciliation run must stay reproducible (tally reconcile --reproduce): "
         "its pins read the stream tables' rows at their batch frontiers, so the rows must be "
         "kept this long (at least 1d)",
+        check=at_least(86_400_000, duration=True),
     )
     # -- Kafka (client options, security included, come from TALLY_KAFKA_OPT_* only:
     # `kafka_client_options`)
     source_kind: str = _setting(
-        "files", "where events come from: files (the input directory) or kafka (the topic)"
+        "files",
+        "where events come from: files (the input directory) or kafka (the topic)",
+        check=one_of(SOURCE_KINDS),
     )
     kafka_bootstrap: str = _setting(
         "127.0.0.1:19092",
         "Kafka bootstrap servers, HOST:PORT[,HOST:PORT] (default: the broker scripts/kafka.sh "
         "starts)",
+        check=matches(
+            r"[^\s,]+:\d+(,[^\s,]+:\d+)*",
+            "expected HOST:PORT[,HOST:PORT...]",
+            "HOST:PORT[,HOST:PORT...]",
+        ),
     )
-    kafka_topic: str = _setting("tally-events", "Kafka topic")
+    kafka_topic: str = _setting(
+        "tally-events",
+        "Kafka topic",
+        check=matches(
+            r"[A-Za-z0-9._-]{1,249}",
+            "letters, digits, '.', '_' and '-' only",
+            "1 to 249 letters, digits, '.', '_' and '-'",
+        ),
+    )
     kafka_connect_timeout: int = _duration_field(
         "15s",
         "how long the stream and `tally produce` wait for the broker's metadata before they "
@@ -444,11 +447,15 @@ class Settings:
         "earliest",
         "earliest or latest: where a new checkpoint starts in the topic (afterwards the "
         "checkpoint's offsets)",
+        check=one_of(KAFKA_STARTING_OFFSETS),
     )
-    max_records_per_trigger: int = _setting(200_000, "Kafka records per micro-batch")
+    max_records_per_trigger: int = _setting(
+        200_000, "Kafka records per micro-batch", check=positive
+    )
     max_record_bytes: int = _setting(
         1_048_576,
         "a Kafka record value longer than this is quarantined (oversized_value), never parsed",
+        check=positive,
     )
     # -- Spark and object storage
     spark_master: str = _setting(
@@ -460,6 +467,13 @@ class Settings:
         "",
         "on a cluster: the heap of each executor, e.g. 2g (empty = Spark's default, 1g; "
         "ignored in local mode)",
+        check=matches(
+            r"\d+[kmgt]?",
+            "expected a size like 512m or 2g",
+            "a size like 512m or 2g",
+            flags=re.IGNORECASE,
+            empty=True,
+        ),
     )
     quick_jit: bool = _setting(
         False,
@@ -479,38 +493,50 @@ class Settings:
         0,
         "on a standalone cluster: the cores one application may hold (0 = all the cluster "
         "offers); cap it so a long-running stream leaves cores for the nightly jobs",
+        check=not_negative("must not be negative (0 = no cap)"),
     )
     s3_endpoint: str = _setting(
         "",
         "S3-compatible endpoint for s3a:// warehouses, e.g. http://127.0.0.1:19000 (empty = "
         "AWS's own endpoints). Credentials are never settings: AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY, or the default provider chain",
+        check=matches(
+            r"https?://[^\s/]+/?",
+            "expected http(s)://HOST[:PORT]",
+            "http(s)://HOST[:PORT]",
+            empty=True,
+        ),
     )
     s3_region: str = _setting("", "S3 region (empty = the provider chain's region, AWS_REGION)")
     s3_path_style: bool = _setting(
         False, "bucket in the path, not the host name (most S3 servers other than AWS)"
     )
     max_files_per_trigger: int = _setting(
-        8, "input files per micro-batch (a batch holds whole files)"
+        8, "input files per micro-batch (a batch holds whole files)", check=positive
     )
-    shuffle_partitions: int = _setting(4, "spark.sql.shuffle.partitions for the job")
+    shuffle_partitions: int = _setting(
+        4, "spark.sql.shuffle.partitions for the job", check=positive
+    )
     # -- the nightly: business dates, data quality, the lateness curve, outputs
     report_timezone: str = _setting(
         "UTC",
         "time zone of business dates (a window belongs to the date its start falls on) and of "
         "the Airflow schedules, e.g. Asia/Kolkata",
+        check=Parses(_time_zone, "a time zone (IANA name)"),
     )
     dedup: str = _setting(
         "index",
         "how the nightly finds each event's first arrival over the whole log: index (the "
         "index of event ids, caught up with what arrived since the last run: the cost "
         "of the day) or full (every repeated id of the log ranked each run; the oracle)",
+        check=one_of(DEDUP_MODES),
     )
     evidence_rows: int = _setting(
         EVIDENCE_ROWS,
         "the nightly keeps at most this many records of each kind (events, late rows, stream "
         "revisions) of each UNEXPLAINED window in reconciliation_evidence, never-counted "
         "events first (the desk's window pages read them)",
+        check=between(1, 100_000),
     )
     restatement_policy: str = _setting(
         "rerun",
@@ -518,14 +544,18 @@ class Settings:
         "is re-run; a change within the restatement tolerance is signed off automatically, a "
         "larger one asks for sign-off again) or flag (recorded pending, and tally "
         "restatements exits 1; the date stays reopened until someone re-runs it)",
+        check=one_of(RESTATEMENT_POLICIES),
     )
     restatement_tolerance_events: int = _setting(
-        0, "events a restatement may add (in absolute value) and be signed off automatically"
+        0,
+        "events a restatement may add (in absolute value) and be signed off automatically",
+        check=not_negative("must be 0 or more"),
     )
     restatement_tolerance_amount: int = _setting(
         0,
         "amount (minor units) a restatement may add (in absolute value) and be signed off "
         "automatically",
+        check=not_negative("must be 0 or more"),
     )
     late_rate_warn: float = _setting(
         0.001, "validation warns when late events exceed this share of the day's events"
@@ -544,6 +574,7 @@ class Settings:
         "event without a `currency` (recorded in its events row), rows written before events "
         "carried one (read as it), and a date without windows (its one summary row); every "
         "other amount is in its own row's currency, kept apart per currency",
+        check=Parses(_currency, "an ISO 4217 code in use, upper case"),
     )
     tolerance: str = _setting(
         "[]",
@@ -558,24 +589,31 @@ class Settings:
         "TALLY_TOLERANCE the same as a JSON array. Held and recorded as canonical JSON "
         '(docs/semantics.md, "Materiality tolerances")',
         kind="tolerance_rules",
+        check=Parses(_tolerance_rules, "each rule a key, names unique, each limit warn <= fail"),
     )
     completeness_target: float = _setting(
         99.9,
         "completeness in percent a lateness bound must reach (the lateness curve, the weekly "
         "tuning, the report; the stream's target under lateness auto)",
+        check=percentage,
     )
     lateness_candidates: str = _setting(
         "0s,1s,2s,5s,10s,30s,1m,5m",
         "the lateness bounds the curve and the weekly tuning try (the configured one is added)",
+        check=Parses(parse_duration_list, "durations, comma-separated"),
     )
     amount_min: int = _setting(
         -1_000_000_000, "validation: the smallest amount, in minor units (-10,000,000.00)"
     )
     amount_max: int = _setting(1_000_000_000, "validation: the largest amount, in minor units")
     clock_skew_tolerance: float = _setting(
-        0.0, "validation: the share of events allowed further ahead than max_clock_skew"
+        0.0,
+        "validation: the share of events allowed further ahead than max_clock_skew",
+        check=fraction,
     )
-    duplicate_rate_max: float = _setting(0.01, "validation: the largest share of duplicate events")
+    duplicate_rate_max: float = _setting(
+        0.01, "validation: the largest share of duplicate events", check=fraction
+    )
     watermark_lag_max: int = _duration_field(
         "10m", "validation: the largest watermark lag of the last micro-batch that was not drained"
     )
@@ -594,13 +632,18 @@ class Settings:
         3.0,
         "health: alert when the watermark lag is above this factor times the median lag of "
         "recent batches (and above health_min_lag)",
+        check=positive,
     )
     health_min_lag: int = _duration_field(
         "1m", "health: the watermark lag below which no lag alert is raised"
     )
-    health_history: int = _setting(20, "health: the recent batches read (steady state, late rate)")
+    health_history: int = _setting(
+        20, "health: the recent batches read (steady state, late rate)", check=not_negative()
+    )
     health_spread_batches: int = _setting(
-        5, "health: alert when the partition spread rose in each of the last this many batches"
+        5,
+        "health: alert when the partition spread rose in each of the last this many batches",
+        check=not_negative(),
     )
     health_idle_max: int = _duration_field(
         "10m", "health: alert on a partition silent (or expected and unheard) this long"
@@ -609,29 +652,33 @@ class Settings:
         3,
         "health: alert on a partition whose source watermark went back in at least this many "
         "of the last health_regression_batches batches (0 = no such alert)",
+        check=not_negative(),
     )
     health_regression_batches: int = _setting(
-        10, "health: the recent batches health_regression_min counts over"
+        10, "health: the recent batches health_regression_min counts over", check=positive
     )
     # -- orchestration (the Airflow DAGs): runner, schedules, retries, sensor
     spark_runner: str = _setting(
         "local",
         "Airflow: local runs Spark in the task's process; submit runs each stage with "
         "spark-submit through the connection tally_spark",
+        check=one_of(SPARK_RUNNERS),
     )
     nightly_schedule: str = _setting(
-        "30 0 * * *", "Airflow: cron of the nightly reconciliation, in report_timezone"
+        "30 0 * * *", "Airflow: cron of the nightly reconciliation, in report_timezone", check=cron
     )
     nightly_start: str = _setting(
-        "2026-11-20", "Airflow: the first business date the nightly DAG reconciles"
+        "2026-11-20",
+        "Airflow: the first business date the nightly DAG reconciles",
+        check=Parses(_business_date, "a date, YYYY-MM-DD"),
     )
     health_schedule: str = _setting(
-        "*/5 * * * *", "Airflow: cron of the streaming health check, in report_timezone"
+        "*/5 * * * *", "Airflow: cron of the streaming health check, in report_timezone", check=cron
     )
     tuning_schedule: str = _setting(
-        "0 3 * * 1", "Airflow: cron of the weekly lateness tuning, in report_timezone"
+        "0 3 * * 1", "Airflow: cron of the weekly lateness tuning, in report_timezone", check=cron
     )
-    retries: int = _setting(2, "Airflow: retries of a failed task")
+    retries: int = _setting(2, "Airflow: retries of a failed task", check=not_negative())
     retry_delay: int = _duration_field(
         "5m", "Airflow: the delay before a task's first retry (then exponential back-off)"
     )
@@ -656,21 +703,29 @@ class Settings:
         "materiality tolerances grade fail, or any unexplained gap without tolerance rules: a "
         "reviewer prepares, a different person approves) or never (one person decides every "
         "date)",
+        check=one_of(TWO_PERSON_RULES),
     )
     signoff_preparers: str = _setting(
         "",
         "Airflow: the user ids who may decide a date (one person) or prepare it (two), "
         "comma-separated (SimpleAuthManager: user names); empty = any user Airflow lets answer",
+        check=Parses(
+            _airflow_user_ids, "Airflow user ids (letters, digits, _.@+-), comma-separated"
+        ),
     )
     signoff_approvers: str = _setting(
         "",
         "Airflow: the user ids who may approve a prepared decision, comma-separated; empty = any "
         "user Airflow lets answer; never the one who prepared it",
+        check=Parses(
+            _airflow_user_ids, "Airflow user ids (letters, digits, _.@+-), comma-separated"
+        ),
     )
     aging_max: int = _duration_field(
         "7d",
         "open items (dates someone must act on): an alert when one has been open this long, "
         "and again each time it has been open another aging_max",
+        check=at_least(3_600_000, duration=True),
     )
     desk_timeout: int = _duration_field(
         "15s",
@@ -679,203 +734,17 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        problem = windowing_problem(self.window, self.window_slide, self.session_gap)
-        if problem is not None:
-            raise SettingsError(problem)
-        if self.source_watermark_field and (
-            not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.source_watermark_field)
-            or self.source_watermark_field
-            in ("event_id", "key", "amount", "event_time", "partition")
-        ):
-            raise SettingsError(
-                "source_watermark_field: a field name other than the event's own (letters, "
-                f"digits, '_'), got {self.source_watermark_field!r}"
-            )
-        if self.watermark_policy not in WATERMARK_POLICIES:
-            raise SettingsError(
-                f"watermark_policy: expected one of {', '.join(WATERMARK_POLICIES)}, "
-                f"got {self.watermark_policy!r}"
-            )
-        if self.source_kind not in SOURCE_KINDS:
-            raise SettingsError(
-                f"source_kind: expected one of {', '.join(SOURCE_KINDS)}, got {self.source_kind!r}"
-            )
-        if self.max_files_per_trigger <= 0:
-            raise SettingsError(
-                f"max_files_per_trigger: must be positive, got {self.max_files_per_trigger}"
-            )
-        if self.kafka_starting_offsets not in KAFKA_STARTING_OFFSETS:
-            raise SettingsError(
-                "kafka_starting_offsets: expected one of "
-                f"{', '.join(KAFKA_STARTING_OFFSETS)}, got {self.kafka_starting_offsets!r}"
-            )
-        for name in ("max_records_per_trigger", "max_record_bytes"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name}: must be positive, got {getattr(self, name)}")
-        if self.maintenance_mode not in MAINTENANCE_MODES:
-            raise SettingsError(
-                f"maintenance_mode: expected one of {', '.join(MAINTENANCE_MODES)}, "
-                f"got {self.maintenance_mode!r}"
-            )
-        if self.dedup not in DEDUP_MODES:
-            raise SettingsError(
-                f"dedup: expected one of {', '.join(DEDUP_MODES)}, got {self.dedup!r}"
-            )
-        if self.restatement_policy not in RESTATEMENT_POLICIES:
-            raise SettingsError(
-                "restatement_policy: expected one of "
-                f"{', '.join(RESTATEMENT_POLICIES)}, got {self.restatement_policy!r}"
-            )
-        for name in ("restatement_tolerance_events", "restatement_tolerance_amount"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{name}: must be 0 or more, got {getattr(self, name)}")
-        signoff_people_problem = _signoff_people_problem(
-            self.signoff_two_person, self.preparers, self.approvers
-        )
-        if signoff_people_problem:
-            raise SettingsError(signoff_people_problem)
-        if not 1 <= self.evidence_rows <= 100_000:
-            raise SettingsError(
-                f"evidence_rows: must be between 1 and 100000, got {self.evidence_rows}"
-            )
-        if self.compact_min_files < 2:
-            raise SettingsError(
-                f"compact_min_files: must be at least 2, got {self.compact_min_files}"
-            )
-        for name in ("deleted_file_retention", "log_retention"):
-            if getattr(self, name) < 3_600_000:
-                raise SettingsError(
-                    f"{name}: must be at least 1h, got {format_duration(getattr(self, name))}"
-                )
-        if self.aging_max < 3_600_000:
-            raise SettingsError(
-                f"aging_max: must be at least 1h, got {format_duration(self.aging_max)}"
-            )
-        if self.audit_window < 86_400_000:
-            raise SettingsError(
-                f"audit_window: must be at least 1d, got {format_duration(self.audit_window)}"
-            )
-        if self.stream_lease and self.lease_ttl < 1_000:
-            raise SettingsError(
-                f"lease_ttl: must be at least 1s, got {format_duration(self.lease_ttl)}"
-            )
-        if self.shuffle_partitions <= 0:
-            raise SettingsError(
-                f"shuffle_partitions: must be positive, got {self.shuffle_partitions}"
-            )
-        if self.spark_executor_memory and not re.fullmatch(
-            r"\d+[kmgt]?", self.spark_executor_memory, re.IGNORECASE
-        ):
-            raise SettingsError(
-                "spark_executor_memory: expected a size like 512m or 2g, got "
-                f"{self.spark_executor_memory!r}"
-            )
-        if self.spark_cores_max < 0:
-            raise SettingsError(
-                f"spark_cores_max: must not be negative (0 = no cap), got {self.spark_cores_max}"
-            )
-        if not self.warehouse:
-            raise SettingsError("warehouse: must not be empty")
-        if self.s3_endpoint and not re.fullmatch(r"https?://[^\s/]+/?", self.s3_endpoint):
-            raise SettingsError(
-                f"s3_endpoint: expected http(s)://HOST[:PORT], got {self.s3_endpoint!r}"
-            )
-        if not re.fullmatch(r"[^\s,]+:\d+(,[^\s,]+:\d+)*", self.kafka_bootstrap):
-            raise SettingsError(
-                f"kafka_bootstrap: expected HOST:PORT[,HOST:PORT...], got {self.kafka_bootstrap!r}"
-            )
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.kafka_topic):
-            raise SettingsError(
-                f"kafka_topic: letters, digits, '.', '_' and '-' only, got {self.kafka_topic!r}"
-            )
-        if not (0 <= self.late_rate_warn <= self.late_rate_fail <= 1):
-            raise SettingsError(
-                "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
-                f"{self.late_rate_warn}/{self.late_rate_fail}"
-            )
-        if self.amount_min > self.amount_max:
-            raise SettingsError(
-                f"amount_min/amount_max: min {self.amount_min} > max {self.amount_max}"
-            )
-        for name in ("clock_skew_tolerance", "duplicate_rate_max"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise SettingsError(
-                    f"{name}: must be a fraction in [0, 1], got {getattr(self, name)}"
-                )
-        if not (0 < self.completeness_target <= 100):
-            raise SettingsError(
-                f"completeness_target: must be a percentage in (0, 100], got "
-                f"{self.completeness_target}"
-            )
-        if self.lateness_min > self.lateness_max:
-            raise SettingsError(
-                f"lateness_min/lateness_max: min {format_duration(self.lateness_min)} > max "
-                f"{format_duration(self.lateness_max)}"
-            )
-        if self.lateness is None and self.lateness_max == 0:
-            raise SettingsError(
-                "lateness_max: lateness auto needs a positive lateness_max (0 is a fixed bound "
-                "of 0: set lateness = 0s)"
-            )
-        parse_duration_list(self.lateness_candidates, "lateness_candidates")
-        tolerance_text(self.tolerance)
-        if self.unexplained_tolerance and self.tolerance_rules:
-            raise SettingsError(
-                "unexplained_tolerance: a count of UNEXPLAINED windows is not checked under "
-                "materiality tolerance rules (they grade the date: give a date limit, e.g. "
-                f"fail_count); set one of them, got {self.unexplained_tolerance} and rules"
-            )
-        try:
-            check_currency(self.default_currency)
-        except CurrencyError as exc:
-            problem = str(exc).removeprefix("currency: ")
-            raise SettingsError(f"default_currency: {problem}") from None
-        parse_partition_durations(self.lateness_by_partition, "lateness_by_partition")
-        if self.expected_partitions == ALL_PARTITIONS and self.source_kind != "kafka":
-            raise SettingsError(
-                "expected_partitions: all means every partition of a Kafka topic; with "
-                f"source_kind {self.source_kind} list them, e.g. 0-2"
-            )
-        if self.expected_partitions != ALL_PARTITIONS:
-            parse_partition_list(self.expected_partitions, "expected_partitions")
-        self._check_orchestration()
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(self.report_timezone)
-        except (ZoneInfoNotFoundError, ValueError):  # no such zone; a name that is no key
-            raise SettingsError(
-                f"report_timezone: unknown time zone {self.report_timezone!r}"
-            ) from None
-
-    def _check_orchestration(self) -> None:
-        if self.spark_runner not in SPARK_RUNNERS:
-            raise SettingsError(
-                f"spark_runner: expected one of {', '.join(SPARK_RUNNERS)}, "
-                f"got {self.spark_runner!r}"
-            )
-        try:
-            parse_business_date(self.nightly_start)
-        except ValueError:
-            raise SettingsError(
-                f"nightly_start: expected YYYY-MM-DD, got {self.nightly_start!r}"
-            ) from None
-        for name in ("retries", "health_history", "health_spread_batches", "health_regression_min"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{name}: must not be negative, got {getattr(self, name)}")
-        if self.health_regression_batches < 1:
-            raise SettingsError(
-                f"health_regression_batches: must be positive, got {self.health_regression_batches}"
-            )
-        if self.health_lag_factor <= 0:
-            raise SettingsError(
-                f"health_lag_factor: must be positive, got {self.health_lag_factor}"
-            )
-        for name in ("nightly_schedule", "health_schedule", "tuning_schedule"):
-            if len(getattr(self, name).split()) != 5:
-                raise SettingsError(
-                    f"{name}: expected a cron expression of 5 fields, got {getattr(self, name)!r}"
-                )
+        """Each field's own check in field order, then the relations between fields: the
+        first problem stops it, as one line naming the setting."""
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            problem = check(f.name, getattr(self, f.name)) if check else None
+            if problem:
+                raise SettingsError(problem)
+        for relation in RELATIONS:
+            problem = relation.problem(self)
+            if problem:
+                raise SettingsError(problem)
 
     @property
     def preparers(self) -> tuple[str, ...]:
@@ -974,6 +843,130 @@ class Settings:
                 value = format_duration(value)
             out[f.name] = value
         return out
+
+
+class Relation(NamedTuple):
+    """A rule between settings: the `fields` it reads, the rule in words (each field's row of
+    docs/configuration.md states it) and `problem`, one line naming the setting, or None."""
+
+    fields: tuple[str, ...]
+    rule: str
+    problem: Callable[[Settings], str | None]
+
+
+def _lone_approver(s: Settings) -> str | None:
+    """An approver left for whatever any preparer prepares (two people sign a fail gap)."""
+    approvers = s.approvers
+    if s.signoff_two_person == "never" or len(approvers) != 1:
+        return None
+    if s.preparers and approvers[0] not in s.preparers:
+        return None
+    return (
+        f"signoff_approvers: {approvers[0]} alone cannot approve what {approvers[0]} "
+        "prepared (name a second approver, or preparers without them)"
+    )
+
+
+def _late_rates(s: Settings) -> str | None:
+    if 0 <= s.late_rate_warn <= s.late_rate_fail <= 1:
+        return None
+    return (
+        "late_rate_warn/late_rate_fail: need 0 <= warn <= fail <= 1, got "
+        f"{s.late_rate_warn}/{s.late_rate_fail}"
+    )
+
+
+def _unexplained_and_rules(s: Settings) -> str | None:
+    if not (s.unexplained_tolerance and s.tolerance_rules):
+        return None
+    return (
+        "unexplained_tolerance: a count of UNEXPLAINED windows is not checked under "
+        "materiality tolerance rules (they grade the date: give a date limit, e.g. "
+        f"fail_count); set one of them, got {s.unexplained_tolerance} and rules"
+    )
+
+
+# In the order they are checked, after every field's own check.
+RELATIONS = (
+    Relation(
+        ("window", "window_slide", "session_gap"),
+        "window > 0 and a multiple of window_slide (when set); not both window_slide and "
+        "session_gap",
+        lambda s: windowing_problem(s.window, s.window_slide, s.session_gap),
+    ),
+    Relation(
+        ("signoff_two_person", "signoff_preparers", "signoff_approvers"),
+        "under signoff_two_person fail, one approver alone is not also a preparer",
+        _lone_approver,
+    ),
+    Relation(
+        ("stream_lease", "lease_ttl"),
+        "lease_ttl >= 1s while stream_lease is on",
+        lambda s: (
+            f"lease_ttl: must be at least 1s, got {format_duration(s.lease_ttl)}"
+            if s.stream_lease and s.lease_ttl < 1_000
+            else None
+        ),
+    ),
+    Relation(
+        ("late_rate_warn", "late_rate_fail"),
+        "0 <= late_rate_warn <= late_rate_fail <= 1",
+        _late_rates,
+    ),
+    Relation(
+        ("amount_min", "amount_max"),
+        "amount_min <= amount_max",
+        lambda s: (
+            f"amount_min/amount_max: min {s.amount_min} > max {s.amount_max}"
+            if s.amount_min > s.amount_max
+            else None
+        ),
+    ),
+    Relation(
+        ("lateness_min", "lateness_max"),
+        "lateness_min <= lateness_max",
+        lambda s: (
+            f"lateness_min/lateness_max: min {format_duration(s.lateness_min)} > max "
+            f"{format_duration(s.lateness_max)}"
+            if s.lateness_min > s.lateness_max
+            else None
+        ),
+    ),
+    Relation(
+        ("lateness", "lateness_max"),
+        "lateness auto needs lateness_max > 0",
+        lambda s: (
+            "lateness_max: lateness auto needs a positive lateness_max (0 is a fixed bound "
+            "of 0: set lateness = 0s)"
+            if s.lateness is None and s.lateness_max == 0
+            else None
+        ),
+    ),
+    Relation(
+        ("unexplained_tolerance", "tolerance"),
+        "unexplained_tolerance 0 when tolerance rules are given",
+        _unexplained_and_rules,
+    ),
+    Relation(
+        ("expected_partitions", "source_kind"),
+        "all only with source_kind kafka",
+        lambda s: (
+            "expected_partitions: all means every partition of a Kafka topic; with "
+            f"source_kind {s.source_kind} list them, e.g. 0-2"
+            if s.expected_partitions == ALL_PARTITIONS and s.source_kind != "kafka"
+            else None
+        ),
+    ),
+)
+
+
+def setting_rules(name: str) -> list[str]:
+    """The rules a setting's value keeps, in words: its own check's, then each relation's
+    that reads it (docs/configuration.md)."""
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    check = fields[name].metadata.get("check")
+    own = [check.describe()] if check else []
+    return own + [r.rule for r in RELATIONS if name in r.fields]
 
 
 def setting_default(name: str) -> Any:

@@ -3,6 +3,9 @@ arrival order, severities. Defined once here; everything else imports them."""
 
 from __future__ import annotations
 
+# -- the event contract's own fields (tally/events.py; its JVM line scanner states them in Java)
+KNOWN_FIELDS = ("event_id", "key", "amount", "event_time", "partition", "currency")
+
 # -- how an event arrived (events.arrival_status) ---------------------------------------------
 ON_TIME = "on_time"  # its window was open
 ALLOWED_LATE = "allowed_late"  # its window had closed, within allowed lateness: a revision

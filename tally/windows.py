@@ -11,16 +11,21 @@ Session windows (a gap D instead of a size): each event spans `[t, t + D)`, and 
 are merged into sessions by `session_ids` / `merge_sessions` (docs/semantics.md, "Session
 windows"); the batch layer merges first arrivals, the speed layer merges a batch's spans with
 the sessions it holds, both with this code.
+
+`windowing_problem` is the one check of a window size, slide and gap (the settings and the
+nightly). Pure stdlib at import (the settings import this module, and the DAG files import the
+settings at parse time); the Column functions import pyspark when they are called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from tally.durations import format_duration
 
-from tally.settings import format_duration
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 # A window's identity: its bounds, the key and the currency (amounts of two currencies are
 # never added: each is a total of its own).
@@ -67,6 +72,28 @@ def describe_windowing(window_ms: int, slide_ms: int | None = None, session_gap_
     return f"hopping {format_duration(window_ms)} every {slide}"
 
 
+def windowing_problem(window_ms: int, slide_ms: int | None, session_gap_ms: int) -> str | None:
+    """Why a window size, slide (0 or None: tumbling) and session gap (0: fixed windows) make
+    no windowing, in one line naming the setting; None when they make one (docs/semantics.md,
+    "Windows"). The one check: the settings and the nightly use it."""
+    slide = slide_ms or 0
+    if window_ms <= 0:
+        return f"window: must be positive, got {format_duration(window_ms)}"
+    if slide < 0 or slide > window_ms or (slide and window_ms % slide):
+        return (
+            f"window_slide: the window {format_duration(window_ms)} must be a multiple of the "
+            f"slide, got {format_duration(slide)}"
+        )
+    if session_gap_ms < 0:
+        return f"session_gap: must be positive (or 0: off), got {format_duration(session_gap_ms)}"
+    if session_gap_ms and slide:
+        return (
+            "session_gap and window_slide: both set; pick one window kind (sessions, or "
+            "hopping windows)"
+        )
+    return None
+
+
 def last_window_ms(event_time_ms: int, window_ms: int, slide_ms: int | None) -> tuple[int, int]:
     """The latest-starting window holding the time: it ends last, so it closes last."""
     start = window_start_ms(event_time_ms, slide_of(window_ms, slide_ms))
@@ -85,6 +112,8 @@ def windows_of_ms(
 
 
 def window_start_col(event_time: Column, window_ms: int) -> Column:
+    from pyspark.sql import functions as F
+
     ms = F.unix_millis(event_time)
     # pmod keeps pre-epoch times in the window below them, like Python's floor modulo.
     return F.timestamp_millis(ms - F.pmod(ms, F.lit(window_ms)))
@@ -92,6 +121,8 @@ def window_start_col(event_time: Column, window_ms: int) -> Column:
 
 def with_window(df: DataFrame, window_ms: int, time_col: str = "event_time") -> DataFrame:
     """Add `window_start`/`window_end` (timestamps) for the window holding `time_col`."""
+    from pyspark.sql import functions as F
+
     start = window_start_col(F.col(time_col), window_ms)
     return df.withColumn("window_start", start).withColumn(
         "window_end", F.timestamp_millis(F.unix_millis(start) + F.lit(window_ms))
@@ -110,6 +141,8 @@ def last_window_columns(
     window_ms: int, slide_ms: int | None, time_col: str = "event_time"
 ) -> dict[str, Column]:
     """`with_last_window`'s columns: `window_start`, `window_end`."""
+    from pyspark.sql import functions as F
+
     start = window_start_col(F.col(time_col), slide_of(window_ms, slide_ms))
     return {
         "window_start": start,
@@ -120,6 +153,8 @@ def last_window_columns(
 def explode_windows(df: DataFrame, window_ms: int, slide_ms: int | None) -> DataFrame:
     """One row per window of each row, from the row's last window (`with_last_window`): the
     k-th earlier window starts k slides before it. Tumbling windows: `df` unchanged."""
+    from pyspark.sql import functions as F
+
     count = windows_per_event(window_ms, slide_ms)
     if count == 1:
         return df
@@ -150,6 +185,8 @@ def with_windows(
 
 def aggregate_windows(df: DataFrame) -> DataFrame:
     """Count and exact integer sum of `amount` per (window_start, window_end, key, currency)."""
+    from pyspark.sql import functions as F
+
     return df.groupBy(*WINDOW_KEY).agg(
         F.count(F.lit(1)).alias("event_count"),
         F.sum("amount").cast("long").alias("amount_sum"),
@@ -180,6 +217,8 @@ def with_span(df: DataFrame, gap_ms: int, time_col: str = "event_time") -> DataF
 
 def span_columns(gap_ms: int, time_col: str = "event_time") -> dict[str, Column]:
     """`with_span`'s columns: `window_start`, `window_end`."""
+    from pyspark.sql import functions as F
+
     return {
         "window_start": F.col(time_col),
         "window_end": F.timestamp_millis(F.unix_millis(time_col) + F.lit(gap_ms)),
@@ -190,6 +229,9 @@ def session_ids(intervals: DataFrame, by: Sequence[str] = SESSION_OWNER) -> Data
     """Add `session_id` to rows holding `window_start`/`window_end`: `merge_intervals` per
     `by`, in the JVM (one sort: gaps and islands). Ids number the sessions of each key and
     currency."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     order = Window.partitionBy(*by).orderBy("window_start", "window_end")
     reach = F.max("window_end").over(order.rowsBetween(Window.unboundedPreceding, -1))
     starts = (reach.isNull() | (F.col("window_start") >= reach)).cast("long")
@@ -205,6 +247,8 @@ def merge_sessions(intervals: DataFrame, *extra: Column) -> DataFrame:
     """One row per session (WINDOW_KEY, event_count, amount_sum) of interval rows that carry
     WINDOW_KEY, event_count and amount_sum; `extra` aggregates over each session's intervals
     (aliased) follow them (the stream's bookkeeping of the sessions it held)."""
+    from pyspark.sql import functions as F
+
     merged = (
         session_ids(intervals)
         .groupBy(*SESSION_OWNER, SESSION_ID)
@@ -223,6 +267,8 @@ def merge_sessions(intervals: DataFrame, *extra: Column) -> DataFrame:
 
 def aggregate_sessions(events: DataFrame, gap_ms: int) -> DataFrame:
     """Sessions (WINDOW_KEY, event_count, amount_sum) of events: their spans, merged."""
+    from pyspark.sql import functions as F
+
     spans = with_span(events, gap_ms).select(
         *WINDOW_KEY,
         F.lit(1).cast("long").alias("event_count"),

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from tally.settings import Settings, SettingsError, given_values, parse_duration, setting_help
+from tally.durations import parse_duration
+from tally.settings import Settings, SettingsError, given_values, setting_help
 
 # Shorter flags some settings also answer to.
 FLAG_ALIASES = {"source_kind": ("--source",)}

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tally.dates import parse_business_date
-from tally.settings import Settings, SettingsError, parse_duration
+from tally.durations import parse_duration
+from tally.settings import Settings, SettingsError
 from tally.spark import session_for
 
 

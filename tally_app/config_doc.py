@@ -1,5 +1,6 @@
 """docs/configuration.md, generated from the code: every setting (`tally.settings.Settings`, its
-fields' defaults and `help`) and every `tally` command's flags (the parser of `tally_app.cli`).
+fields' defaults, `help` and checks, `setting_rules`) and every `tally` command's flags (the
+parser of `tally_app.cli`).
 
     python -m tally_app.config_doc                 # print the page
     python -m tally_app.config_doc --out FILE      # write it (`make docs`)
@@ -15,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tally.settings import Settings, format_duration
+from tally.durations import format_duration
+from tally.settings import Settings, setting_rules
 from tally_app.cli import build_parser
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -138,15 +140,16 @@ def _settings_section(commands: dict[str, argparse.ArgumentParser]) -> list[str]
                 f"### {starts[f.name]}",
                 "",
                 "| setting (TOML key) | environment | flags (commands) | type | default "
-                "| meaning |",
-                "|---|---|---|---|---|---|",
+                "| valid values | meaning |",
+                "|---|---|---|---|---|---|---|",
             ]
         flags = "<br>".join(
             f"{flag} ({', '.join(names)})" for flag, names in flags_of.get(f.name, {}).items()
         )
         lines.append(
             f"| `{f.name}` | `TALLY_{f.name.upper()}` | {flags or '—'} | {setting_type(f)} "
-            f"| {setting_default(f)} | {_cell(f.metadata['help'])} |"
+            f"| {setting_default(f)} | {_cell('; '.join(setting_rules(f.name))) or '—'} "
+            f"| {_cell(f.metadata['help'])} |"
         )
     return lines
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from tally import tables
 from tally.alert import Alert
+from tally.durations import format_duration
 from tally.open_items import age_days, due_alert, latest_items
-from tally.settings import Settings, format_duration
+from tally.settings import Settings
 
 __all__ = ["aging_alerts", "open_items_of"]
 

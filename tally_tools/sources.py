@@ -60,7 +60,8 @@ from datetime import datetime
 from typing import Any
 
 from tally.dates import iso_ms
-from tally.settings import format_duration, format_partition_durations
+from tally.durations import format_duration
+from tally.settings import format_partition_durations
 from tally_tools.generate import remove_previous_output, start_epoch_ms, write_manifest
 
 __all__ = [

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tally.settings import Settings, setting_help
+from tally.settings import Settings, setting_help, setting_rules
 from tally_app.cli import build_parser
-from tally_app.config_doc import PAGE, SECTIONS, main, render, setting_flags, subcommands
+from tally_app.config_doc import (
+    PAGE,
+    SECTIONS,
+    _cell,
+    main,
+    render,
+    setting_flags,
+    subcommands,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +43,16 @@ def test_every_setting_has_a_row_with_its_environment_variable_and_default(page:
         "| `30s` |"
     )
     assert lateness in page
+
+
+def test_each_setting_row_states_the_rules_its_value_keeps(page: str) -> None:
+    rows = {line.split(" | ")[0].strip("| `"): line for line in page.splitlines() if "| `" in line}
+    for f in dataclasses.fields(Settings):
+        for rule in setting_rules(f.name):
+            assert f" {_cell(rule)}" in rows[f.name], f"{f.name}: {rule!r} not in its row"
+    # a relation between two settings is stated on both rows
+    for name in ("late_rate_warn", "late_rate_fail"):
+        assert "| 0 &lt;= late_rate_warn &lt;= late_rate_fail &lt;= 1 |" in rows[name]
 
 
 def test_every_command_and_its_flags_appear(page: str) -> None:

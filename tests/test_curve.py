@@ -19,12 +19,12 @@ from batch.curve import (
     events_from_log,
     lateness_curve,
     lateness_curve_by_partition,
-    meets_target,
-    recommend,
     recommend_by_partition,
 )
 from tally import tables as T
-from tally.settings import SettingsError, format_duration, parse_duration_list
+from tally.completeness import meets_target, recommend
+from tally.durations import format_duration, parse_duration_list
+from tally.settings import SettingsError
 from tally.windows import window_range_ms
 
 pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)

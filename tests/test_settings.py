@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tally.settings import Settings, SettingsError, format_duration, load_settings, parse_duration
+from tally.durations import format_duration, parse_duration
+from tally.settings import Settings, SettingsError, load_settings, setting_rules
 from tally.spark import QUICK_JIT, cluster_conf, driver_java_options, object_store_conf
 from tally_app.cli import main
 
@@ -95,6 +96,92 @@ def test_bad_setting_names_it(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message) as err:
         load_settings(env=env)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # each field's own check (its rule sits beside its help text), the whole line
+        ({"TALLY_EVIDENCE_ROWS": "0"}, "evidence_rows: must be between 1 and 100000, got 0"),
+        ({"TALLY_COMPACT_MIN_FILES": "1"}, "compact_min_files: must be at least 2, got 1"),
+        # a duration's minimum is written as a duration, and so is the value
+        ({"TALLY_AGING_MAX": "10m"}, "aging_max: must be at least 1h, got 10m"),
+        (
+            {"TALLY_KAFKA_TOPIC": "a topic"},
+            "kafka_topic: letters, digits, '.', '_' and '-' only, got 'a topic'",
+        ),
+        ({"TALLY_WAREHOUSE": ""}, "warehouse: must not be empty"),
+        (
+            {"TALLY_CLOCK_SKEW_TOLERANCE": "1.5"},
+            "clock_skew_tolerance: must be a fraction in [0, 1], got 1.5",
+        ),
+        (
+            {"TALLY_COMPLETENESS_TARGET": "0"},
+            "completeness_target: must be a percentage in (0, 100], got 0.0",
+        ),
+        (
+            {"TALLY_RESTATEMENT_TOLERANCE_EVENTS": "-1"},
+            "restatement_tolerance_events: must be 0 or more, got -1",
+        ),
+        (
+            {"TALLY_SIGNOFF_PREPARERS": "ann,b c"},
+            "signoff_preparers: 'b c' is not an Airflow user id (letters, digits, _.@+-)",
+        ),
+        # the event's own fields (tally.vocabulary.KNOWN_FIELDS) cannot mark a control record
+        (
+            {"TALLY_SOURCE_WATERMARK_FIELD": "currency"},
+            "source_watermark_field: a field name other than the event's own (letters, digits, "
+            "'_'), got 'currency'",
+        ),
+        # relations between fields, checked after every field's own check
+        (
+            {"TALLY_AMOUNT_MIN": "5", "TALLY_AMOUNT_MAX": "4"},
+            "amount_min/amount_max: min 5 > max 4",
+        ),
+        ({"TALLY_LEASE_TTL": "500ms"}, "lease_ttl: must be at least 1s, got 500ms"),
+        (
+            {"TALLY_WINDOW_SLIDE": "7s"},
+            "window_slide: the window 1m must be a multiple of the slide, got 7s",
+        ),
+        (
+            {"TALLY_SIGNOFF_APPROVERS": "ann"},
+            "signoff_approvers: ann alone cannot approve what ann prepared (name a second "
+            "approver, or preparers without them)",
+        ),
+    ],
+)
+def test_each_rule_says_what_is_wrong(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(env=env)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TALLY_LEASE_TTL": "500ms", "TALLY_STREAM_LEASE": "false"},  # no lease, no ttl to keep
+        {"TALLY_SIGNOFF_APPROVERS": "ann", "TALLY_SIGNOFF_PREPARERS": "bob"},  # ann approves bob
+        {"TALLY_SIGNOFF_APPROVERS": "ann", "TALLY_SIGNOFF_TWO_PERSON": "never"},  # one person
+        {"TALLY_SPARK_EXECUTOR_MEMORY": "", "TALLY_S3_ENDPOINT": ""},  # empty: the setting is off
+    ],
+)
+def test_a_relation_holds_only_where_it_applies(env: dict[str, str]) -> None:
+    load_settings(env=env)
+
+
+@pytest.mark.parametrize(
+    ("name", "rules"),
+    [
+        ("watermark_policy", ["one of partition-min, global-max"]),  # one_of lists the choices
+        ("audit_window", [">= 1d"]),  # a duration's minimum as people write it
+        ("trigger", []),  # any duration
+        # a relation is stated on each field it reads, after the field's own check
+        ("source_kind", ["one of files, kafka", "all only with source_kind kafka"]),
+        ("late_rate_fail", ["0 <= late_rate_warn <= late_rate_fail <= 1"]),
+    ],
+)
+def test_setting_rules_are_what_the_docs_print(name: str, rules: list[str]) -> None:
+    assert setting_rules(name) == rules
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ from typing import NamedTuple
 
 import pytest
 
-from tally.settings import windowing_problem
 from tally.windows import (
     aggregate_sessions,
     last_window_ms,
@@ -16,6 +15,7 @@ from tally.windows import (
     window_range_ms,
     window_start_col,
     window_start_ms,
+    windowing_problem,
     windows_of_ms,
     windows_per_event,
     with_window,

@@ -47,7 +47,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def duration(ms: int) -> str:
-    from tally.settings import format_duration
+    from tally.durations import format_duration
 
     return format_duration(ms)
 
