@@ -22,7 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
@@ -386,6 +386,29 @@ class WindowParams:
 WindowAsked = Annotated[WindowParams, Depends()]
 
 
+async def security_headers(request: Request, call_next: Any) -> Response:
+    response: Response = await call_next(request)
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """JSON under /api/, a page elsewhere."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if "/api/" in request.url.path:
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+    title = {401: "Log in to Airflow", 403: "Not allowed", 503: "Warehouse unreachable"}
+    return HTMLResponse(
+        pages.message_page(title.get(exc.status_code, "Error"), str(exc.detail)),
+        exc.status_code,
+        headers=headers,
+    )
+
+
 def create_app(config: DeskConfig | None = None) -> FastAPI:
     """The desk app; `config` from tally's settings (TALLY_*) when not given."""
     cfg = config or DeskConfig.from_settings(load_settings())
@@ -397,27 +420,16 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
+    app.middleware("http")(security_headers)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    for routes in (ledger_routes, date_routes, window_routes, file_routes):
+        app.include_router(routes(cfg))
+    return app
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
-        response.headers["Content-Security-Policy"] = CSP
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        headers = dict(exc.headers or {})
-        if "/api/" in request.url.path:
-            return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
-        title = {401: "Log in to Airflow", 403: "Not allowed", 503: "Warehouse unreachable"}
-        return HTMLResponse(
-            pages.message_page(title.get(exc.status_code, "Error"), str(exc.detail)),
-            exc.status_code,
-            headers=headers,
-        )
+def ledger_routes(cfg: DeskConfig) -> APIRouter:
+    """The ledger of business dates, as JSON and as a page."""
+    router = APIRouter()
 
     async def ledger_page(
         status: str | None,
@@ -434,7 +446,7 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         rows = await off_loop(cfg, read_ledger, cfg, datetime.now(UTC))
         return ledger.select_page(rows, query), query
 
-    @app.get("/api/ledger")
+    @router.get("/api/ledger")
     async def ledger_json(
         status: str | None = None,
         date_from: str | None = None,
@@ -445,7 +457,7 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
     ) -> dict[str, Any]:
         return (await ledger_page(status, date_from, date_to, page, page_size, older_than))[0]
 
-    @app.get("/ledger", response_class=HTMLResponse)
+    @router.get("/ledger", response_class=HTMLResponse)
     async def ledger_html(
         status: str | None = None,
         date_from: str | None = None,
@@ -457,19 +469,44 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         result, query = await ledger_page(status, date_from, date_to, page, page_size, older_than)
         return HTMLResponse(pages.ledger_page(result, query))
 
+    return router
+
+
+def date_routes(cfg: DeskConfig) -> APIRouter:
+    """One business date, as JSON and as a page, and a nightly run's link to its date."""
+    router = APIRouter()
+
     async def detail(day_text: str) -> dict[str, Any]:
         day = parse_day(day_text)
         found = await off_loop(cfg, read_date, cfg, day, datetime.now(UTC))
         found["airflow_runs"] = await run_in_threadpool(airflow_runs, cfg, day)
         return found
 
-    @app.get("/api/dates/{day}")
+    @router.get("/api/dates/{day}")
     async def date_json(day: str) -> dict[str, Any]:
         return await detail(day)
 
-    @app.get("/dates/{day}", response_class=HTMLResponse)
+    @router.get("/dates/{day}", response_class=HTMLResponse)
     async def date_html(day: str) -> HTMLResponse:
         return HTMLResponse(pages.date_page(await detail(day)))
+
+    @router.get("/runs/{dag_id}/{run_id}")
+    async def run_page(dag_id: str, run_id: str) -> Response:
+        if dag_id != NIGHTLY_DAG:
+            return HTMLResponse(
+                pages.message_page("Not a reconciliation run", f"{dag_id} is not {NIGHTLY_DAG}")
+            )
+        day = await run_in_threadpool(business_date_of_run, cfg, dag_id, run_id)
+        if day is None:
+            raise HTTPException(404, f"no run {run_id} of {dag_id}")
+        return RedirectResponse(f"../../dates/{day.isoformat()}", status_code=307)
+
+    return router
+
+
+def window_routes(cfg: DeskConfig) -> APIRouter:
+    """One window's records: JSON, a page, and their CSV."""
+    router = APIRouter()
 
     async def window(
         day: str,
@@ -497,16 +534,16 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
         }
         return found, evidence
 
-    @app.get("/api/dates/{day}/windows/{start}")
+    @router.get("/api/dates/{day}/windows/{start}")
     async def window_json(day: str, start: str, asked: WindowAsked) -> dict[str, Any]:
         return (await window(day, start, asked.key, asked.currency, asked.query()))[0]
 
-    @app.get("/dates/{day}/windows/{start}", response_class=HTMLResponse)
+    @router.get("/dates/{day}/windows/{start}", response_class=HTMLResponse)
     async def window_html(day: str, start: str, asked: WindowAsked) -> HTMLResponse:
         found, _ = await window(day, start, asked.key, asked.currency, asked.query())
         return HTMLResponse(pages.window_page(found))
 
-    @app.get("/dates/{day}/windows/{start}/evidence.csv")
+    @router.get("/dates/{day}/windows/{start}/evidence.csv")
     async def window_csv(
         day: str, start: str, key: str | None = None, currency: str | None = None
     ) -> Response:
@@ -518,27 +555,23 @@ def create_app(config: DeskConfig | None = None) -> FastAPI:
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
 
-    @app.get("/files/{name}")
+    return router
+
+
+def file_routes(cfg: DeskConfig) -> APIRouter:
+    """The report's files and the published Data Docs, inside the warehouse's allowed paths."""
+    router = APIRouter()
+
+    @router.get("/files/{name}")
     async def files(name: str) -> FileResponse:
         path = report_file(cfg, name)
         if path.suffix == ".csv":
             return FileResponse(path, media_type="text/csv", filename=path.name)
         return FileResponse(path, media_type="text/html")
 
-    @app.get("/docs/{relative:path}")
+    @router.get("/docs/{relative:path}")
     async def docs(relative: str) -> FileResponse:
         path = docs_file(cfg, relative)
         return FileResponse(path, media_type=DOCS_TYPES[path.suffix])
 
-    @app.get("/runs/{dag_id}/{run_id}")
-    async def run_page(dag_id: str, run_id: str) -> Response:
-        if dag_id != NIGHTLY_DAG:
-            return HTMLResponse(
-                pages.message_page("Not a reconciliation run", f"{dag_id} is not {NIGHTLY_DAG}")
-            )
-        day = await run_in_threadpool(business_date_of_run, cfg, dag_id, run_id)
-        if day is None:
-            raise HTTPException(404, f"no run {run_id} of {dag_id}")
-        return RedirectResponse(f"../../dates/{day.isoformat()}", status_code=307)
-
-    return app
+    return router
