@@ -62,7 +62,7 @@ from pyspark.sql import functions as F
 
 from batch.diff import day_events
 from batch.reconcile import ReconcileError
-from tally import tables as T
+from tally import tables
 from tally.arrivals import first_arrivals
 from tally.completeness import meets_target, recommend
 from tally.durations import format_duration
@@ -92,14 +92,14 @@ def events_from_log(
     """The date's events from the `events` log (pinned version; latest if None), as they
     arrived: every valid event once (the first arrival of each event_id, like the batch
     layer), whose window belongs to the date. Returns (events with arrival_seq, version)."""
-    if not T.exists(spark, warehouse, T.EVENTS.name):
-        raise ReconcileError(f"events: no Delta table at {T.table_path(warehouse, 'events')}")
+    if not tables.exists(spark, warehouse, tables.EVENTS.name):
+        raise ReconcileError(f"events: no Delta table at {tables.table_path(warehouse, 'events')}")
     version = (
-        T.latest_version(spark, warehouse, T.EVENTS.name)
+        tables.latest_version(spark, warehouse, tables.EVENTS.name)
         if events_version is None
         else events_version
     )
-    log = T.read_table(spark, warehouse, T.EVENTS.name, version)
+    log = tables.read_table(spark, warehouse, tables.EVENTS.name, version)
     events = day_events_with_partition(log, business_date, window_ms, report_timezone)
     return with_arrival_seq(events, ARRIVAL_ORDER), version
 

@@ -333,7 +333,8 @@ def table_layout(spark: SparkSession, warehouse: str, days: float) -> dict[str, 
 
 def closed_dates(spark: SparkSession, warehouse: str, lh: LongHaul) -> list[date]:
     """The generated dates the stream's last watermark closed (the nightly's wait rule)."""
-    from tally.dates import date_closed_at, epoch_ms, window_reach_ms
+    from streaming.watermark import date_closed_at
+    from tally.dates import epoch_ms, window_reach_ms
     from tally.settings import setting_default
     from tally_app.nightly import stream_position
 

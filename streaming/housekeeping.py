@@ -22,8 +22,8 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
+from streaming.watermark import closed_through
 from tally import maintenance, tables
-from tally.dates import closed_through
 
 log = logging.getLogger("tally.housekeeping")
 
@@ -60,7 +60,7 @@ class Clock:
 @dataclass(frozen=True)
 class Closing:
     """The closing rule's inputs for `event_date` (UTC dates): how far a date's windows reach
-    past its end and the allowed lateness (tally.dates.date_closed_at)."""
+    past its end and the allowed lateness (streaming.watermark.date_closed_at)."""
 
     reach_ms: int
     allowed_lateness_ms: int

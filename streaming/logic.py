@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from streaming.lateness import BUCKET_EDGES_MS, front_ms
+from streaming.watermark import closed_col, final_through_ms, revisable_col
 from tally.jvm_functions import batch_long, batch_long_sql, batch_timestamp
 from tally.spark import jvm_cached
 from tally.tables import literal_map
@@ -185,14 +186,13 @@ def _classify_columns(params: WindowParams) -> tuple[dict[str, Column], list[Col
 
 
 def window_status(status: Column, watermark_before_ms: int | None, allowed_ms: int) -> Column:
-    """`status` (a CASE WHEN so far) completed with the rule for the row's window:
-    `allowed_late` when it ended at or before the watermark but within allowed lateness, `late`
-    beyond it, `on_time` otherwise."""
+    """`status` (a CASE WHEN so far) completed with the rule for the row's window
+    (`streaming.watermark`): `allowed_late` when it is closed but still revisable within the
+    allowed lateness, `late` when it is closed beyond it, `on_time` otherwise."""
     if watermark_before_ms is not None:
-        closed = F.col("window_end") <= ts(watermark_before_ms)
-        revisable = F.unix_millis(F.col("window_end")) + F.lit(allowed_ms) > batch_long(
-            watermark_before_ms
-        )
+        end = F.col("window_end")
+        closed = closed_col(end, watermark_before_ms)
+        revisable = revisable_col(end, watermark_before_ms, allowed_ms)
         status = status.when(closed & revisable, F.lit(ALLOWED_LATE)).when(closed, F.lit(LATE))
     return status.otherwise(F.lit(ON_TIME))
 
@@ -219,14 +219,15 @@ def window_memberships(
 def late_window_count(watermark_before_ms: int | None, params: WindowParams) -> Column:
     """How many of a classified event's windows are late (`window_memberships` rows with
     status late), from its last window alone, without exploding: its k-th earlier window ends
-    at `end - k*H` and is late iff that end + G <= WM. Duplicates count 0."""
+    at `end - k*H` and is late iff that end is at or before `final_through_ms(WM, G)` (no
+    longer revisable). Duplicates count 0."""
     if watermark_before_ms is None:
         return F.lit(0)
     if params.sessions:  # one span per event, judged by classify_events
         return F.when(F.col("arrival_status") == LATE, F.lit(1)).otherwise(F.lit(0))
     n = params.windows_per_event
     slide = slide_of(params.window_ms, params.slide_ms)
-    threshold = watermark_before_ms - params.allowed_lateness_ms
+    threshold = final_through_ms(watermark_before_ms, params.allowed_lateness_ms)
     # late iff k >= ceil((end - threshold) / H) (a double quotient of integers below 2^53,
     # correctly rounded: its ceiling is exact at these magnitudes)
     first_late = F.ceil((F.unix_millis("window_end") - batch_long(threshold)) / F.lit(slide))
@@ -457,20 +458,19 @@ def _next_state(now_ms: int) -> list[str]:
 
 def _still_changeable(watermark_after_ms: int | None, slack_ms: int, drain: bool) -> Column:
     """Whether a row's window can still change (or, with a dedup horizon as extra slack,
-    still be remembered) after this batch: window_end + slack > watermark."""
+    still be remembered) after this batch: revisable (`streaming.watermark`); after the drain
+    nothing is."""
     if drain:
         return F.lit(False)
-    if watermark_after_ms is None:
-        return F.lit(True)
-    return F.unix_millis(F.col("window_end")) + F.lit(slack_ms) > batch_long(watermark_after_ms)
+    return revisable_col(F.col("window_end"), watermark_after_ms, slack_ms)
 
 
 def _closable(watermark_after_ms: int | None, drain: bool) -> Column:
+    """Whether a row's window is closed after this batch (`streaming.watermark`); the drain
+    closes every window."""
     if drain:
         return F.lit(True)
-    if watermark_after_ms is None:  # no watermark yet: nothing closes
-        return F.lit(False)
-    return F.col("window_end") <= ts(watermark_after_ms)
+    return closed_col(F.col("window_end"), watermark_after_ms)
 
 
 def fold_counts(params: WindowParams) -> list[Column]:

@@ -20,13 +20,7 @@ from streaming.source import KafkaSpec, SourceError, kafka_topic_partitions, ope
 from tally.dates import epoch_ms, iso_ms, window_reach_ms
 from tally.maintenance import Schedule
 from tally.settings import Settings, kafka_client_options
-from tally.spark import UNCOMPRESSED_CACHE, session_for
-
-# Dates one micro-batch's `events` may span with a writer open per date (more fall back to
-# Delta's sort of every task's rows by event_date): a batch spans one or two.
-CONCURRENT_DATE_WRITERS = 4
-# How long a broadcast join's build may take (Spark's default: 300 s), see `_run_query`.
-BROADCAST_TIMEOUT_S = 3600
+from tally.spark import STREAM_CONF, session_for
 
 
 def kafka_spec(settings: Settings, environ: Mapping[str, str]) -> KafkaSpec:
@@ -112,36 +106,8 @@ def _run_query(
 ) -> Progress | None:
     """Start the streaming query, wait for it as asked, drain; the last committed batch."""
     spark = spark or session_for(settings, "tally-stream")
-    # The stream commits small appends every batch: replaying a table's Delta log with one
-    # task instead of several makes each commit cheaper (measured: docs/benchmarks.md).
-    spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
-    # A batch's cached frames live for one batch: building them uncompressed costs a third
-    # less (measured: 0.47 s against 0.70 s for 200k parsed lines), memory is not the limit.
-    for key, value in UNCOMPRESSED_CACHE.items():
+    for key, value in STREAM_CONF.items():  # the stream's tuning, each with its why
         spark.conf.set(key, value)
-    # A batch's events span one or two dates: a writer per date open side by side instead of
-    # Delta's sort of every task's rows by event_date (more dates than this fall back to it).
-    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_DATE_WRITERS))
-    # Every Spark SQL execution (a micro-batch runs ~17, plus one per adaptive re-plan) renders
-    # its physical plan for the UI and event log; the default "formatted" rendering was ~10 % of
-    # the driver's CPU in a small batch (JFR). The plain tree is enough to read a plan there.
-    spark.conf.set("spark.sql.ui.explainMode", "simple")
-    # Delta's optional checksum file beside each commit (`<version>.crc`, a summary of the
-    # table's state it validates against when present; Delta reads the log without it). On a
-    # local file system each is one more atomic write, and Hadoop's local file system runs a
-    # `chmod` and several `readlink` processes for one: ~10 process starts a commit, ~50 of a
-    # micro-batch's ~150 (JFR, 20k-line batches). A stream commits 4-5 times a batch.
-    spark.conf.set("spark.databricks.delta.writeChecksumFile.enabled", "false")
-    # `event_id` is unique per row: Parquet's dictionary for it (built for every page, then
-    # dropped for plain encoding once it outgrows the page size) was ~11 % of the write phase's
-    # JFR samples. A SQL setting reaches every write's Hadoop configuration, where Parquet reads
-    # per-column settings (`key#column`): `events`, `late_events` and the dedup state files.
-    # Only the encoding of new files changes; readers and old files are untouched.
-    spark.conf.set("parquet.enable.dictionary#event_id", "false")
-    # A broadcast join's build waits for free task slots behind the batch's own tasks: on a
-    # busy machine a five-day catch-up batch waited past Spark's 300 s and the stream died
-    # (measured, issue 39's backlog at load ~35). A slow batch is not a failed one.
-    spark.conf.set("spark.sql.broadcastTimeout", str(BROADCAST_TIMEOUT_S))
     guard = lease.check if lease is not None else None
     processor = BatchProcessor(spark, params, clock=wall, guard=guard)
     housekeeper = stream_housekeeper(settings, spark, wall, guard)

@@ -1,6 +1,12 @@
-"""Per-partition watermark, advanced at micro-batch boundaries (pure Python, table-tested).
+"""The watermark: how it advances at micro-batch boundaries, and what it means for a window
+and for a business date (pure Python, table-tested).
 
-Runs on the driver over one number per source partition, never over events.
+`advance_watermark` runs on the driver over one number per source partition, never over
+events. `closed`, `revisable`, `final_after_ms` and `final_through_ms` are the one statement
+of what the watermark decides for a window; their Column twins (`closed_col`,
+`revisable_col`) are the same comparisons in the JVM for the micro-batch's steps
+(`streaming.logic`); `date_closed_at` / `closed_through` apply them to a business date.
+Pure stdlib: the Column twins import pyspark when they are called.
 """
 
 from __future__ import annotations
@@ -8,6 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from tally.dates import business_date_of, business_day_end, epoch_ms, from_epoch_ms
+from tally.jvm_functions import batch_long, batch_timestamp
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 log = logging.getLogger(__name__)
 
@@ -117,3 +131,77 @@ def unheard_partitions(
     return {
         p: unheard_since_ms.get(p, now_ms) for p in sorted(expected_partitions) if p not in heard
     }
+
+
+# -- what the watermark means for a window ------------------------------------------------------
+# A window `[start, end)` (epoch ms) against the watermark WM, None while there is none yet
+# (nothing has closed). `slack_ms` is how long past its end a window still counts: the allowed
+# lateness, plus a session gap for a session's state, plus the dedup horizon for remembered
+# ids (docs/semantics.md, "Classification", "Dedup horizon", "Window state").
+
+
+def closed(end_ms: int, watermark_ms: int | None) -> bool:
+    """The watermark reached the window's end (`end <= WM`): it emits its final row, and an
+    event for it is no longer on time."""
+    return watermark_ms is not None and end_ms <= watermark_ms
+
+
+def final_after_ms(end_ms: int, slack_ms: int) -> int:
+    """The watermark from which (inclusive) a window ending at `end_ms` is past changing."""
+    return end_ms + slack_ms
+
+
+def final_through_ms(watermark_ms: int, slack_ms: int) -> int:
+    """The latest window end that is past changing at `watermark_ms` (`final_after_ms`
+    turned round): a window ending at or before it is late for an event, evicted, forgotten."""
+    return watermark_ms - slack_ms
+
+
+def revisable(end_ms: int, watermark_ms: int | None, slack_ms: int) -> bool:
+    """The window can still change (`end + slack > WM`): an event for it still counts, it stays
+    in state, its ids stay remembered. A closed window that is revisable takes allowed-late
+    events; one that is not takes only late ones."""
+    return watermark_ms is None or watermark_ms < final_after_ms(end_ms, slack_ms)
+
+
+def closed_col(end: Column, watermark_ms: int | None) -> Column:
+    """`closed` over a TIMESTAMP column, the watermark a batch value (`batch_timestamp`: the
+    stages holding it are not compiled again every batch)."""
+    from pyspark.sql import functions as F
+
+    if watermark_ms is None:
+        return F.lit(False)
+    return end <= batch_timestamp(watermark_ms)
+
+
+def revisable_col(end: Column, watermark_ms: int | None, slack_ms: int) -> Column:
+    """`revisable` over a TIMESTAMP column, the watermark a batch value (`batch_long`)."""
+    from pyspark.sql import functions as F
+
+    if watermark_ms is None:
+        return F.lit(True)
+    return F.unix_millis(end) + F.lit(slack_ms) > batch_long(watermark_ms)
+
+
+# -- what the watermark means for a business date -----------------------------------------------
+
+
+def date_closed_at(
+    day: date, report_timezone: str, reach_ms: int, allowed_lateness_ms: int
+) -> datetime:
+    """The rule "this date is closed": the watermark after which no on-time or allowed-late
+    event can change one of the date's windows (`final_after_ms` of its last window end: the
+    date's end + the windows' reach, `tally.dates.window_reach_ms`). The nightly waits for it;
+    the stream compacts a closed `event_date` to a few files. A late event can still arrive
+    for a closed date (into the late side output)."""
+    last_end_ms = epoch_ms(business_day_end(day, report_timezone)) + reach_ms
+    return from_epoch_ms(final_after_ms(last_end_ms, allowed_lateness_ms))
+
+
+def closed_through(
+    watermark_ms: int, report_timezone: str, reach_ms: int, allowed_lateness_ms: int
+) -> date:
+    """The newest date closed at this watermark (`date_closed_at` <= watermark): every
+    earlier date is closed too."""
+    moment = from_epoch_ms(final_through_ms(watermark_ms, allowed_lateness_ms) - reach_ms)
+    return business_date_of(moment, report_timezone) - timedelta(days=1)

@@ -72,27 +72,6 @@ def window_reach_ms(window_ms: int, session_gap_ms: int = 0) -> int:
     return 2 * session_gap_ms if session_gap_ms else window_ms
 
 
-def date_closed_at(
-    day: date, report_timezone: str, reach_ms: int, allowed_lateness_ms: int
-) -> datetime:
-    """The rule "this date is closed": the watermark after which no on-time or allowed-late
-    event can change one of the date's windows (its end + the windows' reach + allowed
-    lateness). The nightly waits for it; the stream compacts a closed `event_date` to a few
-    files. A late event can still arrive for a closed date (into the late side output)."""
-    return business_day_end(day, report_timezone) + timedelta(
-        milliseconds=reach_ms + allowed_lateness_ms
-    )
-
-
-def closed_through(
-    watermark_ms: int, report_timezone: str, reach_ms: int, allowed_lateness_ms: int
-) -> date:
-    """The newest date closed at this watermark (`date_closed_at` <= watermark): every
-    earlier date is closed too."""
-    moment = from_epoch_ms(watermark_ms - reach_ms - allowed_lateness_ms)
-    return business_date_of(moment, report_timezone) - timedelta(days=1)
-
-
 def business_day_bounds(business_date: date, report_timezone: str = "UTC") -> DayBounds:
     """`[start, end)` of the date in `report_timezone`, as UTC epoch milliseconds."""
     return (

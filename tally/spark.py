@@ -469,6 +469,45 @@ def batch_caching(spark: SparkSession) -> contextlib.AbstractContextManager[None
     return session_conf(spark, UNCOMPRESSED_CACHE)
 
 
+# Dates one micro-batch's `events` may span with a writer open per date (more fall back to
+# Delta's sort of every task's rows by event_date): a batch spans one or two.
+CONCURRENT_DATE_WRITERS = 4
+# How long a broadcast join's build may take (Spark's default: 300 s), see `STREAM_CONF`.
+BROADCAST_TIMEOUT_S = 3600
+
+# The stream's runtime SQL settings, set on its session for its whole run before its query
+# starts (`streaming.run`). The measurements behind them: docs/development.md, "The stream's
+# Spark settings".
+STREAM_CONF = {
+    # The stream commits small appends every batch: replaying a table's Delta log with one
+    # task instead of several makes each commit cheaper.
+    "spark.databricks.delta.snapshotPartitions": "1",
+    # A batch's cached frames live for one batch: building them uncompressed costs a third
+    # less, memory is not the limit.
+    **UNCOMPRESSED_CACHE,
+    # A batch's events span one or two dates: a writer per date open side by side instead of
+    # Delta's sort of every task's rows by event_date (more dates than this fall back to it).
+    "spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_DATE_WRITERS),
+    # Every Spark SQL execution (a micro-batch runs ~17, plus one per adaptive re-plan) renders
+    # its physical plan for the UI and event log; the default "formatted" rendering was ~10 % of
+    # the driver's CPU in a small batch. The plain tree is enough to read a plan there.
+    "spark.sql.ui.explainMode": "simple",
+    # Delta's optional checksum file beside each commit (`<version>.crc`, a summary of the
+    # table's state it validates against when present; Delta reads the log without it). On a
+    # local file system each is one more atomic write, and several OS process starts.
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
+    # `event_id` is unique per row: Parquet's dictionary for it (built for every page, then
+    # dropped for plain encoding once it outgrows the page size) is wasted work. A SQL setting
+    # reaches every write's Hadoop configuration, where Parquet reads per-column settings
+    # (`key#column`): `events`, `late_events` and the dedup state files. Only the encoding of
+    # new files changes; readers and old files are untouched.
+    "parquet.enable.dictionary#event_id": "false",
+    # A broadcast join's build waits for free task slots behind the batch's own tasks: on a
+    # busy machine it can wait past Spark's 300 s. A slow batch is not a failed one.
+    "spark.sql.broadcastTimeout": str(BROADCAST_TIMEOUT_S),
+}
+
+
 def release_local_checkpoint(checkpointed: DataFrame) -> bool:
     """Drop the blocks of a frame `localCheckpoint` made, now rather than whenever the JVM's
     garbage collector lets Spark's cleaner find its RDD (reading the frame afterwards fails).

@@ -31,8 +31,9 @@ from expectations.report import build_report
 from expectations.report_data import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
 from expectations.validate import ValidationOutcome, as_read, validate_date
+from streaming.watermark import date_closed_at
 from tally import tables as T
-from tally.dates import date_closed_at, epoch_ms, iso_ms, window_reach_ms
+from tally.dates import epoch_ms, iso_ms, window_reach_ms
 from tally.ledger import status_of
 from tally.money import format_amounts
 from tally.settings import Settings
@@ -77,9 +78,9 @@ def stream_position(spark: Any, warehouse: str) -> StreamPosition | None:
 
 def ready_after(settings: Settings, business_date: date) -> datetime:
     """The watermark after which the stream's answer for the date is final: the date is
-    closed (`tally.dates.date_closed_at`, the rule the stream's compaction of closed dates
-    uses too). A session that goes on past midnight may still grow after that (its key did
-    not pause): the nightly then reports it as the stream has it so far."""
+    closed (`streaming.watermark.date_closed_at`, the rule the stream's compaction of closed
+    dates uses too). A session that goes on past midnight may still grow after that (its key
+    did not pause): the nightly then reports it as the stream has it so far."""
     return date_closed_at(
         business_date,
         settings.report_timezone,

@@ -6,8 +6,9 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from streaming.watermark import closed_through, date_closed_at
 from tally import maintenance as M
-from tally.dates import closed_through, date_closed_at, epoch_ms, window_reach_ms
+from tally.dates import epoch_ms, window_reach_ms
 
 H = 3_600_000
 MIN = 60_000

@@ -1,4 +1,5 @@
-"""advance_watermark (streaming/watermark.py), table-tested against hand-computed values.
+"""streaming/watermark.py, table-tested against hand-computed values: advance_watermark, and
+what the watermark means for a window (closed, revisable; the Column twins agree in the JVM).
 
 Times are seconds (x 1000 ms) as in the worked example of docs/semantics.md; L = 10 s and
 the idle timeout is 60 s unless a case says otherwise.
@@ -11,7 +12,16 @@ from typing import NamedTuple
 
 import pytest
 
-from streaming.watermark import WatermarkState, advance_watermark
+from streaming.watermark import (
+    WatermarkState,
+    advance_watermark,
+    closed,
+    closed_col,
+    final_after_ms,
+    final_through_ms,
+    revisable,
+    revisable_col,
+)
 
 S = 1_000
 L = 10 * S
@@ -417,3 +427,69 @@ def test_expected_partitions(case: ExpectedCase) -> None:
     assert out.state.watermark_ms == (None if case.wm is None else case.wm * S)
     assert dict(out.state.unheard_since_ms) == {p: v * S for p, v in case.unheard.items()}
     assert out.idle == case.idle
+
+
+# -- what the watermark means for a window: closed, revisable ----------------------------------
+class WindowCase(NamedTuple):
+    why: str
+    end: int  # ms
+    wm: int | None  # ms
+    slack: int  # ms: the allowed lateness (plus a gap, or the dedup horizon)
+    closed: bool  # by hand
+    revisable: bool  # by hand
+
+
+WINDOW_CASES = [
+    WindowCase(
+        "no watermark yet: nothing closed, everything can change", 60 * S, None, L, False, True
+    ),
+    WindowCase("1 ms before the end: open (on time)", 60 * S, 60 * S - 1, L, False, True),
+    WindowCase(
+        "at the end: closed (end <= WM), revisable (allowed late)", 60 * S, 60 * S, L, True, True
+    ),
+    WindowCase("1 ms short of end + slack: still revisable", 60 * S, 70 * S - 1, L, True, True),
+    WindowCase("at end + slack: past changing (late, evicted)", 60 * S, 70 * S, L, True, False),
+    WindowCase("far past: late", 60 * S, 1_000 * S, L, True, False),
+    WindowCase("slack 0: final the moment it closes", 60 * S, 60 * S, 0, True, False),
+    WindowCase("slack 0, 1 ms before the end: open", 60 * S, 60 * S - 1, 0, False, True),
+    WindowCase(
+        "more slack (a dedup horizon): remembered past G", 60 * S, 75 * S, 2 * L, True, True
+    ),
+    WindowCase("before 1970 like after it", -60 * S, -55 * S, L, True, True),
+    WindowCase("before 1970, at end + slack", -60 * S, -50 * S, L, True, False),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=[c.why for c in WINDOW_CASES])
+def test_window_against_the_watermark(case: WindowCase) -> None:
+    assert closed(case.end, case.wm) == case.closed
+    assert revisable(case.end, case.wm, case.slack) == case.revisable
+    if case.wm is not None:  # the two thresholds state the same rule from either side
+        assert revisable(case.end, case.wm, case.slack) == (
+            case.wm < final_after_ms(case.end, case.slack)
+        )
+        assert revisable(case.end, case.wm, case.slack) == (
+            case.end > final_through_ms(case.wm, case.slack)
+        )
+
+
+def test_window_predicates_in_the_jvm_agree_with_the_table(spark) -> None:
+    """closed_col / revisable_col over `window_end`, every case in one Spark job."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = [
+        spark.range(1)
+        .select(F.lit(i).alias("case"), F.timestamp_millis(F.lit(c.end)).alias("window_end"))
+        .select(
+            "case",
+            closed_col(F.col("window_end"), c.wm).alias("closed"),
+            revisable_col(F.col("window_end"), c.wm, c.slack).alias("revisable"),
+        )
+        for i, c in enumerate(WINDOW_CASES)
+    ]
+    rows = reduce(lambda a, b: a.unionByName(b), frames).collect()
+    got = {r["case"]: (r["closed"], r["revisable"]) for r in rows}
+    expected = {i: (c.closed, c.revisable) for i, c in enumerate(WINDOW_CASES)}
+    assert got == expected
