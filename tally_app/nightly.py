@@ -28,7 +28,7 @@ from batch.reconcile import (
     stream_window_ms,
 )
 from expectations.report import build_report
-from expectations.report_data import ReportInputs, ReportOptions
+from expectations.report_read import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
 from expectations.validate import ValidationOutcome, as_read, validate_date
 from tally import tables as T
@@ -373,8 +373,6 @@ def run_nightly(
             reconciliation_version=sources[T.RECONCILIATION.name][1],
             run=frames.run,
             summaries=reconciliation.summaries,
-            events=frames.events,
-            late_events=frames.late_events,
             validation=as_read(validation.results_rows),
         )
         report = stage_report(settings, business_date, now, spark, report_to, inputs)
