@@ -85,7 +85,8 @@ def partition_figures(
     docstring), by partition."""
     figures = []
     for c in _log_counts(events, copies, bounds):
-        # as the report matched them: a null partition (never written: null means 0) none
+        # a null partition's repeats are kept (the stream never writes one: null means 0),
+        # as the report's figures always counted them (a join on the partition matches none)
         repeated = 0 if c["partition"] is None else c["repeats"]
         figures.append(
             {

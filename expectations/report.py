@@ -13,8 +13,9 @@ expectation (from `validation_results`) with links to GX Data Docs, and provenan
 versions the reconciliation pinned, the settings in force, run times).
 `<out_dir>/reconciliation-YYYY-MM-DD.csv` holds the date's reconciliation rows.
 
-Built in three phases: `expectations.report_data` reads the tables and reduces them to a
-`ReportData` (and says how the completeness curve is estimated without a given one),
+Built in three phases: `expectations.report_data` reads the tables
+(`expectations.report_read`) and reduces them to a `ReportData` (the event log's figures and
+the completeness curve, estimated without a given one: `expectations.report_figures`),
 `expectations.report_charts` draws the charts, `expectations.report_html` renders the page.
 """
 
@@ -31,13 +32,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, IntegralType, StringType, TimestampType
 
 from expectations.report_charts import preload as preload_charts
-from expectations.report_data import (
-    ReportError,
-    ReportInputs,
-    ReportOptions,
-    collect_report_data,
-)
+from expectations.report_data import collect_report_data
 from expectations.report_html import render_html
+from expectations.report_read import ReportError, ReportInputs, ReportOptions
 from tally.money_columns import money_text, with_currency
 from tally.outputs import CSV_FORMULA_STARTS
 

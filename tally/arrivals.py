@@ -84,16 +84,6 @@ def first_lines(marked: DataFrame) -> DataFrame:
     return firsts.select(*[F.col(c).alias(f"_first_{c}") for c in LINE_IDENTITY])
 
 
-def first_line() -> Column:
-    """In an aggregate over the copies of one event_id: its first arrival's line (a struct of
-    `_first_<column>` for each `LINE_IDENTITY` column): the least (`ARRIVAL_ORDER`, then the
-    rest of the line) in the order the window of `first_arrivals` ranks them (ascending,
-    nulls first)."""
-    fields = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE_IDENTITY)))
-    ranked = F.min(F.struct(*[F.col(c) for c in fields]))
-    return F.struct(*[ranked[c].alias(f"_first_{c}") for c in LINE_IDENTITY])
-
-
 def marked_first(rows: DataFrame, first: DataFrame) -> DataFrame:
     """`rows` plus `first_arrival`, given `first`: one row per event_id (not null) with the
     line of its first arrival as `_first_<column>` for each `LINE_IDENTITY` column."""

@@ -306,7 +306,7 @@ def reconcile(args: argparse.Namespace, settings: Settings) -> int:
     graded fail or a failed expectation (one line says which), 2 bad input. Without
     an explicit window it uses the window the stream recorded."""
     from batch.reconcile import ReconcileError
-    from expectations.report_data import ReportError
+    from expectations.report_read import ReportError
     from expectations.validate import ValidationError
     from tally_app import nightly
 
@@ -570,7 +570,7 @@ def load_curve(path: str) -> tuple[list[dict[str, Any]], int | None]:
 
 def report(args: argparse.Namespace, settings: Settings) -> int:
     from expectations.report import build_report
-    from expectations.report_data import ReportError, ReportOptions
+    from expectations.report_read import ReportError, ReportOptions
 
     try:
         business_date: date = parse_business_date(args.date)

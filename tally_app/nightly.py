@@ -28,11 +28,11 @@ from batch.reconcile import (
     stream_window_ms,
 )
 from expectations.report import build_report
-from expectations.report_data import ReportInputs, ReportOptions
+from expectations.report_read import ReportInputs, ReportOptions
 from expectations.suites import Thresholds
 from expectations.validate import ValidationOutcome, as_read, validate_date
 from streaming.watermark import date_closed_at
-from tally import tables as T
+from tally import tables
 from tally.dates import epoch_ms, iso_ms, window_reach_ms
 from tally.ledger import status_of
 from tally.money import format_amounts
@@ -60,10 +60,10 @@ def stream_position(spark: Any, warehouse: str) -> StreamPosition | None:
     """The newest watermark the stream committed (None if it has not run)."""
     from pyspark.sql import functions as F
 
-    if not T.exists(spark, warehouse, T.STREAM_PROGRESS.name):
+    if not tables.exists(spark, warehouse, tables.STREAM_PROGRESS.name):
         return None
     row = (
-        T.read_table(spark, warehouse, T.STREAM_PROGRESS.name)
+        tables.read_table(spark, warehouse, tables.STREAM_PROGRESS.name)
         .agg(
             F.max(F.unix_millis("watermark_after")).alias("wm"),
             F.max(F.col("drained").cast("int")).alias("drained"),
@@ -125,7 +125,9 @@ def with_stream_window(
     """The settings with the window the stream recorded in `stream_aggregates`, unless the
     window was given `explicit`ly (flag, env or config), which must then agree with it.
     Sessions have no one width (the window only sizes the lateness curve): unchanged."""
-    if settings.session_gap or not T.exists(spark, settings.warehouse, T.STREAM_AGGREGATES.name):
+    if settings.session_gap or not tables.exists(
+        spark, settings.warehouse, tables.STREAM_AGGREGATES.name
+    ):
         return settings
     recorded = stream_window_ms(spark, settings.warehouse, business_date, settings.report_timezone)
     if recorded is None or recorded == settings.window:
@@ -232,11 +234,11 @@ def _tuning_curve(spark: Any, settings: Settings, business_date: date) -> dict[s
 
     from pyspark.sql import functions as F
 
-    table = T.LATENESS_RECOMMENDATIONS.name
-    if not T.exists(spark, settings.warehouse, table):
+    table = tables.LATENESS_RECOMMENDATIONS.name
+    if not tables.exists(spark, settings.warehouse, table):
         return {}
     row = (
-        T.read_table(spark, settings.warehouse, table)
+        tables.read_table(spark, settings.warehouse, table)
         .where(F.col("period_start") <= F.lit(business_date))
         .orderBy(F.col("period_start").desc())
         .select("curve", "recommended_lateness_ms")
@@ -371,11 +373,9 @@ def run_nightly(
         validation = stage_validate(settings, business_date, now, spark, sources)
         inputs = ReportInputs(
             reconciliation=frames.reconciliation,
-            reconciliation_version=sources[T.RECONCILIATION.name][1],
+            reconciliation_version=sources[tables.RECONCILIATION.name][1],
             run=frames.run,
             summaries=reconciliation.summaries,
-            events=frames.events,
-            late_events=frames.late_events,
             validation=as_read(validation.results_rows),
         )
         report = stage_report(settings, business_date, now, spark, report_to, inputs)
@@ -389,7 +389,7 @@ def run_nightly(
 # The tables the nightly writes (one writer each), with the date column they are partitioned by
 # (the index of event ids by event_date: each run appends to the partitions of the dates whose
 # lines arrived since the last, the business date's among them).
-NIGHTLY_MAINTAINED = (*T.RECONCILE_TABLES, T.VALIDATION_RESULTS, T.EVENT_INDEX)
+NIGHTLY_MAINTAINED = (*tables.RECONCILE_TABLES, tables.VALIDATION_RESULTS, tables.EVENT_INDEX)
 
 
 def stage_index(settings: Settings, business_date: date, now: datetime, spark: Any) -> int | None:
@@ -404,11 +404,15 @@ def stage_index(settings: Settings, business_date: date, now: datetime, spark: A
         return None
     run = recorded_run(spark, settings.warehouse, business_date)
     frontiers = recorded_frontiers(run) if run is not None else None
-    if run is None or not frontiers or T.EVENTS.name not in frontiers:
+    if run is None or not frontiers or tables.EVENTS.name not in frontiers:
         return None
     try:
         return catch_up(
-            spark, settings.warehouse, frontiers[T.EVENTS.name], int(run["events_version"]), now
+            spark,
+            settings.warehouse,
+            frontiers[tables.EVENTS.name],
+            int(run["events_version"]),
+            now,
         )
     except PySparkException as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -425,36 +429,44 @@ def stage_maintain(
     table it writes compacted when it holds small files, retention set, and every table
     vacuumed once every `vacuum_interval` of `now`. Each action is a row of
     `nightly_maintenance_log`; a failed action is logged, never raised (retried next night)."""
-    from tally import maintenance as M
+    from tally import maintenance
 
     spark = spark or session_for(settings, "tally-maintain", short_lived=True)
     stage_index(settings, business_date, now, spark)
     if not settings.maintenance:
         return []
     warehouse, now_ms = settings.warehouse, epoch_ms(now)
-    wanted = M.retention_properties(settings.deleted_file_retention, settings.log_retention)
-    last = M.last_done(spark, warehouse, T.NIGHTLY_MAINTENANCE_LOG)
-    actions: list[M.Action] = []
-    present = [t for t in NIGHTLY_MAINTAINED if T.exists(spark, warehouse, t.name)]
+    wanted = maintenance.retention_properties(
+        settings.deleted_file_retention, settings.log_retention
+    )
+    last = maintenance.last_done(spark, warehouse, tables.NIGHTLY_MAINTENANCE_LOG)
+    actions: list[maintenance.Action] = []
+    present = [t for t in NIGHTLY_MAINTAINED if tables.exists(spark, warehouse, t.name)]
     for table in present:
-        path = T.table_path(warehouse, table.name)
-        M.upgrade_properties(spark, path, table, wanted)
+        path = tables.table_path(warehouse, table.name)
+        maintenance.upgrade_properties(spark, path, table, wanted)
         column = table.partition_by[0]
-        layout = M.live_files(spark, path, column)
-        day: dict[str | None, M.FileStats] = {
-            business_date.isoformat(): layout.get(business_date.isoformat(), M.FileStats())
+        layout = maintenance.live_files(spark, path, column)
+        day: dict[str | None, maintenance.FileStats] = {
+            business_date.isoformat(): layout.get(
+                business_date.isoformat(), maintenance.FileStats()
+            )
         }
-        schedule = M.Schedule(1, False, settings.vacuum_interval)  # the date: now, not closed
-        actions += M.compactions_due(
+        schedule = maintenance.Schedule(
+            1, False, settings.vacuum_interval
+        )  # the date: now, not closed
+        actions += maintenance.compactions_due(
             table.name, column, day, lambda _d: False, schedule, now_ms, {}
         )
     first_ms = now_ms - settings.vacuum_interval  # never vacuumed: due
     names = [t.name for t in present]
-    actions += M.vacuums_due(
-        names, M.Schedule(0, False, settings.vacuum_interval), now_ms, last, first_ms
+    actions += maintenance.vacuums_due(
+        names, maintenance.Schedule(0, False, settings.vacuum_interval), now_ms, last, first_ms
     )
-    outcomes = [M.run_action(spark, warehouse, a, now_ms, lambda: now_ms) for a in actions]
-    M.append_log(spark, warehouse, T.NIGHTLY_MAINTENANCE_LOG, outcomes, "nightly")
+    outcomes = [
+        maintenance.run_action(spark, warehouse, a, now_ms, lambda: now_ms) for a in actions
+    ]
+    maintenance.append_log(spark, warehouse, tables.NIGHTLY_MAINTENANCE_LOG, outcomes, "nightly")
     return outcomes
 
 
@@ -466,16 +478,16 @@ def _held_sources(
     right after the write), and each pinned input still at its latest version (a stream
     that appended since: validation reads the table, as it would in a process of its own)."""
     pinned: dict[str, tuple[Any, int | None]] = {
-        T.EVENTS.name: (frames.events, result.events_version),
-        T.STREAM_AGGREGATES.name: (frames.stream_aggregates, result.stream_aggregates_version),
-        T.STREAM_PROGRESS.name: (frames.stream_progress, result.stream_progress_version),
+        tables.EVENTS.name: (frames.events, result.events_version),
+        tables.STREAM_AGGREGATES.name: (frames.stream_aggregates, result.stream_aggregates_version),
+        tables.STREAM_PROGRESS.name: (frames.stream_progress, result.stream_progress_version),
     }
     held = {
         name: (frame, version)
         for name, (frame, version) in pinned.items()
         if frame is not None
         and version is not None
-        and T.latest_version(spark, warehouse, name) == version
+        and tables.latest_version(spark, warehouse, name) == version
     }
-    recon = T.RECONCILIATION.name
-    return {**held, recon: (frames.reconciliation, T.latest_version(spark, warehouse, recon))}
+    recon = tables.RECONCILIATION.name
+    return {**held, recon: (frames.reconciliation, tables.latest_version(spark, warehouse, recon))}

@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from batch_fixtures import write_inputs
 from test_reconcile import DAY, EXPECTED_STATUS, NOW, W, scenario
 
 from batch.reconcile import reconcile, recorded_run
-from expectations.report_data import ReportInputs, ReportOptions, collect_report_data
+from expectations.report_data import collect_report_data
+from expectations.report_read import ReportError, ReportInputs, ReportOptions
 from expectations.suites import Thresholds
 from expectations.validate import as_read, read_results, validate_date
 from tally import tables as T
@@ -120,8 +122,6 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
             reconciliation_version=version,
             run=frames.run,
             summaries=result.summaries,
-            events=frames.events,
-            late_events=frames.late_events,
             validation=stored,
         )
         from_tables, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
@@ -138,18 +138,26 @@ def test_handed_over_frames_are_what_the_tables_hold(spark, warehouse, tmp_path)
     assert not frames.reconciliation.is_cached
 
 
-def test_the_report_takes_the_reconciliations_figures_as_the_log_gives_them(
-    spark, warehouse, monkeypatch
+def _log_figures(report: Any) -> tuple[Any, ...]:
+    """What the report shows of the event log (and draws from it)."""
+    return (
+        report.partitions,
+        report.lateness_hist,
+        report.curve,
+        report.curve_source,
+        report.recommended_bound_ms,
+    )
+
+
+def test_the_report_takes_the_reconciliations_figures_of_the_log(
+    spark, warehouse, capsys, tally_cli
 ) -> None:
     """The reconciliation writes what the report shows of the event log
     (`reconciliation_partitions`: events and late events per partition, the explaining late
-    rows by lateness); the report takes them instead of a pass over the log, and gets the
-    same figures as from the log: when the run wrote none (a warehouse of an earlier
-    version: no table), when they belong to another run, and with late rows of the log the
-    side output lacks (the repeats: looked up in the log)."""
+    rows by lateness), and the report takes them: its only source. A run that recorded none
+    (a warehouse of an earlier version: no table; figures of another run) is refused in one
+    line naming the command that records them, and that command gives the same figures."""
     import shutil
-
-    from expectations import report_data
 
     events, stream, late_rows = scenario()
     events += _repeats(events)
@@ -160,20 +168,11 @@ def test_the_report_takes_the_reconciliations_figures_as_the_log_gives_them(
     run = recorded_run(spark, warehouse, DAY)
     assert run is not None and {f["run_time"] for f in figures} == {run["run_time"]}
 
-    def no_log(*_: Any) -> None:
-        raise AssertionError("the report read the event log")
-
-    with monkeypatch.context() as m:
-        m.setattr(report_data, "_events_of", no_log)
-        from_figures, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
-        rows.unpersist()
+    from_figures, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+    rows.unpersist()
     assert from_figures.partitions == _partition_rates(events)
     assert sum(n for _, n in from_figures.lateness_hist) == from_figures.headline["explained_count"]
-    with monkeypatch.context() as m:  # the same figures from the log
-        m.setattr(report_data, "_recorded_figures", lambda *_: None)
-        from_log, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
-        rows.unpersist()
-    assert from_figures == from_log and from_figures.curve is not None
+    assert from_figures.curve is not None
 
     # a re-run replaces the date's figures; figures of another run are not taken
     reconcile(spark, warehouse, DAY, W, now=NOW + timedelta(hours=1), settings={"window": "7m"})
@@ -188,20 +187,21 @@ def test_the_report_takes_the_reconciliations_figures_as_the_log_gives_them(
         T.RECONCILIATION_PARTITIONS,
         replace_where=f"business_date = DATE'{DAY}'",
     )
-    read_log = []
-    events_of = report_data._events_of
-    with monkeypatch.context() as m:
-        m.setattr(report_data, "_events_of", lambda *a: read_log.append(1) or events_of(*a))
-        stale, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
-        rows.unpersist()
-    assert (
-        read_log
-        and stale.partitions == from_log.partitions
-        and stale.lateness_hist == from_log.lateness_hist
-    )
+    command = f"`tally reconcile --date {DAY} --reproduce --write`"
+    with pytest.raises(ReportError, match="recorded no figures of the event log") as stale:
+        collect_report_data(spark, warehouse, DAY, NOW, options)
+    assert command in str(stale.value) and "\n" not in str(stale.value)
 
-    # a warehouse reconciled before the table existed: the report reads the log
+    # a warehouse reconciled before the table existed: the same one line, from `tally report`
     shutil.rmtree(T.table_path(warehouse, T.RECONCILIATION_PARTITIONS.name))
-    old, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
+    assert tally_cli(["report", "--date", str(DAY), "--warehouse", warehouse]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tally: report: ") and err.count("\n") == 1 and command in err
+
+    # the command it names records the figures (the run reproduced at its pins): the same
+    argv = command.strip("`").split()[1:]
+    assert tally_cli([*argv, "--warehouse", warehouse]) == 0  # MATCH, then written
+    reproduced, rows = collect_report_data(spark, warehouse, DAY, NOW, options)
     rows.unpersist()
-    assert old.partitions == from_log.partitions and old.curve == from_log.curve
+    assert reproduced.run_time != from_figures.run_time  # the new run's figures
+    assert _log_figures(reproduced) == _log_figures(from_figures)

@@ -18,18 +18,18 @@ from browser import ARTIFACTS, opened_file
 from test_expectations import DAY, NOW, WINDOW_MS, event, recon, write_tables
 
 from expectations.report import build_report
-from expectations.report_data import (
-    ReportData,
+from expectations.report_data import ReportData, bounds_in_force, describe_bounds
+from expectations.report_html import render_html
+from expectations.report_read import (
     ReportError,
     ReportOptions,
-    bounds_in_force,
-    describe_bounds,
     recorded_bound,
     recorded_duration,
     recorded_settings,
+    report_currency,
 )
-from expectations.report_html import render_html
 from expectations.validate import write_results
+from tally import tables as T
 
 
 @pytest.mark.parametrize(
@@ -307,6 +307,30 @@ def report_tables() -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def partition_figures() -> list[dict[str, Any]]:
+    """The `reconciliation_partitions` rows the run of `report_tables` wrote (the report's
+    only source of the log's figures): per source partition, the date's events and late
+    events (`events`), and the late rows (`late_events`) by lateness."""
+    run_time = NOW - timedelta(minutes=30)  # the run's
+    counts = {0: (2, 0, []), 1: (3, 2, [(4_000, 1), (45_000, 1)]), 2: (1, 0, [])}
+    return [
+        {
+            "business_date": DAY,
+            "run_time": run_time,
+            "partition": p,
+            "events": n,
+            "late_events": late,
+            "lateness": [{"lateness_ms": ms, "late_rows": k} for ms, k in lateness],
+        }
+        for p, (n, late, lateness) in counts.items()
+    ]
+
+
+def write_partition_figures(spark, warehouse: str, rows: list[dict[str, Any]]) -> None:
+    table = T.RECONCILIATION_PARTITIONS
+    T.write_table(spark.createDataFrame(rows, table.schema()), warehouse, table)
+
+
 def validation_rows(docs_page: str) -> list[dict[str, Any]]:
     base = {
         "business_date": DAY,
@@ -357,6 +381,7 @@ def report(spark, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("report")
     warehouse = str(root / "warehouse")
     write_tables(spark, warehouse, report_tables())
+    write_partition_figures(spark, warehouse, partition_figures())
     # A stand-in Data Docs site (the GX runs are covered by test_expectations.py).
     gx_root = root / "gx_root"
     site = gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -697,10 +722,8 @@ def test_the_headline_states_the_verdict_the_exit_code_decides(
     ],
 )
 def test_the_reports_currency_is_the_runs(run: dict[str, Any] | None, currency: str | None):
-    from expectations.report_data import _currency
-
     if currency is None:
         with pytest.raises(ReportError, match="default_currency that is no ISO 4217 code"):
-            _currency(run, DAY)
+            report_currency(run, DAY)
     else:
-        assert _currency(run, DAY) == currency
+        assert report_currency(run, DAY) == currency
