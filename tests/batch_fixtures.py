@@ -8,11 +8,9 @@ Times are UTC epoch milliseconds (`ms("2026-11-20T10:00:00Z")`). DataFrames are 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-import pytest
 from frames import frame, frame_rows
 from pyspark.sql import SparkSession
 
@@ -153,20 +151,3 @@ def table_rows(spark: SparkSession, warehouse: str, name: str) -> list[tuple[Any
     """All rows of a table, sorted, as hashable tuples (arrays become tuples, maps tuples of
     their sorted items)."""
     return frame_rows(T.read_table(spark, warehouse, name))
-
-
-SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
-
-
-@pytest.fixture(scope="module")
-def small_delta_snapshots(spark: SparkSession) -> Iterator[None]:
-    """Delta rebuilds a table's state with 50 partitions by default: on two cores and tiny
-    tables that is most of the cost of every read and write. 2 is plenty for tests (set
-    for the module, then restored, since the session is shared)."""
-    old = spark.conf.get(SNAPSHOT_PARTITIONS, None)
-    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
-    yield
-    if old is None:
-        spark.conf.unset(SNAPSHOT_PARTITIONS)
-    else:
-        spark.conf.set(SNAPSHOT_PARTITIONS, old)

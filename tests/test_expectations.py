@@ -1,8 +1,9 @@
 """Great Expectations suites: a clean day passes every suite; each injected fault fails exactly
 the expectation meant to catch it (with the observed value); re-runs do not duplicate rows.
 
-Tables are hand-built from tiny inline rows (helpers below, also used by test_report.py); the
-batch layer's tables are built here from their column names, not with batch/reconcile.py.
+Tables are hand-built from tiny inline rows (`frames.frame`; the helpers below are also used
+by test_report.py); the batch layer's tables are built here from their column names, not with
+batch/reconcile.py.
 One GX project (a scratch `gx_root`) is shared by the whole module: GX on Spark is slowish.
 """
 
