@@ -1,21 +1,18 @@
 """Tiny hand-built speed-layer tables (events, stream_aggregates, late_events) for batch tests.
 
 Rows are dicts with only what a test cares about; everything else gets a sensible default.
-Times are UTC epoch milliseconds (`ms("2026-11-20T10:00:00Z")`). DataFrames are built in the
-JVM (`inline` of literal structs): no Python workers, so a write costs well under a second.
+Times are UTC epoch milliseconds (`ms("2026-11-20T10:00:00Z")`). DataFrames are built with
+`frames.frame`, in the JVM: a write costs well under a second.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-import pytest
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, TimestampType
+from frames import frame, frame_rows
+from pyspark.sql import SparkSession
 
 from tally import tables as T
 from tally.windows import window_start_ms
@@ -115,32 +112,6 @@ def stream_row(
     }
 
 
-def _literal(value: Any, data_type: Any) -> Column:
-    if value is None:
-        return F.lit(None).cast(data_type)
-    if isinstance(data_type, TimestampType):
-        return F.timestamp_millis(F.lit(int(value)))
-    if isinstance(data_type, DateType):
-        return F.lit(value.isoformat()).cast("date")
-    if isinstance(value, dict):  # a MAP column: {key: value}
-        return F.create_map(*[F.lit(x) for kv in sorted(value.items()) for x in kv]).cast(data_type)
-    return F.lit(value).cast(data_type)
-
-
-def frame(spark: SparkSession, table: T.Table, rows: list[dict[str, Any]]) -> DataFrame:
-    """Rows (dicts; missing columns are null) as a DataFrame of the table's schema."""
-    fields = table.schema().fields
-    unknown = {k for row in rows for k in row} - {f.name for f in fields}
-    assert not unknown, f"{table.name}: unknown columns {sorted(unknown)}"
-    if not rows:
-        return T.empty_frame(spark, table)
-    structs = [
-        F.struct(*[_literal(row.get(f.name), f.dataType).alias(f.name) for f in fields])
-        for row in rows
-    ]
-    return spark.range(1).select(F.inline(F.array(*structs)))
-
-
 def ensure_inputs(spark: SparkSession, warehouse: str) -> None:
     T.ensure_tables(spark, warehouse, (T.EVENTS, T.STREAM_AGGREGATES, T.LATE_EVENTS))
 
@@ -180,33 +151,3 @@ def table_rows(spark: SparkSession, warehouse: str, name: str) -> list[tuple[Any
     """All rows of a table, sorted, as hashable tuples (arrays become tuples, maps tuples of
     their sorted items)."""
     return frame_rows(T.read_table(spark, warehouse, name))
-
-
-def frame_rows(df: DataFrame) -> list[tuple[Any, ...]]:
-    """A (small) frame's rows as `table_rows` gives a table's."""
-    return sorted((tuple(_hashable(v) for v in r) for r in df.collect()), key=repr)
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    return value
-
-
-SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
-
-
-@pytest.fixture(scope="module")
-def small_delta_snapshots(spark: SparkSession) -> Iterator[None]:
-    """Delta rebuilds a table's state with 50 partitions by default: on two cores and tiny
-    tables that is most of the cost of every read and write. 2 is plenty for tests (set
-    for the module, then restored, since the session is shared)."""
-    old = spark.conf.get(SNAPSHOT_PARTITIONS, None)
-    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
-    yield
-    if old is None:
-        spark.conf.unset(SNAPSHOT_PARTITIONS)
-    else:
-        spark.conf.set(SNAPSHOT_PARTITIONS, old)

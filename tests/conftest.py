@@ -11,11 +11,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # py4j logs at INFO when its connections are garbage-collected at exit, into whatever stream a
 # captured test's logging handler held (closed by then): keep it to warnings.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
+# Property tests draw the same examples on every run and every machine (seeded from each test's
+# own code): a failure seen anywhere reproduces anywhere, and its blob is printed to replay it.
+# `pytest --hypothesis-profile=explore` draws fresh examples instead, and keeps the failing ones
+# in .hypothesis/ to replay first next time. Example counts stay each test's own.
+settings.register_profile("reproducible", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile("reproducible")
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +41,7 @@ def spark() -> Iterator[object]:
         extra_conf={
             "spark.default.parallelism": "2",
             # Delta replays table logs with 50 tasks by default; tiny test tables need 2.
-            "spark.databricks.delta.snapshotPartitions": "2",
+            SNAPSHOT_PARTITIONS: "2",
             # A test's own VACUUM lists a table in a job of this many tasks (Spark's default
             # 10,000: 40 s of empty tasks per tiny table); tally.maintenance.vacuum sets its own.
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
@@ -63,6 +74,20 @@ def _release_spark_memory() -> Iterator[None]:
         rdd.unpersist(True)
     session._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     gc.collect()  # Python's references to JVM objects go, so the JVM can collect them
+
+
+@pytest.fixture(scope="module")
+def small_delta_snapshots(spark: Any) -> Iterator[None]:
+    """Delta rebuilds a table's state with 50 partitions by default: on two cores and tiny
+    tables that is most of the cost of every read and write. 2 is plenty for tests (set
+    for the module, then restored, since the session is shared)."""
+    old = spark.conf.get(SNAPSHOT_PARTITIONS, None)
+    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
+    yield
+    if old is None:
+        spark.conf.unset(SNAPSHOT_PARTITIONS)
+    else:
+        spark.conf.set(SNAPSHOT_PARTITIONS, old)
 
 
 @pytest.fixture

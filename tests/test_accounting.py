@@ -3,7 +3,9 @@
 ~5000 generated events (late, lagging, idle, bursty, duplicated, malformed, clocks ahead) run
 with the arrival clock and a drain; then every input line is in `events` or `quarantine`
 exactly once, the counts match the generator's manifest, and for every (window, key)
-events (non-duplicate) = latest stream revision + late_events, checked in DataFrame operations.
+first arrivals in events = latest stream revision + late_events that are first arrivals,
+checked in DataFrame operations. The oracle ranks first arrivals itself (stream_helpers), not
+with `tally.arrivals`, and is held here to the plain-Python rule of tests/reference_diff.py.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reference_diff as R
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from stream_tables import identity_check, read
+from reference_diff import ARRIVAL_ORDER, LINE
+from stream_helpers import collect, first_arrival_rows, first_arrivals, identity_check, read
 
 from streaming.run import run_stream
 from streaming.state import StateStore
@@ -128,6 +132,29 @@ def test_accounting_identity_for_every_window(
         assert stats["with_late"] > 0
     finally:
         checked.unpersist()
+
+
+def test_the_oracles_first_arrivals_are_the_plain_python_rule(
+    spark: SparkSession, drained: tuple[str, dict[str, Any]]
+) -> None:
+    # The identity above is only as good as its first arrivals: on this log (a few thousand
+    # rows, duplicates among them) they are exactly those of reference_diff, and the late
+    # rows it counts are exactly the late rows whose line is such a first arrival.
+    warehouse, manifest = drained
+    log = read(spark, warehouse, "events")
+    columns = list(dict.fromkeys((*ARRIVAL_ORDER, *LINE)))  # each once
+    rows = collect(log.select(*columns))
+    firsts = R.first_rows(rows)
+    assert len(firsts) == manifest["valid_events"] < len(rows)
+    spark_firsts = collect(first_arrivals(log).select(*columns))
+    assert {r["event_id"]: r for r in spark_firsts} == firsts
+    first_lines = {tuple(r[c] for c in LINE) for r in firsts.values()}
+    late = collect(read(spark, warehouse, "late_events").select(*LINE))
+    counted = collect(first_arrival_rows(read(spark, warehouse, "late_events"), log).select(*LINE))
+    assert len(counted) > 0
+    assert sorted(map(repr, counted)) == sorted(
+        repr(r) for r in late if tuple(r[c] for c in LINE) in first_lines
+    )
 
 
 def test_one_answer_per_window_revision(
@@ -287,18 +314,6 @@ def test_a_deleted_stream_row_is_exactly_one_unexplained_window(
     assert (tmp_path / "reports" / f"report-{DAY}.html").is_file()
 
 
-def _first_arrivals(spark: SparkSession, warehouse: str) -> DataFrame:
-    """Each event_id's first line in the log, ranked here in the log's order (micro-batch,
-    then file and line), independently of the nightly's code."""
-    from pyspark.sql import Window
-
-    order = Window.partitionBy("event_id").orderBy(
-        "ingest_time", "batch_id", "source_mtime", "source_file", "source_line"
-    )
-    log = read(spark, warehouse, "events")
-    return log.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
-
-
 def _window_of(events: DataFrame, window: Any) -> DataFrame:
     return events.where(
         (F.col("key") == window["key"])
@@ -363,7 +378,7 @@ def test_an_unexplained_window_names_the_records_behind_it(
         (grown["window_start"], grown["key"]),
     }
     evidence = day_rows(spark, warehouse, "reconciliation_evidence")
-    firsts = _first_arrivals(spark, warehouse)
+    firsts = first_arrivals(read(spark, warehouse, "events"))
     late = read(spark, warehouse, "late_events")
     for window, never in ((deleted, None), (grown, 1)):
         rows = evidence.where(

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from batch_fixtures import event, frame, ms
+from batch_fixtures import event, ms
+from frames import frame
 
 from tally import tables as T
 from tally.arrivals import FIRST_ARRIVAL, FIRST_COPY, marked_copies, with_first_arrival

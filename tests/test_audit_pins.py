@@ -17,12 +17,12 @@ import pytest
 from batch_fixtures import (
     append,
     event,
-    frame_rows,
     late,
     stream_row,
     table_rows,
     write_inputs,
 )
+from frames import frame_rows
 from pyspark.errors import AnalysisException
 from test_reconcile import DAY, NOW, W, balanced_day, win
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 from pyspark.sql import functions as F
-from stream_tables import StreamProcess, stream_command
+from stream_helpers import StreamProcess, stream_command
 
 from tally import tables as T
 from tally_tools.generate import generate

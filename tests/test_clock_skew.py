@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from stream_tables import StreamProcess, stream_command
+from stream_helpers import StreamProcess, stream_command
 
 from streaming.logic import (
     SEEN_IDS_BROADCAST_MAX_BYTES,

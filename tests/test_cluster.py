@@ -31,7 +31,7 @@ from typing import Any
 import airflow_helpers as H  # first: points Airflow at a temporary AIRFLOW_HOME
 import pytest
 from spark_cluster import Cluster, spark_cluster
-from stream_tables import collect, identity_check
+from stream_helpers import collect, identity_check
 
 pytestmark = pytest.mark.slow
 

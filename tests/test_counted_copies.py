@@ -14,14 +14,14 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
-from batch_fixtures import event, late, ms, small_delta_snapshots, stream_row, write_inputs
+from batch_fixtures import event, late, ms, stream_row, write_inputs
 
 from batch.reconcile import ReconcileResult, reconcile
 from tally import tables as T
 from tally.vocabulary import EXPLAINED_BY_COPIES, EXPLAINED_BY_LATE, MATCH, UNEXPLAINED
 from tally.windows import window_start_ms
 
-pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+pytestmark = pytest.mark.usefixtures("small_delta_snapshots")
 
 W = 60_000
 DAY = date(2026, 11, 20)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from browser import ARTIFACTS, opened_file
 from pyspark.sql import SparkSession
-from stream_tables import T0_MS, collect, collect_table
+from stream_helpers import collect, collect_table, iso_ms
 
 from batch.reconcile import recorded_run
 from streaming.job import BatchProcessor
@@ -42,6 +42,7 @@ from tally_app.nightly import NightlyOutcome, run_nightly
 
 S = 1000  # ms per second
 DAY = date(2026, 11, 20)
+T0_MS = iso_ms("2026-11-20T00:00:00Z")  # times below are seconds after it
 NOW = datetime(2026, 11, 21, 0, 30, tzinfo=UTC)  # the nightly runs after the date closed
 CURRENCIES = ["BHD", "JPY", "USD"]  # the date's, in the order every output lists them
 

@@ -8,7 +8,7 @@ from datetime import date
 from typing import Any
 
 import pytest
-from batch_fixtures import append, event, ms, small_delta_snapshots
+from batch_fixtures import append, event, ms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
@@ -27,7 +27,7 @@ from tally.durations import format_duration, parse_duration_list
 from tally.settings import SettingsError
 from tally.windows import window_range_ms
 
-pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+pytestmark = pytest.mark.usefixtures("small_delta_snapshots")
 
 Stream = list[tuple[int, int]]  # (event time ms, amount) in arrival order
 
@@ -186,7 +186,6 @@ streams = st.lists(
 @settings(
     max_examples=6,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(stream=streams, window_ms=st.sampled_from([5, 10, 30]))
@@ -499,7 +498,6 @@ partition_streams = st.lists(
 @settings(
     max_examples=5,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(stream=partition_streams, window_ms=st.sampled_from([5, 10, 30]))

@@ -18,7 +18,6 @@ from batch_fixtures import (
     event,
     late,
     ms,
-    small_delta_snapshots,
     stream_row,
     write_inputs,
 )
@@ -29,7 +28,7 @@ from pyspark.sql import functions as F
 from batch.reconcile import reconcile
 from tally import tables as T
 
-pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+pytestmark = pytest.mark.usefixtures("small_delta_snapshots")
 
 W = 60_000
 DAY = date(2026, 11, 20)
@@ -134,7 +133,6 @@ def spark_rows(spark: Any, warehouse: str) -> dict[R.WindowKey, R.DiffRow]:
 @settings(
     max_examples=2,  # and the two designed ones: each re-runs the nightly
     deadline=None,
-    derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # shrinking re-runs the nightly for minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime
 
-from stream_tables import read, read_input
+from stream_helpers import read, read_input
 
 from tally_tools.generate import generate
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from stream_tables import (
+from stream_helpers import (
     InputLine,
     StreamProcess,
     collect,

@@ -1,8 +1,9 @@
 """Great Expectations suites: a clean day passes every suite; each injected fault fails exactly
 the expectation meant to catch it (with the observed value); re-runs do not duplicate rows.
 
-Tables are hand-built from tiny inline rows (helpers below, also used by test_report.py); the
-batch layer's tables are built here from their column names, not with batch/reconcile.py.
+Tables are hand-built from tiny inline rows (`frames.frame`; the helpers below are also used
+by test_report.py); the batch layer's tables are built here from their column names, not with
+batch/reconcile.py.
 One GX project (a scratch `gx_root`) is shared by the whole module: GX on Spark is slowish.
 """
 
@@ -13,9 +14,9 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from frames import frame
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StructType, TimestampType
 
 from expectations import suites as S
 from expectations.validate import (
@@ -69,36 +70,6 @@ RUNS_DDL = (
 def at(hhmmss: str, day: date = DAY) -> datetime:
     """A UTC time on the day: at("10:00:05")."""
     return datetime.fromisoformat(f"{day.isoformat()}T{hhmmss}+00:00")
-
-
-def _literal(value: Any, data_type: Any) -> Any:
-    if value is None:
-        return F.lit(None).cast(data_type)
-    if isinstance(data_type, TimestampType):
-        epoch = datetime(1970, 1, 1, tzinfo=UTC)
-        return F.timestamp_millis(F.lit((value - epoch) // timedelta(milliseconds=1)))
-    if isinstance(data_type, DateType):
-        return F.lit(value.isoformat()).cast("date")
-    if isinstance(value, dict):  # a MAP column: {key: value}
-        return F.create_map(*[F.lit(x) for kv in sorted(value.items()) for x in kv]).cast(data_type)
-    return F.lit(value).cast(data_type)
-
-
-def frame(spark: SparkSession, ddl: str | T.Table, rows: list[dict[str, Any]]) -> DataFrame:
-    """Rows (dicts; missing columns null) as a DataFrame of the DDL, built in the JVM."""
-    schema = ddl.schema() if isinstance(ddl, T.Table) else StructType.fromDDL(ddl)
-    assert isinstance(schema, StructType)
-    unknown = {k for row in rows for k in row} - set(schema.fieldNames())
-    assert not unknown, f"unknown columns {sorted(unknown)}"
-    if not rows:
-        return spark.range(0).select(
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]
-        )
-    structs = [
-        F.struct(*[_literal(row.get(f.name), f.dataType).alias(f.name) for f in schema.fields])
-        for row in rows
-    ]
-    return spark.range(1).select(F.inline(F.array(*structs)))
 
 
 def write(

@@ -24,7 +24,6 @@ from batch_fixtures import (
     event,
     late,
     ms,
-    small_delta_snapshots,
     table_rows,
 )
 from hypothesis import HealthCheck, Phase, example, given, settings
@@ -39,8 +38,6 @@ from tally import tables as T
 from tally.frontier import merged
 from tally.vocabulary import ARRIVAL_ORDER
 from tally.windows import window_start_ms
-
-__all__ = ["small_delta_snapshots"]
 
 DAY = date(2026, 11, 20)
 W = 60_000
@@ -193,7 +190,6 @@ DESIGNED = [
 @settings(
     max_examples=1,
     deadline=None,
-    derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # shrinking re-runs the nightly for minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from stream_tables import (
+from stream_helpers import (
     read,
     read_input,
 )

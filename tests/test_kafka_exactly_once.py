@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 from kafka_broker import Broker
 from pyspark.sql import SparkSession
-from stream_tables import (
+from stream_helpers import (
     StreamProcess,
     collect_table,
     delta_version,

@@ -130,7 +130,6 @@ def test_money_prefix(currency: str, prefix: str) -> None:
 @settings(
     max_examples=8,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(

@@ -16,7 +16,6 @@ from batch_fixtures import (
     event,
     late,
     ms,
-    small_delta_snapshots,
     stream_row,
     table_rows,
     write_inputs,
@@ -42,7 +41,7 @@ from tally.tables import (
 from tally.vocabulary import EXPLAINED_BY_LATE, MATCH, MISSING_IN_STREAM, UNEXPLAINED
 from tally.windows import window_start_ms
 
-pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+pytestmark = pytest.mark.usefixtures("small_delta_snapshots")
 
 # 7-minute windows do not divide the day: windows straddle midnight.
 W = 7 * 60_000

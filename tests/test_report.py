@@ -493,8 +493,8 @@ def test_csv_blocks_keep_the_window_key_order(spark, tmp_path) -> None:
     """`write_csv` joins the lines of blocks of window starts in the JVM: the file is the rows
     in (window_start, key) order, line for line what formatting each row in that order gives,
     across blocks (windows from 23:40 back to 00:00, keys out of order)."""
+    from frames import frame
     from pyspark.sql import functions as F
-    from test_expectations import frame
 
     from expectations.report import (
         RECONCILIATION_COLUMNS,
@@ -539,7 +539,7 @@ def test_the_csv_keeps_minor_units_and_writes_them_in_the_currency(
     """Each amount stays its integer of minor units, the currency is a column, and each amount
     is written beside it for a person; a negative one is not quoted against formulas (tally
     wrote it from an integer, and a spreadsheet reads it as the number it is)."""
-    from test_expectations import frame
+    from frames import frame
 
     from expectations.report import write_csv
     from tally import tables as T

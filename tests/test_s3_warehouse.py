@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from s3_server import REGION, S3Server, s3_server
-from stream_tables import (
+from stream_helpers import (
     InputLine,
     StreamProcess,
     UncommittedFiles,

@@ -541,6 +541,6 @@ def test_the_streams_exercise_merges() -> None:
         return any(n >= least for n in per_batch.values())
 
     # the first stream found, unshrunk: shrinking it would take a minute
-    settings_ = settings(max_examples=2_000, database=None, deadline=None, phases=[Phase.generate])
+    settings_ = settings(max_examples=2_000, deadline=None, phases=[Phase.generate])
     assert find(session_streams, lambda st: retracts(st, 1), settings=settings_)
     assert find(session_streams, lambda st: retracts(st, 2), settings=settings_)

@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
-from batch_fixtures import event, ms, small_delta_snapshots, write_inputs
+from batch_fixtures import event, ms, write_inputs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -29,7 +29,7 @@ from tally import tables as T
 from tally.dates import business_day_bounds
 from tally.vocabulary import EXPLAINED_BY_LATE, MATCH, MISSING_IN_STREAM, UNEXPLAINED
 
-pytestmark = pytest.mark.usefixtures(small_delta_snapshots.__name__)
+pytestmark = pytest.mark.usefixtures("small_delta_snapshots")
 
 HOUR = 3_600_000
 GAP = 6 * HOUR

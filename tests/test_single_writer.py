@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from stream_tables import (
+from stream_helpers import (
     StreamProcess,
     identity_check,
     lease_records,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from frames import assert_frame_equal
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming.state import DEDUP_DDL, WINDOWS_DDL, StateStore
@@ -39,8 +40,9 @@ def test_both_parts_in_one_write_and_read_back(spark: SparkSession, tmp_path: Pa
     got_windows, got_dedup = store.read(3)
     assert got_windows.columns == [f.split()[0] for f in WINDOWS_DDL.split(", ")]
     assert got_dedup.columns == ["event_id", "window_end"]
-    assert _rows(got_windows) == _rows(windows)
-    assert _rows(got_dedup) == _rows(dedup) == _rows(store.read_dedup(3))
+    assert_frame_equal(got_windows, windows)
+    assert_frame_equal(got_dedup, dedup)
+    assert_frame_equal(store.read_dedup(3), dedup)
 
 
 def test_a_part_without_rows_reads_empty(spark: SparkSession, tmp_path: Path) -> None:
@@ -61,7 +63,8 @@ def test_a_checkpoint_of_the_earlier_layout_is_read(spark: SparkSession, tmp_pat
     windows, dedup = store.read(5)
     # its windows read with a null currency (the stream reads it as its default_currency)
     before = [(*r, None) for r in _rows(spark.sql(WINDOW_BEFORE_CURRENCIES))]
-    assert _rows(windows) == before and _rows(dedup) == _rows(spark.sql(IDS))
+    assert _rows(windows) == before
+    assert_frame_equal(dedup, spark.sql(IDS))
 
 
 def test_missing_state_is_an_error(spark: SparkSession, tmp_path: Path) -> None:

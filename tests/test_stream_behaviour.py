@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from stream_tables import (
-    T0_MS,
+from stream_helpers import (
     collect,
     collect_table,
     identity_check,
+    iso_ms,
 )
 
 from streaming.job import BatchProcessor
@@ -39,6 +39,7 @@ from tally.events import text_lines, text_reader
 
 S = 1000  # ms per second
 W = 60 * S
+T0_MS = iso_ms("2026-11-20T00:00:00Z")  # times below are seconds after it
 
 
 def at(seconds: float) -> int:

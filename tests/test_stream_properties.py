@@ -5,6 +5,7 @@ through BatchProcessor.process into a fresh warehouse, reads every table back an
 with tests/reference_model.py: aggregates with revisions, late events, quarantine, arrival
 statuses, the watermark and counters of every batch. Spark is slow (several Delta commits per
 micro-batch), so there are few examples and no shrinking; a failure prints the whole stream.
+The examples are the same on every run (tests/conftest.py's hypothesis profile).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ SPARK_SETTINGS = settings(
     deadline=None,
     phases=[Phase.explicit, Phase.generate],  # shrinking would rerun Spark dozens of times
     suppress_health_check=list(HealthCheck),
-    database=None,
-    print_blob=True,
 )
 
 
