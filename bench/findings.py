@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import nightly_targets as NT
+from bench import nightly_targets
 
 
 def findings(r: dict[str, Any]) -> list[str]:
@@ -457,7 +457,7 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
     if not ni.get("sizes"):
         return []
     big = ni["sizes"][-1]
-    judged = NT.judge(ni["sizes"])
+    judged = nightly_targets.judge(ni["sizes"])
     stages = {
         "re-aggregate": big["reaggregate_s"],
         "diff": big["diff_s"],
@@ -472,11 +472,12 @@ def _nightly(ni: dict[str, Any]) -> list[str]:
     )
     text = (
         f"Nightly at {big['events']:,} events: re-aggregate + diff "
-        f"{NT.reconcile_s(big):.1f} s = {big['ratio_parquet']:.1f}× DuckDB on the same "
+        f"{nightly_targets.reconcile_s(big):.1f} s = {big['ratio_parquet']:.1f}× DuckDB on the "
+        "same "
         f"Parquet files ({big['duckdb_parquet']['seconds']:.2f} s; target ≤ "
         f"{ratio['target']:g}×: {_verdict(ratio['met'])}) and {big['ratio_json']:.1f}× DuckDB "
         f"on the JSON ({big['duckdb_json']['seconds']:.2f} s); validate + report "
-        f"{NT.checks_s(big):.1f} s (≤ re-aggregate + diff at every size: "
+        f"{nightly_targets.checks_s(big):.1f} s (≤ re-aggregate + diff at every size: "
         f"{_verdict(checks['met'])}); the whole nightly {whole['seconds']:.1f} s"
     )
     if whole["met"] is not None:

@@ -450,19 +450,19 @@ def _duckdb_timed(sql: str, out: Path) -> dict[str, Any]:
 @contextmanager
 def _timed_replace_date(marks: dict[str, float]) -> Iterator[None]:
     """Record when reconcile finishes writing each of its tables."""
-    import batch.reconcile as R
+    import batch.reconcile as reconcile_module
 
-    original = R._replace_date
+    original = reconcile_module._replace_date
 
     def timed(df: DataFrame, warehouse: str, table: Any, business_date: date) -> None:
         original(df, warehouse, table, business_date)
         marks[table.name] = time.monotonic()
 
-    R._replace_date = timed
+    reconcile_module._replace_date = timed
     try:
         yield
     finally:
-        R._replace_date = original
+        reconcile_module._replace_date = original
 
 
 _JOB_GROUPS = itertools.count()

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import nightly_targets as NT
+from bench import nightly_targets
 from bench.findings import closing_notes
 from bench.report import backlog, lateness, sections
-from bench.report import history as HI
-from bench.report import longhaul as LH
+from bench.report import history as history_section
+from bench.report import longhaul as longhaul_section
 from bench.report.carry import carried_label
 from bench.report.files import JSON_NAME
 from bench.report.formatting import megabytes, ms_as_secs, number, secs, table, verdict
@@ -43,9 +43,9 @@ def _targets(r: dict[str, Any]) -> list[str]:
         backlog.target_row(r["backlog"], row)
         backlog.skewed_target_row(r["backlog"], row)
     if r.get("longhaul"):
-        LH.target_rows(r["longhaul"], row)
+        longhaul_section.target_rows(r["longhaul"], row)
     if r.get("history"):
-        HI.target_row(r["history"], row)
+        history_section.target_row(r["history"], row)
     return ["## Targets", "", *table(["target", "measured", "", "measured on (UTC)"], rows)]
 
 
@@ -133,12 +133,12 @@ def _nightly_rows(r: dict[str, Any], row: Row) -> None:
     if not (ni and ni["sizes"]):
         return
     sizes, big = ni["sizes"], ni["sizes"][-1]
-    judged = NT.judge(sizes)
+    judged = nightly_targets.judge(sizes)
     ratio = judged["parquet_ratio"]
     row(
         "nightly",
         f"6. nightly: (re-aggregate + diff) ÷ DuckDB on the same `events` Parquet ≤ "
-        f"{NT.PARQUET_RATIO_TARGET:g}× at {big['events']:,} events",
+        f"{nightly_targets.PARQUET_RATIO_TARGET:g}× at {big['events']:,} events",
         ", ".join(f"{n:,}: {v:.1f}×" for n, v in ratio["ratios"].items())
         + f" (÷ DuckDB on the JSON at {big['events']:,}: {big['ratio_json']:.1f}×)",
         ratio["met"],
@@ -167,7 +167,8 @@ def _nightly_rows(r: dict[str, Any], row: Row) -> None:
         row(
             "nightly",
             f"6. nightly (issue 40): re-aggregate + diff ÷ plain Spark SQL's query ≤ "
-            f"{plain['target']:g} at {NT.WHOLE_TARGET_EVENTS:,} events (medians of two, "
+            f"{plain['target']:g} at {nightly_targets.WHOLE_TARGET_EVENTS:,} events "
+            "(medians of two, "
             "alternated)",
             f"{p['ratio']:.2f} ({' / '.join(secs(x) for x in p['tally_s'])} s vs "
             f"{' / '.join(secs(x) for x in p['plain_s'])} s at {plain['events']:,} events)"
@@ -319,9 +320,9 @@ def render_markdown(r: dict[str, Any], png_name: str | None) -> str:
     if r.get("backlog"):
         out += backlog.section(r["backlog"], carried_label(r, "backlog"))
     if r.get("longhaul"):
-        out += LH.section(r["longhaul"], carried_label(r, "longhaul"))
+        out += longhaul_section.section(r["longhaul"], carried_label(r, "longhaul"))
     if r.get("history"):
-        out += HI.section(r["history"], carried_label(r, "history"))
+        out += history_section.section(r["history"], carried_label(r, "history"))
     if r.get("nightly") or r.get("curve"):
         out += sections.nightly_and_curve(r.get("nightly") or {"sizes": []}, r.get("curve"), r)
     return "\n".join(out).rstrip() + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import nightly_targets as NT
+from bench import nightly_targets
 from bench.report.carry import carried_label
 from bench.report.formatting import (
     ENGINE_ORDER,
@@ -761,11 +761,14 @@ def nightly_and_curve(
             "(validate, first arrival per `event_id`, window, business day, count and sum, "
             "written to Parquet) on the same JSON files and on the `events` table's Parquet "
             "files. Targets (issue 27): (re-aggregate + diff) ÷ DuckDB on the `events` Parquet "
-            f"≤ {NT.PARQUET_RATIO_TARGET:g}× at the largest size; validate + report ≤ "
+            f"≤ {nightly_targets.PARQUET_RATIO_TARGET:g}× at the largest size; validate + report ≤ "
             "re-aggregate + diff at every size; the whole nightly (reconcile, validate, report) "
-            f"≤ {NT.WHOLE_TARGET_S:g} s at {NT.WHOLE_TARGET_EVENTS:,} events. Target (issue "
-            f"40): re-aggregate + diff ≤ {NT.PLAIN_RATIO_TARGET:g}× plain Spark SQL's query at "
-            f"{NT.WHOLE_TARGET_EVENTS:,} events, each the median of two runs alternated in the "
+            f"≤ {nightly_targets.WHOLE_TARGET_S:g} s at "
+            f"{nightly_targets.WHOLE_TARGET_EVENTS:,} events. Target (issue "
+            f"40): re-aggregate + diff ≤ {nightly_targets.PLAIN_RATIO_TARGET:g}× plain Spark "
+            "SQL's query at "
+            f"{nightly_targets.WHOLE_TARGET_EVENTS:,} events, each the median of two runs "
+            "alternated in the "
             "session (the stages' run, plain's, then one more of each: a single plain run, "
             "first of its query and after DuckDB, was measured up to 1.5× its warm runs). Peak "
             "RSS: the "
@@ -804,9 +807,9 @@ def _nightly_sizes(sizes: list[dict[str, Any]]) -> list[str]:
         "validate s": lambda s: secs(s["validate_s"]),
         "report s": lambda s: secs(s["report_s"]),
         "validate + report ÷ (re-agg + diff)": lambda s: (
-            f"{NT.checks_s(s) / NT.reconcile_s(s):.2f}"
+            f"{nightly_targets.checks_s(s) / nightly_targets.reconcile_s(s):.2f}"
         ),
-        "whole nightly s": lambda s: secs(NT.whole_s(s)),
+        "whole nightly s": lambda s: secs(nightly_targets.whole_s(s)),
         # runs before 2026-11-26 (the committed results until then) did not count the jobs
         "Spark jobs (reconcile / validate / report)": lambda s: (
             " / ".join(str(s["jobs"][k]) for k in ("reconcile", "validate", "report"))
