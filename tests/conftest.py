@@ -50,7 +50,10 @@ def spark() -> Iterator[object]:
             "spark.sql.ui.retainedExecutions": "50",
             "spark.ui.retainedJobs": "100",
             "spark.ui.retainedStages": "100",
-            "spark.driver.memory": "2g",
+            # 2g ran out of heap in test_reconcile's in-process CLI runs, ~1,000 tests into a
+            # clean clone's run (java.lang.OutOfMemoryError at a Delta write); the machine has
+            # 24 GiB, and what a module leaves is released after it (below).
+            "spark.driver.memory": "3g",
         },
     )
     yield session
